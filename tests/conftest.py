@@ -1,0 +1,54 @@
+"""Shared helpers: compose the project's Hydra config in-process, and run train.py in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from vit_locality.config import register_resolvers
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+# Small and fast settings for runs in tests: a tiny model on a small synthetic set, no progress bars.
+QUICK = [
+    "data=synthetic",
+    "model=vit_tiny",
+    "trainer=cpu",
+    "trainer.max_epochs=1",
+    "data.train_size=256",
+    "data.test_size=64",
+    "data.batch_size=64",
+    "data.num_workers=0",
+    "callbacks.progress_bar=none",
+]
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides or [], return_hydra_config=False)
+
+
+def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run train.py as a user would; the environment keeps W&B offline and threads modest."""
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "2", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def compose_cfg():
+    return compose_config

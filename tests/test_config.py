@@ -1,0 +1,107 @@
+"""Every config under conf/ composes; names, presets and value checks behave as documented."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import CONF, compose_config
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from vit_locality.config import ConfigError, identity_hash, validate
+
+GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    "override", [f"{g}={o}" for g in GROUPS for o in _options(g)], ids=lambda s: s.replace("=", "-")
+)
+def test_every_config_composes_and_validates(override: str) -> None:
+    cfg = compose_config([override])
+    OmegaConf.resolve(cfg)  # every interpolation resolves
+    validate(cfg)
+
+
+def test_default_is_paper_vit_modern_cifar100() -> None:
+    cfg = compose_config()
+    assert (cfg.data.name, cfg.model.name) == ("cifar100", "vit_paper")
+    assert (cfg.model.depth, cfg.model.dim, cfg.model.heads, cfg.model.mlp_ratio) == (8, 192, 8, 2.0)
+    assert (cfg.aug.autoaug, cfg.aug.cutmix, cfg.loss.ls) == (True, True, 0.1)
+    assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.data.batch_size, cfg.trainer.max_epochs) == (
+        1e-3,
+        0.05,
+        128,
+        200,
+    )
+    assert cfg.seed == 0
+
+
+def test_baseline_preset_and_command_line_win_over_preset() -> None:
+    base = compose_config(["protocol=baseline"])
+    assert (base.aug.autoaug, base.aug.cutmix, base.loss.ls) == (False, False, 0.0)
+    mixed = compose_config(["protocol=baseline", "aug.cutmix=true"])
+    assert (mixed.aug.autoaug, mixed.aug.cutmix, mixed.loss.ls) == (False, True, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "name"),
+    [
+        (
+            ["data=synthetic", "model=vit_tiny", "aug.autoaug=true", "aug.cutmix=false", "loss.ls=0.1"],
+            "synthetic_vit_tiny_aa1_cm0_ls0.1_s0",
+        ),
+        (
+            ["data=synthetic", "model=vit_tiny", "protocol=baseline", "loss.ls=0", "seed=3"],
+            "synthetic_vit_tiny_aa0_cm0_ls0_s3",
+        ),
+        (["protocol=baseline"], "cifar100_vit_paper_aa0_cm0_ls0_s0"),
+    ],
+)
+def test_run_name_says_the_cell(overrides: list[str], name: str) -> None:
+    cfg = compose_config(overrides)
+    assert cfg.run_name == name
+    assert "=" not in cfg.run_name and "/" not in cfg.run_name
+
+
+def test_ls_zero_and_zero_point_zero_are_one_cell() -> None:
+    a, b = compose_config(["loss.ls=0"]), compose_config(["loss.ls=0.0"])
+    assert a.run_name == b.run_name
+
+
+def test_mistyped_key_fails_in_struct_mode() -> None:
+    with pytest.raises(ConfigCompositionException, match="cutmx"):
+        compose_config(["aug.cutmx=true"])
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("loss.ls=1.5", "loss.ls"),
+        ("loss.ls=-0.1", "loss.ls"),
+        ("aug.cutmix=maybe", "aug.cutmix"),
+        ("model.depth=0", "model.depth"),
+        ("model.dim=100", "model.dim"),
+        ("aug.policy=randaugment", "aug.policy"),
+        ("seed=-1", "seed"),
+    ],
+)
+def test_bad_values_name_the_key(override: str, key: str) -> None:
+    cfg = compose_config([override])
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate(cfg)
+
+
+def test_cutmix_needs_two_images_per_batch() -> None:
+    validate(compose_config(["data.batch_size=1", "aug.cutmix=false"]))
+    with pytest.raises(ConfigError, match="data.batch_size"):
+        validate(compose_config(["data.batch_size=1", "aug.cutmix=true"]))
+
+
+def test_identity_ignores_workers_but_not_protocol() -> None:
+    ref = identity_hash(compose_config(["data=synthetic"]))
+    assert identity_hash(compose_config(["data=synthetic", "data.num_workers=7"])) == ref
+    assert identity_hash(compose_config(["data=synthetic", "loss.ls=0.2"])) != ref
+    assert identity_hash(compose_config(["data=synthetic", "trainer.max_epochs=3"])) != ref

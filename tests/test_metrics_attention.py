@@ -1,0 +1,358 @@
+"""Attention statistics against answers worked out by hand or by plain loops here, not by the library."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from vit_locality.metrics import (
+    AttentionStatsAccumulator,
+    attention_entropy,
+    attention_per_image,
+    attention_summary,
+    cls_mass,
+    mean_attention_distance,
+    patch_distance_matrix,
+)
+
+# ---- plain-Python references --------------------------------------------------------------------------
+
+
+def _centre(k: int, g: int) -> tuple[float, float]:
+    r, c = divmod(k, g)
+    return (c + 0.5) / g, (r + 0.5) / g
+
+
+def _dist(k: int, m: int, g: int) -> float:
+    (x1, y1), (x2, y2) = _centre(k, g), _centre(m, g)
+    return math.sqrt((x1 - x2) ** 2 + (y1 - y2) ** 2)
+
+
+def _neighbours(k: int, g: int) -> list[int]:
+    """The 3x3 neighbourhood of patch k (itself included), clipped at the borders."""
+    r, c = divmod(k, g)
+    return [
+        rr * g + cc for rr in range(r - 1, r + 2) for cc in range(c - 1, c + 2) if 0 <= rr < g and 0 <= cc < g
+    ]
+
+
+def _loop_uniform_mad(g: int) -> float:
+    n = g * g
+    return sum(_dist(k, m, g) for k in range(n) for m in range(n)) / (n * n)
+
+
+def _loop_neighbourhood(g: int) -> tuple[float, float]:
+    """(MAD, normalised entropy) of attention spread evenly over each query's clipped 3x3 neighbourhood."""
+    n = g * g
+    mad = ent = 0.0
+    for k in range(n):
+        nb = _neighbours(k, g)
+        mad += sum(_dist(k, m, g) for m in nb) / len(nb)
+        ent += math.log(len(nb)) / math.log(n)
+    return mad / n, ent / n
+
+
+# ---- attention builders ---------------------------------------------------------------------------------
+
+
+def _attn(patch_rows: torch.Tensor, prefix: int = 1, prefix_mass: float = 0.0) -> torch.Tensor:
+    """(T, T) attention from (N, N) patch-key rows; each patch query puts `prefix_mass` on token 0.
+
+    Prefix-query rows get a deliberately odd pattern (all mass on the last patch) that must be ignored.
+    """
+    n = patch_rows.shape[0]
+    t = prefix + n
+    a = torch.zeros(t, t, dtype=torch.float64)
+    a[:prefix, -1] = 1.0
+    a[prefix:, prefix:] = patch_rows.to(torch.float64)
+    if prefix:
+        a[prefix:, 0] = prefix_mass
+    return a
+
+
+def _self_rows(g: int) -> torch.Tensor:
+    return torch.eye(g * g)
+
+
+def _uniform_rows(g: int) -> torch.Tensor:
+    return torch.full((g * g, g * g), 1.0 / (g * g))
+
+
+def _neighbourhood_rows(g: int) -> torch.Tensor:
+    n = g * g
+    rows = torch.zeros(n, n)
+    for k in range(n):
+        nb = _neighbours(k, g)
+        for m in nb:
+            rows[k, m] = 1.0 / len(nb)
+    return rows
+
+
+def _stack(*maps: torch.Tensor) -> torch.Tensor:
+    """One image, one head per map: (1, heads, T, T)."""
+    return torch.stack(maps)[None]
+
+
+# ---- distances ------------------------------------------------------------------------------------------
+
+
+def test_distance_matrix_steps_in_each_unit() -> None:
+    unit = patch_distance_matrix(8)
+    assert unit.shape == (64, 64) and unit.dtype == torch.float32
+    assert torch.equal(unit, unit.T) and torch.all(unit.diagonal() == 0)
+    assert unit[0, 1].item() == pytest.approx(0.125)  # one step right
+    assert unit[0, 8].item() == pytest.approx(0.125)  # one step down
+    assert unit[0, 9].item() == pytest.approx(math.sqrt(2) / 8)
+    assert unit[0, 63].item() == pytest.approx(math.sqrt(2) * 7 / 8)
+    grid = patch_distance_matrix(8, units="grid")
+    assert grid[0, 1].item() == pytest.approx(1.0) and grid[0, 63].item() == pytest.approx(7 * math.sqrt(2))
+    pixels = patch_distance_matrix(8, units="pixels", patch_size=4)
+    assert pixels[0, 1].item() == pytest.approx(4.0) and pixels[3, 5].item() == pytest.approx(8.0)
+    d64 = patch_distance_matrix(4, dtype=torch.float64)
+    assert d64.dtype == torch.float64
+    for k in range(16):
+        for m in range(16):
+            assert d64[k, m].item() == pytest.approx(_dist(k, m, 4), abs=1e-12)
+
+
+def test_invalid_units_and_missing_patch_size() -> None:
+    with pytest.raises(ValueError, match="unit.*grid.*pixels"):
+        patch_distance_matrix(8, units="meters")
+    with pytest.raises(ValueError, match="patch_size"):
+        patch_distance_matrix(8, units="pixels")
+    a = _stack(_attn(_uniform_rows(8))).float()
+    with pytest.raises(ValueError, match="units must be one of"):
+        mean_attention_distance(a, units="px")
+    with pytest.raises(ValueError, match="reduce must be one of"):
+        mean_attention_distance(a, reduce="max")
+
+
+# ---- hand-known answers ---------------------------------------------------------------------------------
+
+
+def test_self_attention_gives_zero() -> None:
+    a = _stack(_attn(_self_rows(8))).float()
+    mad, ent = mean_attention_distance(a), attention_entropy(a)
+    assert mad.shape == (1,) and ent.shape == (1,)
+    assert torch.isfinite(ent).all()  # exact zeros must not produce 0 * log 0 = NaN
+    assert mad.item() == 0.0 and ent.item() == 0.0
+    assert cls_mass(a).item() == 0.0
+    assert attention_entropy(a, renormalize=False).item() == 0.0
+
+
+def test_uniform_attention_8x8() -> None:
+    a = _stack(_attn(_uniform_rows(8))).float()
+    expected = _loop_uniform_mad(8)
+    assert round(expected, 4) == 0.5171
+    mad = mean_attention_distance(a).item()
+    assert mad == pytest.approx(expected, abs=1e-6)
+    assert round(mad, 4) == 0.5171
+    assert attention_entropy(a).item() == pytest.approx(1.0, abs=1e-6)
+    assert mean_attention_distance(a, units="grid").item() == pytest.approx(8 * expected, abs=1e-5)
+    assert mean_attention_distance(a, units="pixels", patch_size=4).item() == pytest.approx(
+        32 * expected, abs=1e-5
+    )
+
+
+@pytest.mark.parametrize("g", [8, 4, 5])
+def test_neighbourhood_attention_matches_loop(g: int) -> None:
+    a = _stack(_attn(_neighbourhood_rows(g))).float()
+    exp_mad, exp_ent = _loop_neighbourhood(g)
+    assert mean_attention_distance(a).item() == pytest.approx(exp_mad, abs=1e-6)
+    assert attention_entropy(a).item() == pytest.approx(exp_ent, abs=1e-6)
+    assert mean_attention_distance(a, grid_size=g).item() == pytest.approx(exp_mad, abs=1e-6)
+
+
+def test_other_grid_size_4x4() -> None:
+    a = _stack(_attn(_uniform_rows(4))).float()
+    assert mean_attention_distance(a).item() == pytest.approx(_loop_uniform_mad(4), abs=1e-6)
+    assert attention_entropy(a).item() == pytest.approx(1.0, abs=1e-6)
+    # one step on a 4x4 grid is 0.25 of the unit square
+    right = torch.zeros(16, 16)
+    for k in range(16):
+        r, c = divmod(k, 4)
+        right[k, r * 4 + (c ^ 1)] = 1.0  # the horizontal partner: always exactly one step away
+    assert mean_attention_distance(_stack(_attn(right)).float()).item() == pytest.approx(0.25)
+
+
+# ---- the CLS key ----------------------------------------------------------------------------------------
+
+
+def _partner_rows(g: int, self_w: float, partner_w: float) -> torch.Tensor:
+    """Each patch query puts self_w on itself and partner_w on its horizontal partner (one step away)."""
+    n = g * g
+    rows = torch.zeros(n, n)
+    for k in range(n):
+        r, c = divmod(k, g)
+        rows[k, k] += self_w
+        rows[k, r * g + (c ^ 1)] += partner_w
+    return rows
+
+
+def test_cls_mass_renormalised_or_raw() -> None:
+    # 0.5 on CLS, 0.5 on the partner one step (0.125) away.
+    a = _stack(_attn(_partner_rows(8, 0.0, 0.5), prefix_mass=0.5)).float()
+    assert cls_mass(a).item() == pytest.approx(0.5)
+    assert mean_attention_distance(a).item() == pytest.approx(0.125)  # renormalised: all on the partner
+    assert attention_entropy(a).item() == pytest.approx(0.0, abs=1e-7)
+    assert mean_attention_distance(a, renormalize=False).item() == pytest.approx(0.0625)  # 0.5 * 0.125
+    # raw entropy: -0.5 log 0.5 / log 64 = 1/12
+    assert attention_entropy(a, renormalize=False).item() == pytest.approx(1 / 12, abs=1e-7)
+
+    # 0.2 on CLS, 0.4 on itself, 0.4 on the partner.
+    b = _stack(_attn(_partner_rows(8, 0.4, 0.4), prefix_mass=0.2)).float()
+    assert cls_mass(b).item() == pytest.approx(0.2)
+    assert mean_attention_distance(b).item() == pytest.approx(0.0625)  # 0.5 * 0.125
+    assert mean_attention_distance(b, renormalize=False).item() == pytest.approx(0.05)  # 0.4 * 0.125
+    assert attention_entropy(b).item() == pytest.approx(math.log(2) / math.log(64), abs=1e-7)
+    raw_ent = -2 * 0.4 * math.log(0.4) / math.log(64)
+    assert attention_entropy(b, renormalize=False).item() == pytest.approx(raw_ent, abs=1e-7)
+
+
+def test_prefix_queries_are_ignored() -> None:
+    base = _attn(_neighbourhood_rows(8))
+    other = base.clone()
+    other[0] = 0.0
+    other[0, 0] = 1.0  # CLS query now attends only to itself
+    s1, s2 = attention_summary(_stack(base).float()), attention_summary(_stack(other).float())
+    for key in s1:
+        assert torch.equal(s1[key], s2[key]), key
+
+
+def test_row_with_no_patch_mass_is_zero_not_nan() -> None:
+    a = _attn(_uniform_rows(8))
+    a[1:, 1:] = 0.0
+    a[1:, 0] = 1.0  # every patch query on CLS only
+    a = _stack(a).float()
+    s = attention_summary(a)
+    for value in s.values():
+        assert torch.isfinite(value).all()
+    assert s["mad"].item() == 0.0 and s["entropy"].item() == 0.0 and s["cls_mass"].item() == 1.0
+
+
+def test_no_prefix_tokens() -> None:
+    a = _stack(_attn(_neighbourhood_rows(8), prefix=0)).float()
+    assert a.shape[-1] == 64
+    exp_mad, exp_ent = _loop_neighbourhood(8)
+    assert mean_attention_distance(a, num_prefix_tokens=0).item() == pytest.approx(exp_mad, abs=1e-6)
+    assert attention_entropy(a, num_prefix_tokens=0).item() == pytest.approx(exp_ent, abs=1e-6)
+    assert cls_mass(a, num_prefix_tokens=0).item() == 0.0
+    s = attention_summary(a, num_prefix_tokens=0)
+    assert s["mad"].item() == pytest.approx(exp_mad, abs=1e-6)
+
+
+def test_several_prefix_tokens() -> None:
+    """Registers: two prefix tokens, both excluded from the keys and counted in cls_mass."""
+    a = _attn(_partner_rows(4, 0.0, 0.5), prefix=2)
+    a[2:, 0] = 0.25
+    a[2:, 1] = 0.25
+    a = _stack(a).float()
+    assert cls_mass(a, num_prefix_tokens=2).item() == pytest.approx(0.5)
+    assert mean_attention_distance(a, num_prefix_tokens=2).item() == pytest.approx(0.25)
+
+
+def test_bad_token_counts_error_clearly() -> None:
+    a = torch.full((1, 2, 64, 64), 1 / 64)  # 64 tokens - 1 CLS = 63 patches
+    with pytest.raises(ValueError, match="not a positive perfect square"):
+        mean_attention_distance(a)
+    with pytest.raises(ValueError, match="not a positive perfect square"):
+        attention_summary(a)
+    with pytest.raises(ValueError, match="do not match"):
+        mean_attention_distance(torch.full((1, 1, 65, 65), 1 / 65), grid_size=4)
+    with pytest.raises(ValueError, match=r"\(B, heads, T, T\)"):
+        mean_attention_distance(torch.full((2, 65, 65), 1 / 65))
+
+
+# ---- heads, images, reductions --------------------------------------------------------------------------
+
+
+def test_per_head_values_in_head_order() -> None:
+    a = _stack(_attn(_self_rows(8)), _attn(_uniform_rows(8)), _attn(_neighbourhood_rows(8))).float()
+    exp_nb_mad, exp_nb_ent = _loop_neighbourhood(8)
+    mad, ent = mean_attention_distance(a), attention_entropy(a)
+    assert mad.shape == (3,) and ent.shape == (3,)
+    assert mad.tolist() == pytest.approx([0.0, _loop_uniform_mad(8), exp_nb_mad], abs=1e-6)
+    assert ent.tolist() == pytest.approx([0.0, 1.0, exp_nb_ent], abs=1e-6)
+
+
+def test_mean_and_std_over_images() -> None:
+    patterns = [_uniform_rows(8), _self_rows(8), _neighbourhood_rows(8)]
+    # image i: head 0 shows pattern i, head 1 always the self pattern
+    a = torch.stack([torch.stack([_attn(p), _attn(_self_rows(8))]) for p in patterns]).float()
+    assert a.shape == (3, 2, 65, 65)
+    nb_mad, nb_ent = _loop_neighbourhood(8)
+    per_image_mad = [_loop_uniform_mad(8), 0.0, nb_mad]
+    per_image_ent = [1.0, 0.0, nb_ent]
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs)
+
+    def pstd(xs: list[float]) -> float:
+        m = mean(xs)
+        return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+
+    none = mean_attention_distance(a, reduce="none")
+    assert none.shape == (3, 2)
+    assert none[:, 0].tolist() == pytest.approx(per_image_mad, abs=1e-6)
+    assert none[:, 1].tolist() == pytest.approx([0.0, 0.0, 0.0], abs=1e-7)
+    assert attention_entropy(a, reduce="none")[:, 0].tolist() == pytest.approx(per_image_ent, abs=1e-6)
+    assert cls_mass(a, reduce="none").shape == (3, 2)
+    assert mean_attention_distance(a, reduce="query").shape == (3, 2, 64)
+
+    s = attention_summary(a)
+    assert set(s) == {"mad", "entropy", "cls_mass", "mad_std", "entropy_std"}
+    for value in s.values():
+        assert value.shape == (2,)
+    assert s["mad"].tolist() == pytest.approx([mean(per_image_mad), 0.0], abs=1e-6)
+    assert s["entropy"].tolist() == pytest.approx([mean(per_image_ent), 0.0], abs=1e-6)
+    assert s["mad_std"].tolist() == pytest.approx([pstd(per_image_mad), 0.0], abs=1e-6)
+    assert s["entropy_std"].tolist() == pytest.approx([pstd(per_image_ent), 0.0], abs=1e-6)
+    assert torch.allclose(s["mad"], mean_attention_distance(a))
+    assert torch.allclose(s["entropy"], attention_entropy(a))
+
+    single = attention_summary(a[:1])
+    assert single["mad_std"].tolist() == [0.0, 0.0]  # one image: no spread, not NaN
+
+
+def _random_attention(b: int, heads: int, g: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(b, heads, g * g + 1, g * g + 1, generator=gen) * 3
+    return logits.softmax(dim=-1)
+
+
+def test_accumulator_matches_one_shot() -> None:
+    a = _random_attention(10, 3, 8)
+    acc = AttentionStatsAccumulator()
+    for chunk in a.split(4):  # 4 + 4 + 2 images
+        acc.update(chunk)
+    assert acc.num_images == 10
+    streamed, one_shot = acc.compute(), attention_summary(a)
+    for key in one_shot:
+        assert torch.allclose(streamed[key], one_shot[key], atol=1e-6), key
+    per_image = acc.per_image()
+    assert per_image["mad"].shape == (10, 3)
+    assert torch.allclose(per_image["mad"], attention_per_image(a)["mad"])
+    acc.reset()
+    with pytest.raises(RuntimeError):
+        acc.compute()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_input_matches_fp32(dtype: torch.dtype) -> None:
+    a = _random_attention(4, 2, 8, seed=1)
+    ref = attention_summary(a)
+    low = attention_summary(a.to(dtype))
+    for key in ref:
+        assert low[key].dtype == torch.float32, key
+        assert torch.allclose(low[key], ref[key], atol=5e-3, rtol=1e-2), key
+    assert mean_attention_distance(a.to(dtype)).dtype == torch.float32
+
+
+def test_float64_input_stays_float64() -> None:
+    a = _stack(_attn(_uniform_rows(8)))
+    assert a.dtype == torch.float64
+    mad = mean_attention_distance(a)
+    assert mad.dtype == torch.float64
+    assert mad.item() == pytest.approx(_loop_uniform_mad(8), abs=1e-12)

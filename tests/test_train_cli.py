@@ -1,0 +1,82 @@
+"""train.py as a user runs it, in a subprocess: one short run, the 8-cell multirun, skip and refusal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import QUICK, run_train
+
+from vit_locality.report.collect import collect_runs
+
+pytestmark = pytest.mark.slow
+
+
+def _results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def test_single_run_writes_a_complete_record(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_train([*QUICK, "protocol=modern", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = _results(run_dir)
+    assert list(record)[-1] == "status" and record["status"] == "complete"
+    assert (
+        record["protocol"]["description"] == "crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0) | ls=0.1"
+    )
+    assert record["model"]["num_params"] == 142_026 and record["model"]["patch_size"] == 4
+    assert record["seed"] == 0 and record["epochs"] == 1 and record["steps"] == 4
+    assert 0.0 <= record["metrics"]["test/acc1"] <= 1.0 and "test/acc5" in record["metrics"]
+    assert "train/acc1_dominant" in record["metrics"]  # under CutMix, accuracy against the dominant label
+    assert record["versions"]["torch"] and record["timings"]["fit_s"] > 0
+    assert (run_dir / "checkpoints" / "last.ckpt").exists()
+    assert (run_dir / "csv" / "metrics.csv").exists()
+    assert "crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0) | ls=0.1" in proc.stderr + proc.stdout
+
+    # The same command again: the cell is complete, so nothing is trained and nothing changes.
+    before = (run_dir / "results.json").read_text()
+    again = run_train([*QUICK, "protocol=modern", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert again.returncode == 0 and "complete already" in again.stdout + again.stderr
+    assert (run_dir / "results.json").read_text() == before
+
+    # A different config aimed at the same directory is refused, and the finished result survives.
+    clash = run_train([*QUICK, "protocol=modern", "optim.lr=0.01", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert clash.returncode == 2 and "different config" in clash.stdout + clash.stderr
+    assert (run_dir / "results.json").read_text() == before
+
+
+def test_eight_cell_multirun(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    args = [
+        "-m",
+        "aug.cutmix=true,false",
+        "aug.autoaug=true,false",
+        "loss.ls=0,0.1",
+        *QUICK,
+        f"hydra.sweep.dir={sweep}",
+    ]
+    proc = run_train(args, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dirs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert len(run_dirs) == 8
+    seen = set()
+    for run_dir in run_dirs:
+        record = _results(run_dir)
+        flags = record["protocol"]
+        aa, cm, ls = int(flags["autoaug"]), int(flags["cutmix"]), flags["ls"]
+        assert run_dir.name == f"synthetic_vit_tiny_aa{aa}_cm{cm}_ls{ls:g}_s0"
+        assert record["status"] == "complete"
+        seen.add((aa, cm, ls))
+    assert seen == {(a, c, s) for a in (0, 1) for c in (0, 1) for s in (0.0, 0.1)}
+    assert len(collect_runs([sweep]).complete) == 8
+
+
+def test_bad_value_fails_before_any_run_directory(tmp_path: Path) -> None:
+    run_dir = tmp_path / "bad"
+    proc = run_train([*QUICK, "loss.ls=1.5", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert proc.returncode == 2
+    out = proc.stdout + proc.stderr
+    assert "loss.ls=1.5 is not allowed" in out and "Traceback" not in out
+    assert not (run_dir / "results.json").exists()

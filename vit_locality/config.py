@@ -1,0 +1,121 @@
+"""Config helpers that need OmegaConf only (no Hydra): resolvers for run names and the checks on values.
+
+The checks run on the composed config before anything is built, so a typo costs a second, not a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from .data import DATASETS
+from .transforms import POLICIES
+
+
+class ConfigError(ValueError):
+    """A setting has a value that is not allowed; the message names the key, the value and what is allowed."""
+
+
+def _b01(value: Any) -> int:
+    return int(bool(value))
+
+
+def _compact_number(value: Any) -> str:
+    """0 and 0.0 both print as `0`, 0.10 as `0.1`: one cell, one directory name."""
+    return f"{float(value):g}"
+
+
+def register_resolvers() -> None:
+    """`${b01:...}` (bool -> 0/1) and `${num:...}` (compact number) used by `run_name`."""
+    for name, fn in (("b01", _b01), ("num", _compact_number)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+def _require(condition: bool, key: str, value: Any, allowed: str) -> None:
+    if not condition:
+        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise ConfigError on the first value outside its allowed range."""
+    data, model, aug, loss, optim, trainer = cfg.data, cfg.model, cfg.aug, cfg.loss, cfg.optim, cfg.trainer
+    _require(data.name in DATASETS, "data.name", data.name, f"one of {', '.join(DATASETS)}")
+    for key in ("autoaug", "cutmix"):
+        _require(_is_bool(aug[key]), f"aug.{key}", aug[key], "true or false")
+    _require(aug.policy in ("auto", *POLICIES), "aug.policy", aug.policy, f"auto, {', '.join(POLICIES)}")
+    _require(
+        _is_number(aug.cutmix_alpha) and aug.cutmix_alpha > 0, "aug.cutmix_alpha", aug.cutmix_alpha, "> 0"
+    )
+    _require(_is_number(loss.ls) and 0 <= loss.ls < 1, "loss.ls", loss.ls, "a number in [0, 1)")
+    for key in ("depth", "dim", "heads"):
+        _require(
+            isinstance(model[key], int) and model[key] >= 1, f"model.{key}", model[key], "an integer >= 1"
+        )
+    _require(model.dim % model.heads == 0, "model.dim", model.dim, f"a multiple of model.heads={model.heads}")
+    _require(_is_number(model.mlp_ratio) and model.mlp_ratio > 0, "model.mlp_ratio", model.mlp_ratio, "> 0")
+    _require(
+        isinstance(data.batch_size, int) and data.batch_size >= 1, "data.batch_size", data.batch_size, ">= 1"
+    )
+    if aug.cutmix:
+        _require(data.batch_size >= 2, "data.batch_size", data.batch_size, ">= 2 when aug.cutmix=true")
+    _require(
+        isinstance(data.num_workers, int) and data.num_workers >= 0,
+        "data.num_workers",
+        data.num_workers,
+        ">= 0",
+    )
+    _require(_is_number(optim.lr) and optim.lr > 0, "optim.lr", optim.lr, "> 0")
+    _require(
+        _is_number(optim.weight_decay) and optim.weight_decay >= 0,
+        "optim.weight_decay",
+        optim.weight_decay,
+        ">= 0",
+    )
+    _require(
+        _is_number(optim.warmup_epochs) and optim.warmup_epochs >= 0,
+        "optim.warmup_epochs",
+        optim.warmup_epochs,
+        ">= 0",
+    )
+    _require(
+        isinstance(trainer.max_epochs, int) and trainer.max_epochs >= 1,
+        "trainer.max_epochs",
+        trainer.max_epochs,
+        "an integer >= 1",
+    )
+    _require(isinstance(cfg.seed, int) and cfg.seed >= 0, "seed", cfg.seed, "an integer >= 0")
+
+
+# Settings that decide what a run computes. Two runs with equal identities may share a directory;
+# workers, paths, loggers and progress bars may differ between a run and its resumption.
+IDENTITY_KEYS = ("data", "model", "aug", "loss", "optim", "seed", "trainer.max_epochs", "trainer.precision")
+IGNORED_DATA_KEYS = ("root", "num_workers", "download", "verify", "eval_batch_size")
+
+
+def run_identity(cfg: DictConfig) -> dict[str, Any]:
+    """The part of the config that defines the cell, as plain data."""
+    identity: dict[str, Any] = {}
+    for key in IDENTITY_KEYS:
+        value = OmegaConf.select(cfg, key)
+        identity[key] = (
+            OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+        )
+    identity["data"] = {k: v for k, v in identity["data"].items() if k not in IGNORED_DATA_KEYS}
+    return identity
+
+
+def identity_hash(cfg: DictConfig) -> str:
+    blob = json.dumps(run_identity(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

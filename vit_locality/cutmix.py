@@ -1,0 +1,52 @@
+"""Batch-level CutMix (Yun et al. 2019) on the device, with lambda corrected to the pasted area.
+
+One Beta(alpha, alpha) draw per batch sets the box; each image's partner is given by a random permutation.
+The soft targets put (1 - lambda) on the partner's label, lambda being the share of the image that is kept.
+Label smoothing is not applied here: it happens once, in the loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class CutMixResult:
+    images: torch.Tensor  # the mixed batch, same dtype as the input
+    targets: torch.Tensor  # (B, num_classes) soft targets, each row sums to 1
+    lam: float  # share of each image that is its own (1 - pasted area / image area)
+    partner: torch.Tensor  # (B,) index of the image pasted into each one
+    box: tuple[int, int, int, int]  # (top, left, bottom, right) of the pasted region, exclusive bounds
+
+
+def cutmix_batch(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    num_classes: int,
+    alpha: float = 1.0,
+    lam: float | None = None,
+) -> CutMixResult:
+    """Paste one box from a permuted copy of the batch into every image; return images and soft targets.
+
+    `lam` fixes the drawn lambda (tests); otherwise it is drawn from Beta(alpha, alpha) with torch's global
+    generator, so `seed` makes runs reproducible.
+    """
+    batch, _, height, width = images.shape
+    if lam is None:
+        lam = float(torch.distributions.Beta(alpha, alpha).sample())
+    cut_ratio = (1.0 - lam) ** 0.5
+    cut_h, cut_w = int(height * cut_ratio), int(width * cut_ratio)
+    cy, cx = int(torch.randint(height, ())), int(torch.randint(width, ()))
+    top, bottom = max(cy - cut_h // 2, 0), min(cy + cut_h // 2, height)
+    left, right = max(cx - cut_w // 2, 0), min(cx + cut_w // 2, width)
+    partner = torch.randperm(batch).to(images.device)
+
+    mixed = images.clone()
+    mixed[:, :, top:bottom, left:right] = images[partner, :, top:bottom, left:right]
+    kept = 1.0 - (bottom - top) * (right - left) / (height * width)
+    own = F.one_hot(labels, num_classes).to(torch.float32)
+    targets = kept * own + (1.0 - kept) * own[partner]
+    return CutMixResult(mixed, targets, kept, partner, (top, left, bottom, right))

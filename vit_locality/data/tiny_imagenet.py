@@ -1,0 +1,259 @@
+"""Tiny-ImageNet-200 from the official zip, decoded once into a uint8 cache.
+
+torchvision has no class for it, and ImageFolder would both decode 110k JPEGs on every epoch and number the
+classes differently for train and val. Here the class order is sorted(wnids.txt) for both splits, the
+official val set (regrouped by val_annotations.txt) is the test set, and the decoded arrays are written once
+to `<root>/tiny-imagenet-200/cache_uint8.npz`, which records its class list so a stale cache is rebuilt.
+
+The class count comes from wnids.txt at load time: `num_classes` is 200 for the official files and is reset
+per instance in `load_arrays` (before ImageArrays.check runs), so a smaller set, such as the fakes tests
+write, loads too. Code that needs the class count of such a set must call `setup()` first.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from tqdm import tqdm
+
+from vit_locality.data.base import DataError, ImageArrays, ImageDataModule
+from vit_locality.data.download import fetch_and_extract, one_line
+
+CACHE_NAME = "cache_uint8.npz"
+CACHE_VERSION = 1
+_SPLITS = ("train_images", "train_labels", "test_images", "test_labels")
+
+
+class TinyImageNetDataModule(ImageDataModule):
+    """Tiny-ImageNet-200: 100k train / 10k val (used as test), 64 px, 200 classes.
+
+    `download`: fetch and extract the official zip into `root` when wnids.txt is missing.
+    `verify`: check the zip's size and md5 before extracting it.
+    """
+
+    name = "tiny_imagenet"
+    image_size = 64
+    num_classes = 200
+    mean = (0.485, 0.456, 0.406)
+    std = (0.229, 0.224, 0.225)
+    default_policy = "colorjitter"
+
+    url = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
+    archive = "tiny-imagenet-200.zip"
+    archive_size = 248_100_043
+    archive_md5 = "90528d7ca1a48142e341f4ef8d21d0de"
+    folder_name = "tiny-imagenet-200"
+
+    def __init__(
+        self,
+        root: str = "data",
+        batch_size: int = 128,
+        eval_batch_size: int | None = None,
+        num_workers: int = 2,
+        val_size: int = 0,
+        split_seed: int = 0,
+        pin_memory: bool | None = None,
+        persistent_workers: bool = True,
+        train_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        download: bool = True,
+        verify: bool = True,
+    ) -> None:
+        super().__init__(
+            root=root,
+            batch_size=batch_size,
+            eval_batch_size=eval_batch_size,
+            num_workers=num_workers,
+            val_size=val_size,
+            split_seed=split_seed,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            train_transform=train_transform,
+        )
+        self.download = download
+        self.verify = verify
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.root) / self.folder_name
+
+    @property
+    def cache_path(self) -> Path:
+        return self.folder / CACHE_NAME
+
+    def _redo(self) -> str:
+        return f"delete {self.folder} and re-run to extract or download it again"
+
+    def prepare_data(self) -> None:
+        """Download, extract and decode once per node (Lightning calls this on one process only)."""
+        self._ensure_files()
+        classes = self._read_wnids()
+        if self._load_cache(classes, keys=()) is None:
+            self._build_cache(classes)
+
+    def load_arrays(self) -> ImageArrays:
+        self._ensure_files()
+        classes = self._read_wnids()
+        self.num_classes = len(classes)
+        arrays = self._load_cache(classes)
+        if arrays is None:
+            arrays = self._build_cache(classes)
+        return ImageArrays(
+            **{key: torch.from_numpy(arrays[key]) for key in _SPLITS}, class_names=self._class_names(classes)
+        )
+
+    def _ensure_files(self) -> None:
+        wnids = self.folder / "wnids.txt"
+        if wnids.is_file():
+            return
+        archive = Path(self.root) / self.archive
+        fetch_and_extract(
+            name=self.name,
+            url=self.url,
+            archive=archive,
+            size=self.archive_size,
+            md5=self.archive_md5,
+            download=self.download,
+            verify=self.verify,
+            missing=wnids,
+        )
+        if not wnids.is_file():
+            raise DataError(
+                f"{self.name}: {wnids} is missing even after extracting {archive}: the archive is not the "
+                "official one; delete it and re-run to download it again"
+            )
+
+    def _read_wnids(self) -> list[str]:
+        """The class list, sorted: the label of a class is its index here, for train and val alike."""
+        path = self.folder / "wnids.txt"
+        wnids = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not wnids or len(set(wnids)) != len(wnids):
+            raise DataError(
+                f"{path}: expected distinct wnids, one per line, found {len(wnids)} lines; {self._redo()}"
+            )
+        return sorted(wnids)
+
+    def _class_names(self, classes: list[str]) -> list[str]:
+        """The first synonym in words.txt for each wnid, or the wnid itself when words.txt lacks it."""
+        path = self.folder / "words.txt"
+        names: dict[str, str] = {}
+        if path.is_file():
+            wanted = set(classes)
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                wnid, _, text = line.partition("\t")
+                if wnid in wanted:
+                    names[wnid] = text.split(",")[0].strip()
+        return [names.get(wnid) or wnid for wnid in classes]
+
+    def _load_cache(
+        self, classes: list[str], keys: tuple[str, ...] = _SPLITS
+    ) -> dict[str, np.ndarray] | None:
+        """The cached arrays named by `keys`, or None when there is no cache or it is stale or unreadable."""
+        path = self.cache_path
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as cache:
+                if int(cache["version"]) != CACHE_VERSION or cache["classes"].tolist() != classes:
+                    warnings.warn(f"{path} was built for another class list; rebuilding it", stacklevel=2)
+                    return None
+                return {key: cache[key] for key in keys}
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+            warnings.warn(f"{path} is unreadable ({one_line(err)}); rebuilding it", stacklevel=2)
+            return None
+
+    def _build_cache(self, classes: list[str]) -> dict[str, np.ndarray]:
+        """Decode every train and val JPEG once and write the cache atomically (temp file, then rename)."""
+        index = {wnid: label for label, wnid in enumerate(classes)}
+        train = self._train_files(classes)
+        test = self._val_files(index)
+        with tqdm(total=len(train) + len(test), desc=f"decoding {self.folder_name}", unit="img") as bar:
+            train_images, train_labels = self._decode_all(train, bar)
+            test_images, test_labels = self._decode_all(test, bar)
+        arrays = {
+            "train_images": train_images,
+            "train_labels": train_labels,
+            "test_images": test_images,
+            "test_labels": test_labels,
+        }
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{CACHE_NAME}.", suffix=".part", dir=self.folder)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                np.savez(out, version=np.int64(CACHE_VERSION), classes=np.array(classes), **arrays)
+            os.replace(tmp_name, self.cache_path)
+        finally:
+            Path(tmp_name).unlink(missing_ok=True)
+        return arrays
+
+    def _train_files(self, classes: list[str]) -> list[tuple[Path, int]]:
+        files = []
+        for label, wnid in enumerate(classes):
+            directory = self.folder / "train" / wnid / "images"
+            if not directory.is_dir():
+                raise DataError(
+                    f"{self.name}: class folder {directory} is missing (the class is listed in "
+                    f"{self.folder / 'wnids.txt'}); {self._redo()}"
+                )
+            images = sorted(p for p in directory.iterdir() if p.suffix.lower() in (".jpeg", ".jpg"))
+            if not images:
+                raise DataError(f"{self.name}: class folder {directory} holds no JPEG images; {self._redo()}")
+            files += [(path, label) for path in images]
+        return files
+
+    def _val_files(self, index: dict[str, int]) -> list[tuple[Path, int]]:
+        """The official val set, labelled by val_annotations.txt (file, wnid, box; tab separated)."""
+        path = self.folder / "val" / "val_annotations.txt"
+        if not path.is_file():
+            raise DataError(
+                f"{self.name}: {path} is missing, so the val images have no labels; {self._redo()}"
+            )
+        files = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) < 2:
+                raise DataError(f"{path}, line {number}: expected 'file<TAB>wnid<TAB>box', got {line!r}")
+            filename, wnid = fields[0].strip(), fields[1].strip()
+            if wnid not in index:
+                raise DataError(
+                    f"{path}, line {number}: wnid {wnid!r} is not in {self.folder / 'wnids.txt'}; "
+                    f"{self._redo()}"
+                )
+            files.append((self.folder / "val" / "images" / filename, index[wnid]))
+        return files
+
+    def _decode_all(self, files: list[tuple[Path, int]], bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
+        size = self.image_size
+        images = np.empty((len(files), 3, size, size), dtype=np.uint8)
+        labels = np.empty(len(files), dtype=np.int64)
+        for i, (path, label) in enumerate(files):
+            images[i] = self._decode(path).transpose(2, 0, 1)
+            labels[i] = label
+            bar.update()
+        return images, labels
+
+    def _decode(self, path: Path) -> np.ndarray:
+        """One image as (H, W, 3) uint8; greyscale, CMYK and palette images are converted to RGB."""
+        try:
+            with Image.open(path) as image:
+                rgb = image.convert("RGB")
+        except FileNotFoundError:
+            raise DataError(f"{self.name}: image {path} is missing; {self._redo()}") from None
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+            raise DataError(
+                f"{path}: cannot decode the image ({one_line(err)}); the file is corrupted: {self._redo()}"
+            ) from None
+        if rgb.size != (self.image_size, self.image_size):
+            raise DataError(
+                f"{path}: image is {rgb.size[0]}x{rgb.size[1]} px, "
+                f"expected {self.image_size}x{self.image_size}; {self._redo()}"
+            )
+        return np.asarray(rgb)

@@ -1,0 +1,126 @@
+"""The LightningModule: uint8 batches in, the protocol's CutMix and loss, AdamW with warm-up + cosine."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics.classification import MulticlassAccuracy
+
+from .cutmix import cutmix_batch
+from .model import VisionTransformer
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """LR multiplier: linear from 1/warmup to 1 over `warmup_steps`, then cosine down to `min_ratio`."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class ViTClassifier(L.LightningModule):
+    """Trains the ViT on one cell; every argument is a plain value so checkpoints load weights-only."""
+
+    def __init__(
+        self,
+        num_classes: int,
+        image_size: int,
+        mean: list[float],
+        std: list[float],
+        model: dict[str, Any],
+        cutmix: bool = False,
+        cutmix_alpha: float = 1.0,
+        label_smoothing: float = 0.0,
+        lr: float = 1e-3,
+        weight_decay: float = 0.05,
+        betas: tuple[float, float] = (0.9, 0.999),
+        warmup_epochs: float = 5.0,
+        min_lr_ratio: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        arch = {k: model[k] for k in ("depth", "dim", "heads", "mlp_ratio")}
+        self.model = VisionTransformer(num_classes=num_classes, image_size=image_size, **arch)
+        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1) * 255.0, persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1) * 255.0, persistent=False)
+
+        # Plain top-k accuracy over images ("micro"); torchmetrics' default would average over classes.
+        def accuracy(k: int) -> MulticlassAccuracy:
+            return MulticlassAccuracy(num_classes, top_k=min(k, num_classes), average="micro")
+
+        self.train_acc = accuracy(1)
+        self.val_acc1, self.val_acc5 = accuracy(1), accuracy(5)
+        self.test_acc1, self.test_acc5 = accuracy(1), accuracy(5)
+
+    def preprocess(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 (B, 3, H, W) on the device -> normalised float, once per batch."""
+        return (images.float() - self.mean) / self.std
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model(self.preprocess(images))
+
+    def training_loss(
+        self, images: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
+        """The protocol's loss on one uint8 batch: CutMix when on, label smoothing once, in the loss.
+
+        Returns the loss, the logits, the labels accuracy is measured against (the dominant label under
+        CutMix) and the name that accuracy is logged under.
+        """
+        hp = self.hparams
+        if hp.cutmix:
+            mixed = cutmix_batch(images, labels, hp.num_classes, hp.cutmix_alpha)
+            images, targets = mixed.images, mixed.targets
+            reference, acc_name = targets.argmax(dim=1), "train/acc1_dominant"
+        else:
+            targets, reference, acc_name = labels, labels, "train/acc1"
+        logits = self(images)
+        loss = F.cross_entropy(logits, targets, label_smoothing=hp.label_smoothing)
+        return loss, logits, reference, acc_name
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss, logits, reference, acc_name = self.training_loss(*batch)
+        self.train_acc(logits, reference)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log(acc_name, self.train_acc, on_step=False, on_epoch=True)
+        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], split: str, acc1, acc5) -> None:
+        images, labels = batch
+        logits = self(images)
+        self.log(f"{split}/loss", F.cross_entropy(logits, labels), on_epoch=True, prog_bar=split == "val")
+        acc1(logits, labels)
+        acc5(logits, labels)
+        self.log(f"{split}/acc1", acc1, on_epoch=True, prog_bar=split == "val")
+        self.log(f"{split}/acc5", acc5, on_epoch=True)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val", self.val_acc1, self.val_acc5)
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test", self.test_acc1, self.test_acc5)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        # Weight decay on matrices only: not on biases, norms, the CLS token or the position embeddings.
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        exempt = {"cls_token", "pos_embed"}
+        decay = [p for n, p in named if p.ndim >= 2 and n not in exempt]
+        no_decay = [p for n, p in named if p.ndim < 2 or n in exempt]
+        groups = [
+            {"params": decay, "weight_decay": hp.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=hp.lr, betas=tuple(hp.betas))
+        total = int(self.trainer.estimated_stepping_batches)
+        per_epoch = max(1, total // max(1, self.trainer.max_epochs or 1))
+        warmup = min(total, max(1, round(hp.warmup_epochs * per_epoch)))
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, warmup, total, hp.min_lr_ratio)
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

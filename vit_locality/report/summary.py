@@ -1,0 +1,66 @@
+"""Print one line per finished cell of a sweep: its name, flags, accuracy and where its results are.
+
+python -m vit_locality.report.summary multirun/demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from .collect import CELL_ORDER, cell_name, collect_runs
+
+
+def summary_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for run in runs:
+        protocol = run["protocol"]
+        rows.append(
+            {
+                "cell": cell_name(protocol),
+                "AA": int(protocol["autoaug"]),
+                "CM": int(protocol["cutmix"]),
+                "LS": f"{protocol['ls']:g}",
+                "data": run["data"]["name"],
+                "model": run["model"]["name"],
+                "seed": run["seed"],
+                "test acc1": run["metrics"].get("test/acc1", float("nan")),
+                "run": run["run_dir"],
+            }
+        )
+    order = {name: i for i, name in enumerate(CELL_ORDER)}
+    return sorted(rows, key=lambda r: (r["data"], r["model"], order[r["cell"]], r["seed"]))
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A plain fixed-width table (Markdown-compatible), numbers to 4 decimals."""
+    if not rows:
+        return "(no complete runs)"
+    headers = list(rows[0])
+    cells = [[f"{v:.4f}" if isinstance(v, float) else str(v) for v in row.values()] for row in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    line = lambda values: "| " + " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)) + " |"
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(c) for c in cells)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("sweep_dirs", nargs="+", type=Path, help="sweep directories (searched recursively)")
+    args = parser.parse_args(argv)
+    try:
+        runs = collect_runs(args.sweep_dirs)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(format_table(summary_rows(runs.complete)))
+    for run_dir, why in runs.skipped:
+        print(f"skipped {run_dir}: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Per-sample training transforms of the protocol, on uint8 (3, H, W) tensors inside the data workers.
+
+Crop + flip are always on; `autoaug` adds AutoAugment (one sub-policy drawn per image, because the
+transform is called per sample) or ColorJitter, as the data set's default policy says.
+"""
+
+from __future__ import annotations
+
+import torch
+from torchvision.transforms import v2
+
+AUTOAUGMENT_POLICIES = {
+    "cifar10": v2.AutoAugmentPolicy.CIFAR10,
+    "imagenet": v2.AutoAugmentPolicy.IMAGENET,
+    "svhn": v2.AutoAugmentPolicy.SVHN,
+}
+POLICIES = (*AUTOAUGMENT_POLICIES, "colorjitter")
+
+
+def resolve_policy(policy: str, data_default: str) -> str:
+    """`auto` is the data set's own policy: CIFAR-10 AutoAugment on CIFAR, ColorJitter on Tiny-ImageNet."""
+    chosen = data_default if policy == "auto" else policy
+    if chosen not in POLICIES:
+        raise ValueError(f"aug.policy={policy!r}: allowed values are auto, {', '.join(POLICIES)}")
+    return chosen
+
+
+def build_train_transform(image_size: int, autoaug: bool, policy: str) -> v2.Compose:
+    """RandomCrop(size, padding=size/8) + horizontal flip, then the policy's augmentation when `autoaug`."""
+    steps: list[torch.nn.Module] = [
+        v2.RandomCrop(image_size, padding=image_size // 8),
+        v2.RandomHorizontalFlip(),
+    ]
+    if autoaug:
+        if policy == "colorjitter":
+            steps.append(v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4))
+        else:
+            steps.append(v2.AutoAugment(AUTOAUGMENT_POLICIES[policy]))
+    return v2.Compose(steps)
+
+
+def describe_protocol(autoaug: bool, policy: str, cutmix: bool, cutmix_alpha: float, ls: float) -> str:
+    """One line stating the effective protocol: `crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0)`."""
+    parts = ["crop+flip"]
+    if autoaug:
+        parts.append("colorjitter(0.4,0.4,0.4)" if policy == "colorjitter" else f"autoaugment({policy})")
+    if cutmix:
+        parts.append(f"cutmix(alpha={cutmix_alpha})")
+    if ls:
+        parts.append(f"ls={ls}")
+    return " | ".join(parts)
