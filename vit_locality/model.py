@@ -44,9 +44,11 @@ class Attention(nn.Module):
     def forward_with_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Same output as `forward`, plus the (B, heads, T, T) attention probabilities in fp32."""
         q, k, v = self._split_heads(x)
-        scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(self.head_dim)
-        probs = scores.softmax(dim=-1)
-        out = (probs @ v.float()).to(v.dtype)
+        # Autocast would turn these matmuls back into bf16: switch it off so the maps are truly fp32.
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(self.head_dim)
+            probs = scores.softmax(dim=-1)
+            out = (probs @ v.float()).to(v.dtype)
         return self._merge_heads(out), probs
 
 
@@ -86,9 +88,7 @@ class VisionTransformer(nn.Module):
     ) -> None:
         super().__init__()
         if image_size % grid_size:
-            raise ValueError(
-                f"image size {image_size} is not divisible by the {grid_size} x {grid_size} patch grid"
-            )
+            raise ValueError(f"image size {image_size} is not divisible by the {grid_size} x {grid_size} patch grid")
         if depth < 1 or dim < 1 or heads < 1:
             raise ValueError(f"model.depth={depth}, model.dim={dim}, model.heads={heads}: each must be >= 1")
         self.grid_size = grid_size
