@@ -23,10 +23,13 @@ register_resolvers()  # before Hydra resolves run_name in the output directory
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    from vit_locality.pipeline import run_cell  # heavy imports after Hydra has parsed the command line
+    # Heavy imports only after Hydra has parsed the command line (so --help and typos answer at once).
+    from callbacks import build_callbacks
+    from vit_locality.pipeline import run_cell
 
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        run_cell(cfg, Path(HydraConfig.get().runtime.output_dir))
+        run_cell(cfg, run_dir, build_callbacks(cfg, run_dir))
     except (ConfigError, DataError) as error:
         logging.getLogger("vit_locality").error("%s", error)
         sys.exit(2)

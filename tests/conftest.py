@@ -39,6 +39,7 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
 def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run train.py as a user would; the environment keeps W&B offline and threads modest."""
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "2", "HYDRA_FULL_ERROR": "0"}
+    env.pop("WANDB_API_KEY", None)
     return subprocess.run(
         [sys.executable, str(REPO / "train.py"), *args],
         cwd=cwd,

@@ -13,7 +13,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
@@ -26,6 +26,8 @@ from .transforms import build_train_transform, describe_protocol, resolve_policy
 from .versions import environment_versions
 
 log = logging.getLogger("vit_locality")
+# Lightning advertises a cloud logger at every Trainer construction; one per cell of a sweep is noise.
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "Tip:" not in r.getMessage())
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
 
@@ -93,30 +95,19 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
     return loggers
 
 
-def build_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
-    callbacks: list[Callback] = [
-        ModelCheckpoint(
-            dirpath=run_dir / CHECKPOINT_DIR,
-            save_last=True,
-            save_top_k=0,
-            every_n_epochs=int(cfg.callbacks.checkpoint_every_n_epochs),
-        )
-    ]
-    bar = cfg.callbacks.progress_bar
-    if bar == "tqdm":
-        callbacks.append(TQDMProgressBar())
-    elif bar == "rich":
-        callbacks.append(RichProgressBar())
-    return callbacks
+def checkpoint_callback(cfg: DictConfig, run_dir: Path) -> ModelCheckpoint:
+    """`last.ckpt` every epoch: what an interrupted cell resumes from."""
+    return ModelCheckpoint(
+        dirpath=run_dir / CHECKPOINT_DIR,
+        save_last=True,
+        save_top_k=0,
+        every_n_epochs=int(cfg.callbacks.checkpoint_every_n_epochs),
+    )
 
 
-def build_trainer(
-    cfg: DictConfig, run_dir: Path, loggers: list[Logger], callbacks: list[Callback]
-) -> L.Trainer:
+def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list[Logger], callbacks: list[Callback]) -> L.Trainer:
     t = cfg.trainer
-    optional = {
-        k: t[k] for k in ("limit_train_batches", "limit_val_batches", "gradient_clip_val") if t[k] is not None
-    }
+    optional = {k: t[k] for k in ("limit_train_batches", "limit_val_batches", "gradient_clip_val") if t[k] is not None}
     return L.Trainer(
         accelerator=t.accelerator,
         devices=t.devices,
@@ -159,8 +150,12 @@ def protocol_record(cfg: DictConfig, policy: str) -> dict[str, Any]:
     }
 
 
-def run_cell(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Train and test one cell into `run_dir`; return its results record (an existing one if complete)."""
+def run_cell(cfg: DictConfig, run_dir: Path, callbacks: list[Callback] | None = None) -> dict[str, Any]:
+    """Train and test one cell into `run_dir`; return its results record (an existing one if complete).
+
+    `callbacks` come from the entry point (train.py builds them from `callbacks/`); their
+    `results_section()`, where they have one, is merged into results.json.
+    """
     register_resolvers()
     validate(cfg)
     run_dir = Path(run_dir)
@@ -205,7 +200,7 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     )
 
     loggers = build_loggers(cfg, run_dir)
-    trainer = build_trainer(cfg, run_dir, loggers, build_callbacks(cfg, run_dir))
+    trainer = build_trainer(cfg, run_dir, loggers, [*(callbacks or []), checkpoint_callback(cfg, run_dir)])
     if trainer.is_global_zero:
         write_results(run_dir, record, status="running")
     last = run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT
@@ -242,9 +237,7 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             record.update(section())
     if trainer.is_global_zero:
         path = write_results(run_dir, record, status="complete")
-        log.info(
-            "%s: test acc1 %.4f -> %s", cfg.run_name, record["metrics"].get("test/acc1", float("nan")), path
-        )
+        log.info("%s: test acc1 %.4f -> %s", cfg.run_name, record["metrics"].get("test/acc1", float("nan")), path)
     return {**record, "status": "complete"}
 
 

@@ -1,4 +1,4 @@
-"""Print one line per finished cell of a sweep: its name, flags, accuracy and where its results are.
+"""Print one line per finished cell of a sweep: name, flags, accuracy, early-layer locality, where it is.
 
 python -m vit_locality.report.summary multirun/demo
 """
@@ -17,6 +17,7 @@ def summary_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
         protocol = run["protocol"]
+        attention = run.get("attention", {}).get("final", {})
         rows.append(
             {
                 "cell": cell_name(protocol),
@@ -27,6 +28,8 @@ def summary_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "model": run["model"]["name"],
                 "seed": run["seed"],
                 "test acc1": run["metrics"].get("test/acc1", float("nan")),
+                "min MAD early": attention.get("min_mad_early", float("nan")),
+                "mean entropy early": attention.get("mean_entropy_early", float("nan")),
                 "run": run["run_dir"],
             }
         )
@@ -46,9 +49,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dirs", nargs="+", type=Path, help="sweep directories (searched recursively)")
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,71 @@
+"""`python -m vit_locality.analyze` re-measures a finished run: same numbers by default, options applied."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import QUICK, REPO, run_train
+
+pytestmark = pytest.mark.slow
+
+
+def flat(table: list[list[float]]) -> list[float]:
+    return [v for row in table for v in row]
+
+
+def run_analyze(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    cmd = [sys.executable, "-m", "vit_locality.analyze", *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("analyze")
+    run_dir = root / "run"
+    proc = run_train([*QUICK, "protocol=baseline", "stats.probe_size=64", f"hydra.run.dir={run_dir}"], cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+def test_default_analysis_reproduces_the_run(finished_run: Path) -> None:
+    checkpoint = finished_run / "checkpoints" / "last.ckpt"
+    proc = run_analyze([f"checkpoint={checkpoint}", "stats.probe_size=64"], cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = finished_run / "analysis" / "renorm_unit"
+    analysis = json.loads((out / "analysis.json").read_text())
+    trained = json.loads((finished_run / "results.json").read_text())["attention"]["final"]
+    for key in ("mad", "entropy", "cls_mass"):
+        assert flat(analysis["per_head"][key]) == pytest.approx(flat(trained["per_head"][key]), abs=1e-5)
+    assert analysis["epoch"] == 1 and analysis["probe_images"] == 64
+    assert (out / "attention_stats.csv").exists() and (out / "attention_mad_entropy.png").exists()
+
+    again = run_analyze([f"checkpoint={checkpoint}", "stats.probe_size=64"], cwd=REPO)
+    assert again.returncode == 2 and "overwrite=true" in again.stdout + again.stderr
+
+
+def test_options_change_the_convention(finished_run: Path) -> None:
+    checkpoint = finished_run / "checkpoints" / "last.ckpt"
+    proc = run_analyze([f"checkpoint={checkpoint}", "stats.probe_size=64", "stats.units=pixels"], cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pixels = json.loads((finished_run / "analysis" / "renorm_pixels" / "analysis.json").read_text())
+    trained = json.loads((finished_run / "results.json").read_text())["attention"]["final"]
+    expected = [32 * v for v in flat(trained["per_head"]["mad"])]  # 8 patches of 4 px
+    assert flat(pixels["per_head"]["mad"]) == pytest.approx(expected, rel=1e-4)
+    assert pixels["settings"]["units"] == "pixels"
+
+    raw = run_analyze([f"checkpoint={checkpoint}", "stats.probe_size=64", "stats.renormalize=false"], cwd=REPO)
+    assert raw.returncode == 0, raw.stderr[-3000:]
+    record = json.loads((finished_run / "analysis" / "raw_unit" / "analysis.json").read_text())
+    assert record["settings"]["renormalize"] is False
+    assert flat(record["per_head"]["mad"]) != pytest.approx(flat(trained["per_head"]["mad"]), abs=1e-6)
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    proc = run_analyze([f"checkpoint={tmp_path / 'nope.ckpt'}"], cwd=REPO)
+    assert proc.returncode == 2 and "no such file" in proc.stdout + proc.stderr

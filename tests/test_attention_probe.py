@@ -1,0 +1,98 @@
+"""The probe pass: the same numbers as the metric functions on the explicit maps, batch-size invariant,
+fp32 under autocast, train mode restored, and near-uniform attention at initialisation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vit_locality.attention_probe import ProbeSettings, central_query_index, probe_attention
+from vit_locality.attention_records import CSV_FIELDS, probe_rows, read_csv, scalar_metrics, write_csv
+from vit_locality.metrics import attention_summary
+from vit_locality.model import VisionTransformer
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> VisionTransformer:
+    torch.manual_seed(0)
+    model = VisionTransformer(num_classes=10, image_size=32, depth=4, dim=64, heads=4)
+    with torch.no_grad():  # sharpen attention so heads differ from the uniform map
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(8.0)
+    return model
+
+
+def test_probe_matches_metric_functions(tiny_model: VisionTransformer) -> None:
+    images = torch.randn(20, 3, 32, 32)
+    result = probe_attention(tiny_model, images, ProbeSettings(batch_size=8))
+    _, maps = tiny_model.forward_with_attention(images)
+    for layer, attn in enumerate(maps):
+        expected = attention_summary(attn.detach())
+        for key in ("mad", "entropy", "cls_mass", "mad_std", "entropy_std"):
+            torch.testing.assert_close(result.stats[key][layer], expected[key], atol=1e-5, rtol=1e-4)
+    assert result.stats["mad"].shape == (4, 4) and result.num_images == 20
+    assert result.min_mad_early() == pytest.approx(float(result.stats["mad"][:2].min()))
+    assert result.mean_entropy_early() == pytest.approx(float(result.stats["entropy"][:2].mean()))
+    # The central-query map is the mean attention of patch (4, 4) over the 64 patch keys.
+    centre = 1 + central_query_index(8)
+    expected_map = maps[1][:, 2, centre, 1:].mean(0).view(8, 8)
+    torch.testing.assert_close(result.central_maps[1, 2], expected_map.detach(), atol=1e-6, rtol=1e-5)
+
+
+def test_batch_size_does_not_change_the_answer(tiny_model: VisionTransformer) -> None:
+    images = torch.randn(19, 3, 32, 32)
+    a = probe_attention(tiny_model, images, ProbeSettings(batch_size=4))
+    b = probe_attention(tiny_model, images, ProbeSettings(batch_size=512))
+    for key in a.stats:
+        torch.testing.assert_close(a.stats[key], b.stats[key], atol=1e-6, rtol=1e-5)
+
+
+def test_probe_is_fp32_under_autocast_and_restores_train_mode(tiny_model: VisionTransformer) -> None:
+    images = torch.randn(6, 3, 32, 32)
+    tiny_model.train()
+    reference = probe_attention(tiny_model, images, ProbeSettings())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under_autocast = probe_attention(tiny_model, images, ProbeSettings())
+    assert tiny_model.training
+    assert under_autocast.stats["mad"].dtype == torch.float32
+    torch.testing.assert_close(under_autocast.stats["mad"], reference.stats["mad"])
+
+
+def test_options_units_and_raw() -> None:
+    torch.manual_seed(1)
+    model = VisionTransformer(num_classes=10, image_size=32, depth=2, dim=32, heads=2)
+    images = torch.randn(5, 3, 32, 32)
+    unit = probe_attention(model, images, ProbeSettings())
+    pixels = probe_attention(model, images, ProbeSettings(units="pixels"))
+    grid = probe_attention(model, images, ProbeSettings(units="grid"))
+    torch.testing.assert_close(pixels.stats["mad"], unit.stats["mad"] * 32)  # patch 4 px on an 8 x 8 grid
+    torch.testing.assert_close(grid.stats["mad"], unit.stats["mad"] * 8)
+    raw = probe_attention(model, images, ProbeSettings(renormalize=False))
+    # Raw weights leave out the CLS share: MAD_raw = MAD_renorm * (1 - cls_mass) per query; on average close.
+    assert torch.all(raw.stats["mad"] < unit.stats["mad"])
+
+
+def test_initialisation_is_near_uniform() -> None:
+    """A sanity check of the whole path: random init attends almost uniformly (MAD of uniform is 0.517)."""
+    torch.manual_seed(0)
+    model = VisionTransformer(num_classes=10, image_size=32, depth=4, dim=64, heads=4)
+    result = probe_attention(model, torch.randn(32, 3, 32, 32), ProbeSettings())
+    early = result.stats["mad"][:2]
+    assert torch.all((early > 0.4) & (early < 0.55))
+    assert torch.all(result.stats["entropy"][:2] > 0.95)
+
+
+def test_rows_metrics_and_csv_roundtrip(tiny_model: VisionTransformer, tmp_path) -> None:
+    result = probe_attention(tiny_model, torch.randn(4, 3, 32, 32), ProbeSettings())
+    rows = probe_rows(result, epoch=3, step=120)
+    assert len(rows) == 4 * 4 and set(rows[0]) == set(CSV_FIELDS)
+    assert [(r["layer"], r["head"]) for r in rows[:5]] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
+    assert rows[6]["mad"] == pytest.approx(float(result.stats["mad"][1, 2]))
+    metrics = scalar_metrics(result)
+    assert metrics["attn/min_mad_early"] == pytest.approx(result.min_mad_early())
+    assert metrics["attn/layer3/mad_max"] == pytest.approx(float(result.stats["mad"][3].max()))
+    path = tmp_path / "attention_stats.csv"
+    write_csv(path, rows)
+    back = read_csv(path)
+    assert len(back) == 16 and float(back[6]["mad"]) == pytest.approx(rows[6]["mad"])
+    assert not list(tmp_path.glob(".*tmp"))  # the atomic write leaves no temporary file
