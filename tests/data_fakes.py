@@ -67,9 +67,7 @@ def _rows(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
 
 
-def write_fake_cifar10(
-    root: str | Path, n_train_per_batch: int = 4, n_test: int = 4, seed: int = 0
-) -> FakeCifar:
+def write_fake_cifar10(root: str | Path, n_train_per_batch: int = 4, n_test: int = 4, seed: int = 0) -> FakeCifar:
     """Write `<root>/cifar-10-batches-py/` with five train batches, a test batch and batches.meta."""
     rng = np.random.default_rng(seed)
     folder = Path(root) / "cifar-10-batches-py"
@@ -131,9 +129,7 @@ def write_fake_cifar100(root: str | Path, n_train: int = 10, n_test: int = 5, se
         )
         splits[split] = (rows, np.array(fine, dtype=np.int64))
     names = [f"fine_{i}" for i in range(100)]
-    _dump(
-        folder / "meta", {"fine_label_names": names, "coarse_label_names": [f"coarse_{i}" for i in range(20)]}
-    )
+    _dump(folder / "meta", {"fine_label_names": names, "coarse_label_names": [f"coarse_{i}" for i in range(20)]})
     return FakeCifar(
         folder=folder,
         train_rows=splits["train"][0],
@@ -178,9 +174,7 @@ def write_fake_tiny_imagenet(
     colours = {wnid: PALETTE[k] for k, wnid in enumerate(wnids)}
     greys = {wnid: 40 + 25 * k for k, wnid in enumerate(wnids)}
     names = {wnid: f"thing {k}" for k, wnid in enumerate(wnids[:-1])}
-    fake = FakeTiny(
-        folder, wnids, colours, greys, names, n_classes * n_train_per_class, n_classes * n_val_per_class
-    )
+    fake = FakeTiny(folder, wnids, colours, greys, names, n_classes * n_train_per_class, n_classes * n_val_per_class)
 
     n_images = fake.n_train + fake.n_val
     n_grey = max(1, round(greyscale_fraction * n_images)) if greyscale_fraction > 0 else 0

@@ -147,9 +147,7 @@ def test_malicious_pickle_is_refused_without_running(tmp_path: Path) -> None:
     fake = write_fake_cifar10(tmp_path)
     marker = tmp_path / "pwned"
     _dump(fake.folder / "data_batch_1", {"data": _Evil(marker), "labels": []})
-    with pytest.raises(
-        DataError, match=r"data_batch_1: refusing to unpickle the global (posix|os|nt)\.system"
-    ):
+    with pytest.raises(DataError, match=r"data_batch_1: refusing to unpickle the global (posix|os|nt)\.system"):
         _dm(CIFAR10DataModule, tmp_path).setup()
     assert not marker.exists()
 

@@ -131,9 +131,7 @@ def test_val_wnid_not_in_wnids(tmp_path: Path) -> None:
     annotations = fake.folder / "val" / "val_annotations.txt"
     with open(annotations, "a") as handle:
         handle.write("val_99.JPEG\tn09999999\t0\t0\t63\t63\n")
-    with pytest.raises(
-        DataError, match=r"val_annotations\.txt, line 3: wnid 'n09999999' is not in .*wnids\.txt"
-    ):
+    with pytest.raises(DataError, match=r"val_annotations\.txt, line 3: wnid 'n09999999' is not in .*wnids\.txt"):
         _dm(tmp_path).setup()
 
 
@@ -191,9 +189,7 @@ def test_download_verify_and_extract(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(TinyImageNetDataModule, "archive_size", 123)
     other = tmp_path / "other"
-    with pytest.raises(
-        DataError, match=r"download of file://.*tiny-imagenet-200\.zip: \d+ bytes, expected 123"
-    ):
+    with pytest.raises(DataError, match=r"download of file://.*tiny-imagenet-200\.zip: \d+ bytes, expected 123"):
         _dm(other, download=True, verify=True).setup()
     assert list(other.iterdir()) == []
 

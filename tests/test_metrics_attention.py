@@ -33,9 +33,7 @@ def _dist(k: int, m: int, g: int) -> float:
 def _neighbours(k: int, g: int) -> list[int]:
     """The 3x3 neighbourhood of patch k (itself included), clipped at the borders."""
     r, c = divmod(k, g)
-    return [
-        rr * g + cc for rr in range(r - 1, r + 2) for cc in range(c - 1, c + 2) if 0 <= rr < g and 0 <= cc < g
-    ]
+    return [rr * g + cc for rr in range(r - 1, r + 2) for cc in range(c - 1, c + 2) if 0 <= rr < g and 0 <= cc < g]
 
 
 def _loop_uniform_mad(g: int) -> float:
@@ -151,9 +149,7 @@ def test_uniform_attention_8x8() -> None:
     assert round(mad, 4) == 0.5171
     assert attention_entropy(a).item() == pytest.approx(1.0, abs=1e-6)
     assert mean_attention_distance(a, units="grid").item() == pytest.approx(8 * expected, abs=1e-5)
-    assert mean_attention_distance(a, units="pixels", patch_size=4).item() == pytest.approx(
-        32 * expected, abs=1e-5
-    )
+    assert mean_attention_distance(a, units="pixels", patch_size=4).item() == pytest.approx(32 * expected, abs=1e-5)
 
 
 @pytest.mark.parametrize("g", [8, 4, 5])

@@ -48,11 +48,7 @@ def test_tiny_imagenet_uses_colorjitter_and_patch_8(autoaug: bool) -> None:
     if autoaug:
         (jitter,) = rest
         assert isinstance(jitter, v2.ColorJitter) and policy == "colorjitter"
-        assert (
-            jitter.brightness == (0.6, 1.4)
-            and jitter.contrast == (0.6, 1.4)
-            and jitter.saturation == (0.6, 1.4)
-        )
+        assert jitter.brightness == (0.6, 1.4) and jitter.contrast == (0.6, 1.4) and jitter.saturation == (0.6, 1.4)
         assert jitter.hue is None
     else:
         assert rest == []

@@ -55,19 +55,13 @@ def validate(cfg: DictConfig) -> None:
     for key in ("autoaug", "cutmix"):
         _require(_is_bool(aug[key]), f"aug.{key}", aug[key], "true or false")
     _require(aug.policy in ("auto", *POLICIES), "aug.policy", aug.policy, f"auto, {', '.join(POLICIES)}")
-    _require(
-        _is_number(aug.cutmix_alpha) and aug.cutmix_alpha > 0, "aug.cutmix_alpha", aug.cutmix_alpha, "> 0"
-    )
+    _require(_is_number(aug.cutmix_alpha) and aug.cutmix_alpha > 0, "aug.cutmix_alpha", aug.cutmix_alpha, "> 0")
     _require(_is_number(loss.ls) and 0 <= loss.ls < 1, "loss.ls", loss.ls, "a number in [0, 1)")
     for key in ("depth", "dim", "heads"):
-        _require(
-            isinstance(model[key], int) and model[key] >= 1, f"model.{key}", model[key], "an integer >= 1"
-        )
+        _require(isinstance(model[key], int) and model[key] >= 1, f"model.{key}", model[key], "an integer >= 1")
     _require(model.dim % model.heads == 0, "model.dim", model.dim, f"a multiple of model.heads={model.heads}")
     _require(_is_number(model.mlp_ratio) and model.mlp_ratio > 0, "model.mlp_ratio", model.mlp_ratio, "> 0")
-    _require(
-        isinstance(data.batch_size, int) and data.batch_size >= 1, "data.batch_size", data.batch_size, ">= 1"
-    )
+    _require(isinstance(data.batch_size, int) and data.batch_size >= 1, "data.batch_size", data.batch_size, ">= 1")
     if aug.cutmix:
         _require(data.batch_size >= 2, "data.batch_size", data.batch_size, ">= 2 when aug.cutmix=true")
     _require(
@@ -109,9 +103,7 @@ def run_identity(cfg: DictConfig) -> dict[str, Any]:
     identity: dict[str, Any] = {}
     for key in IDENTITY_KEYS:
         value = OmegaConf.select(cfg, key)
-        identity[key] = (
-            OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
-        )
+        identity[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
     identity["data"] = {k: v for k, v in identity["data"].items() if k not in IGNORED_DATA_KEYS}
     return identity
 

@@ -191,6 +191,4 @@ class ImageDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         arrays = self._require()
-        return self._loader(
-            UInt8ImageDataset(arrays.test_images, arrays.test_labels), False, self.eval_batch_size
-        )
+        return self._loader(UInt8ImageDataset(arrays.test_images, arrays.test_labels), False, self.eval_batch_size)

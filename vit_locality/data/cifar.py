@@ -204,17 +204,11 @@ class _CifarDataModule(ImageDataModule):
         if not isinstance(batch, dict) or "data" not in batch or key not in batch:
             raise DataError(f"{path}: expected a dict with 'data' and {key!r}; {self._redo(path)}")
         data = batch["data"]
-        if (
-            not isinstance(data, np.ndarray)
-            or data.dtype != np.uint8
-            or data.ndim != 2
-            or data.shape[1] != _PIXELS
-        ):
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != _PIXELS:
             shape = getattr(data, "shape", type(data).__name__)
             dtype = getattr(data, "dtype", "?")
             raise DataError(
-                f"{path}: 'data' has shape {shape} and dtype {dtype}, expected (N, {_PIXELS}) uint8; "
-                f"{self._redo(path)}"
+                f"{path}: 'data' has shape {shape} and dtype {dtype}, expected (N, {_PIXELS}) uint8; {self._redo(path)}"
             )
         labels = np.asarray(batch[key])
         if labels.ndim != 1 or len(labels) != len(data) or (len(labels) and labels.dtype.kind not in "iu"):

@@ -43,9 +43,7 @@ def md5sum(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_file(
-    path: Path, *, md5: str | None = None, size: int | None = None, what: str = "", hint: str
-) -> None:
+def check_file(path: Path, *, md5: str | None = None, size: int | None = None, what: str = "", hint: str) -> None:
     """Raise DataError (naming `what`, default the path, and `hint`) if the file is absent or differs."""
     what = what or str(path)
     if not path.is_file():
@@ -113,8 +111,7 @@ def fetch_and_extract(
             raise
         except (OSError, ValueError, http.client.HTTPException) as err:
             raise DataError(
-                f"{name}: {missing} not found and downloading {url} failed ({one_line(err)}); "
-                f"fetch it by hand, {place}"
+                f"{name}: {missing} not found and downloading {url} failed ({one_line(err)}); fetch it by hand, {place}"
             ) from None
     elif verify:
         check_file(

@@ -26,9 +26,7 @@ def generate_synthetic(
     """Draw `count` uint8 (3, H, W) images and balanced labels; the motif bank depends on `seed` alone."""
     bank_gen = torch.Generator().manual_seed(seed)
     coarse = torch.rand(num_classes, motifs_per_class, 3, 4, 4, generator=bank_gen)
-    bank = F.interpolate(coarse.flatten(0, 1), size=(8, 8), mode="nearest").view(
-        num_classes, motifs_per_class, 3, 8, 8
-    )
+    bank = F.interpolate(coarse.flatten(0, 1), size=(8, 8), mode="nearest").view(num_classes, motifs_per_class, 3, 8, 8)
     gen = torch.Generator().manual_seed(seed * 1_000_003 + split_offset)
     labels = torch.arange(count) % num_classes
     labels = labels[torch.randperm(count, generator=gen)]

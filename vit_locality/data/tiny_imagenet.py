@@ -135,9 +135,7 @@ class TinyImageNetDataModule(ImageDataModule):
         path = self.folder / "wnids.txt"
         wnids = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not wnids or len(set(wnids)) != len(wnids):
-            raise DataError(
-                f"{path}: expected distinct wnids, one per line, found {len(wnids)} lines; {self._redo()}"
-            )
+            raise DataError(f"{path}: expected distinct wnids, one per line, found {len(wnids)} lines; {self._redo()}")
         return sorted(wnids)
 
     def _class_names(self, classes: list[str]) -> list[str]:
@@ -152,9 +150,7 @@ class TinyImageNetDataModule(ImageDataModule):
                     names[wnid] = text.split(",")[0].strip()
         return [names.get(wnid) or wnid for wnid in classes]
 
-    def _load_cache(
-        self, classes: list[str], keys: tuple[str, ...] = _SPLITS
-    ) -> dict[str, np.ndarray] | None:
+    def _load_cache(self, classes: list[str], keys: tuple[str, ...] = _SPLITS) -> dict[str, np.ndarray] | None:
         """The cached arrays named by `keys`, or None when there is no cache or it is stale or unreadable."""
         path = self.cache_path
         if not path.is_file():
@@ -211,9 +207,7 @@ class TinyImageNetDataModule(ImageDataModule):
         """The official val set, labelled by val_annotations.txt (file, wnid, box; tab separated)."""
         path = self.folder / "val" / "val_annotations.txt"
         if not path.is_file():
-            raise DataError(
-                f"{self.name}: {path} is missing, so the val images have no labels; {self._redo()}"
-            )
+            raise DataError(f"{self.name}: {path} is missing, so the val images have no labels; {self._redo()}")
         files = []
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             if not line.strip():
@@ -224,8 +218,7 @@ class TinyImageNetDataModule(ImageDataModule):
             filename, wnid = fields[0].strip(), fields[1].strip()
             if wnid not in index:
                 raise DataError(
-                    f"{path}, line {number}: wnid {wnid!r} is not in {self.folder / 'wnids.txt'}; "
-                    f"{self._redo()}"
+                    f"{path}, line {number}: wnid {wnid!r} is not in {self.folder / 'wnids.txt'}; {self._redo()}"
                 )
             files.append((self.folder / "val" / "images" / filename, index[wnid]))
         return files

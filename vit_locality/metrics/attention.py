@@ -140,9 +140,7 @@ def _normalise(weights: torch.Tensor, renormalize: bool) -> torch.Tensor:
     return torch.where(total > 0, weights / total.clamp_min(torch.finfo(weights.dtype).tiny), 0.0)
 
 
-def _mad_per_query(
-    weights: torch.Tensor, grid_size: int, units: str, patch_size: float | None
-) -> torch.Tensor:
+def _mad_per_query(weights: torch.Tensor, grid_size: int, units: str, patch_size: float | None) -> torch.Tensor:
     dist = patch_distance_matrix(grid_size, units, patch_size, device=weights.device, dtype=weights.dtype)
     return torch.einsum("bhqk,qk->bhq", weights, dist)
 
@@ -249,9 +247,7 @@ def attention_summary(
     patch_size: float | None = None,
 ) -> dict[str, torch.Tensor]:
     """One call per layer: {"mad", "entropy", "cls_mass", "mad_std", "entropy_std"}, each (heads,)."""
-    return summarize_per_image(
-        attention_per_image(attn, grid_size, num_prefix_tokens, renormalize, units, patch_size)
-    )
+    return summarize_per_image(attention_per_image(attn, grid_size, num_prefix_tokens, renormalize, units, patch_size))
 
 
 class AttentionStatsAccumulator:
