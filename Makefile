@@ -3,12 +3,23 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 SWEEP_ROOT ?= multirun
+# Paper sweeps: override on the command line, e.g. `make table-ablation SEEDS=0,1,2 LAUNCHER=joblib`.
+SEEDS ?= 0
+EPOCHS ?= 200
+MODEL ?= vit_paper
+DATA ?= cifar100
+DATASETS ?= cifar10,cifar100,tiny_imagenet
+LAUNCHER ?= basic
+REPORTS ?= reports
+TRAIN_ARGS ?=
+SWEEP_ARGS = model=$(MODEL) seed=$(SEEDS) trainer.max_epochs=$(EPOCHS) hydra/launcher=$(LAUNCHER) $(TRAIN_ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast demo lint format clean
+.PHONY: help install test test-fast demo lint format clean table-ablation table-protocols figures paper \
+	sweep-ablation sweep-protocols
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,9 +35,27 @@ test: install ## run the whole CPU test suite (pytest)
 test-fast: install ## run the tests not marked slow
 	$(PY) -m pytest -q -m "not slow"
 
-demo: install ## offline: the 8-cell ablation on synthetic data with a tiny ViT on CPU, then its table
+demo: install ## offline: the 8-cell ablation on synthetic data with a tiny ViT on CPU, then its tables and figures
 	$(PY) train.py -m experiment=demo
 	$(PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo
+	$(PY) -m vit_locality.report all $(SWEEP_ROOT)/demo --out $(REPORTS)/demo
+
+sweep-ablation: install
+	$(PY) train.py -m experiment=ablation data=$(DATA) $(SWEEP_ARGS) hydra.sweep.dir=$(SWEEP_ROOT)/ablation
+
+sweep-protocols: install
+	$(PY) train.py -m experiment=protocols data=$(DATASETS) $(SWEEP_ARGS) hydra.sweep.dir=$(SWEEP_ROOT)/protocols
+
+table-ablation: sweep-ablation ## the 8-cell grid on DATA (cifar100): trains what is missing, then the table
+	$(PY) -m vit_locality.report ablation $(SWEEP_ROOT)/ablation --data $(DATA) --model $(MODEL) --out $(REPORTS)
+
+table-protocols: sweep-protocols ## Baseline vs Modern on DATASETS: trains what is missing, then the table
+	$(PY) -m vit_locality.report protocols $(SWEEP_ROOT)/protocols --model $(MODEL) --out $(REPORTS)
+
+figures: sweep-ablation sweep-protocols ## MAD-entropy planes, per-layer curves and emergence plots of both sweeps
+	$(PY) -m vit_locality.report figures $(SWEEP_ROOT)/ablation $(SWEEP_ROOT)/protocols --model $(MODEL) --out $(REPORTS)
+
+paper: table-ablation table-protocols figures ## every paper table and figure (variables: SEEDS EPOCHS MODEL DATA DATASETS LAUNCHER)
 
 lint: install ## ruff check and format check
 	$(PY) -m ruff check .

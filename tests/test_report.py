@@ -1,0 +1,449 @@
+"""The report (tables, claims, figures) checked on run directories whose numbers are written here.
+
+Every expected value is plain arithmetic on the numbers below, never a call into the library under test.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vit_locality.report.__main__ import main
+from vit_locality.report.aggregate import Aggregate, aggregate
+from vit_locality.report.factorial import main_effects, separation, t_quantile
+from vit_locality.report.figures import emergence_series
+from vit_locality.report.tables import ablation_table, protocols_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+# (AA, CM, LS) of the paper's 8 cells, written out here rather than imported.
+FLAGS = {
+    "Baseline": (0, 0, 0),
+    "+AA": (1, 0, 0),
+    "+CM": (0, 1, 0),
+    "+LS": (0, 0, 1),
+    "Modern": (1, 1, 1),
+    "-AA": (0, 1, 1),
+    "-CM": (1, 0, 1),
+    "-LS": (1, 1, 0),
+}
+ORDER = list(FLAGS)
+
+# CIFAR-100: 3 seeds (0, 1, 2) in every cell -> paired intervals. Accuracy in percent, per seed.
+ACC100 = {
+    "Baseline": [50.0, 51.5, 49.0],
+    "+AA": [56.0, 57.0, 55.5],
+    "+CM": [57.0, 58.5, 56.0],
+    "+LS": [51.0, 50.5, 50.0],
+    "Modern": [63.0, 64.0, 62.5],
+    "-AA": [58.0, 59.5, 57.0],
+    "-CM": [57.5, 57.0, 56.5],
+    "-LS": [62.0, 63.5, 61.0],
+}
+MAD100 = {
+    "Baseline": [0.316, 0.300, 0.290],
+    "+AA": [0.310, 0.296, 0.305],
+    "+CM": [0.020, 0.024, 0.016],
+    "+LS": [0.298, 0.320, 0.310],
+    "Modern": [0.008, 0.010, 0.006],
+    "-AA": [0.012, 0.015, 0.009],
+    "-CM": [0.210, 0.250, 0.230],
+    "-LS": [0.011, 0.018, 0.013],
+}
+ENT100 = {
+    "Baseline": [0.80, 0.82, 0.78],
+    "+AA": [0.79, 0.81, 0.80],
+    "+CM": [0.40, 0.42, 0.38],
+    "+LS": [0.81, 0.80, 0.82],
+    "Modern": [0.30, 0.28, 0.32],
+    "-AA": [0.35, 0.33, 0.37],
+    "-CM": [0.70, 0.72, 0.74],
+    "-LS": [0.36, 0.34, 0.38],
+}
+# CIFAR-10: seeds 0, 1 everywhere, seed 2 only in Baseline and Modern -> Welch intervals; +AA is local
+# without CutMix, so the separation verdict is "no".
+ACC10 = {
+    "Baseline": [80.0, 81.0, 79.5],
+    "+AA": [84.0, 85.5],
+    "+CM": [85.0, 84.0],
+    "+LS": [80.5, 80.0],
+    "Modern": [88.0, 89.0, 88.5],
+    "-AA": [86.0, 85.0],
+    "-CM": [84.5, 85.5],
+    "-LS": [88.5, 87.0],
+}
+MAD10 = {
+    "Baseline": [0.30, 0.28, 0.29],
+    "+AA": [0.015, 0.019],
+    "+CM": [0.020, 0.030],
+    "+LS": [0.27, 0.31],
+    "Modern": [0.010, 0.012, 0.008],
+    "-AA": [0.011, 0.013],
+    "-CM": [0.22, 0.24],
+    "-LS": [0.014, 0.016],
+}
+# Tiny-ImageNet: one seed per cell -> effects without intervals.
+ACC_TINY = {
+    "Baseline": 30.0,
+    "+AA": 33.0,
+    "+CM": 35.0,
+    "+LS": 31.0,
+    "Modern": 38.0,
+    "-AA": 36.0,
+    "-CM": 34.0,
+    "-LS": 37.0,
+}
+MAD_TINY = {
+    "Baseline": 0.3,
+    "+AA": 0.29,
+    "+CM": 0.02,
+    "+LS": 0.31,
+    "Modern": 0.01,
+    "-AA": 0.015,
+    "-CM": 0.28,
+    "-LS": 0.012,
+}
+
+T975 = {1: 12.7062047, 2: 4.3026527, 3: 3.1824463, 4: 2.7764451, 5: 2.5705818, 10: 2.2281389, 30: 2.0422725}
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def var(xs: list[float]) -> float:
+    m = mean(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def write_run(
+    root: Path,
+    data: str,
+    cell: str,
+    seed: int,
+    acc: float,
+    mad: float,
+    entropy: float,
+    model: str = "vit_paper",
+    status: str = "complete",
+    early: int = 2,
+) -> Path:
+    """A run directory as the training pipeline leaves it: results.json and attention_stats.csv.
+
+    Depth 3, 2 heads. The early layers' smallest MAD is `mad` (layer 0, head 0); the last layer holds a smaller
+    value, which a correct reader never counts. In the CSV, epoch e adds (2 - e) * 0.2 to every head."""
+    aa, cm, ls_on = FLAGS[cell]
+    run_dir = root / f"{data}_{model}_aa{aa}_cm{cm}_ls{0.1 * ls_on:g}_s{seed}"
+    run_dir.mkdir(parents=True)
+    depth, heads = 3, 2
+    per_mad = [[mad + 0.05 * layer + 0.01 * head for head in range(heads)] for layer in range(depth)]
+    per_mad[early][0] = mad / 2
+    per_ent = [[entropy] * heads for _ in range(depth)]
+    per_layer = [
+        {
+            "layer": layer,
+            "mad_min": min(per_mad[layer]),
+            "mad_mean": mean(per_mad[layer]),
+            "mad_max": max(per_mad[layer]),
+            "entropy_min": entropy,
+            "entropy_mean": entropy,
+            "entropy_max": entropy,
+        }
+        for layer in range(depth)
+    ]
+    with (run_dir / "attention_stats.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["epoch", "step", "layer", "head", "mad", "entropy", "cls_mass", "mad_std", "entropy_std"])
+        for epoch in range(3):
+            for layer in range(depth):
+                for head in range(heads):
+                    value = per_mad[layer][head] + (2 - epoch) * 0.2
+                    writer.writerow([epoch, epoch * 10, layer, head, value, entropy, 0.01, 0.001, 0.001])
+    record = {
+        "run_name": run_dir.name,
+        "data": {"name": data, "num_classes": 100},
+        "protocol": {"autoaug": bool(aa), "cutmix": bool(cm), "ls": 0.1 if ls_on else 0.0, "policy": None},
+        "model": {"name": model, "depth": depth, "dim": 64, "heads": heads, "num_params": 1000},
+        "seed": seed,
+        "identity_hash": f"hash-{run_dir.name}",
+        "metrics": {"test/acc1": acc / 100, "test/acc5": 0.9, "test/loss": 1.0},
+        "epochs": 2,
+        "attention": {
+            "final": {
+                "epoch": 2,
+                "min_mad_early": mad,
+                "mean_entropy_early": entropy,
+                "early_layers": early,
+                "probe_images": 64,
+                "settings": {"renormalize": True, "units": "unit", "probe_size": 64},
+                "per_layer": per_layer,
+                "per_head": {"mad": per_mad, "entropy": per_ent},
+            },
+            "initial": {"min_mad_early": 0.51, "mean_entropy_early": 0.99},
+            "csv": "attention_stats.csv",
+        },
+        "status": status,
+    }
+    (run_dir / "results.json").write_text(json.dumps(record))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("report")
+    sweep, copy = root / "sweep", root / "copy"
+    for cell in ORDER:
+        for seed in range(3):
+            write_run(
+                sweep / "c100", "cifar100", cell, seed, ACC100[cell][seed], MAD100[cell][seed], ENT100[cell][seed]
+            )
+        for seed, (acc, mad) in enumerate(zip(ACC10[cell], MAD10[cell], strict=True)):
+            write_run(sweep / "c10", "cifar10", cell, seed, acc, mad, 0.5)
+        write_run(sweep / "tiny", "tiny_imagenet", cell, 0, ACC_TINY[cell], MAD_TINY[cell], 0.6)
+    for cell in ("Baseline", "Modern"):
+        write_run(sweep / "syn", "synthetic", cell, 0, 20.0, 0.4 if cell == "Baseline" else 0.1, 0.9, model="vit_tiny")
+    # Runs that must not count; their numbers would show in the means if they did.
+    bad = sweep / "bad"
+    write_run(bad / "running", "cifar100", "Baseline", 7, 99.0, 0.001, 0.1, status="running")
+    write_run(bad / "failed", "cifar100", "Baseline", 8, 99.0, 0.001, 0.1, status="failed")
+    (bad / "garbage").mkdir(parents=True)
+    (bad / "garbage" / "results.json").write_text("{ not json")
+    malformed = write_run(bad / "malformed", "cifar100", "Baseline", 9, 99.0, 0.001, 0.1)
+    record = json.loads((malformed / "results.json").read_text())
+    del record["protocol"]
+    (malformed / "results.json").write_text(json.dumps(record))
+    shutil.copytree(sweep / "c100" / "cifar100_vit_paper_aa0_cm0_ls0_s0", copy / "cifar100_vit_paper_aa0_cm0_ls0_s0")
+    return {"sweep": sweep, "copy": copy, "bad": bad}
+
+
+@pytest.fixture(scope="module")
+def agg(sweeps: dict[str, Path]) -> Aggregate:
+    return aggregate([sweeps["sweep"], sweeps["copy"]])
+
+
+def test_t_quantile_matches_the_table() -> None:
+    for df, value in T975.items():
+        assert t_quantile(0.975, df) == pytest.approx(value, abs=1e-6)
+    assert t_quantile(0.95, 4) == pytest.approx(2.1318468, abs=1e-6)
+    assert t_quantile(0.025, 3) == pytest.approx(-3.1824463, abs=1e-6)
+    assert t_quantile(0.975, 1e6) == pytest.approx(1.959966, abs=1e-5)
+    assert T975[3] < t_quantile(0.975, 2.5) < T975[2]
+
+
+def test_complete_runs_are_grouped_and_the_rest_listed(agg: Aggregate, sweeps: dict[str, Path]) -> None:
+    assert len(agg.groups) == 8 + 8 + 8 + 2
+    assert agg.models() == [
+        ("cifar10", "vit_paper"),
+        ("cifar100", "vit_paper"),
+        ("synthetic", "vit_tiny"),
+        ("tiny_imagenet", "vit_paper"),
+    ]
+    reasons = {Path(run_dir).name: why for run_dir, why in agg.skipped}
+    bad = sweeps["bad"]
+    why = {str(run_dir): reason for run_dir, reason in agg.skipped}
+    assert "'running'" in why[str(next((bad / "running").iterdir()))]
+    assert "'failed'" in why[str(next((bad / "failed").iterdir()))]
+    assert "unreadable" in why[str(bad / "garbage")]
+    assert "malformed" in why[str(next((bad / "malformed").iterdir()))]
+    assert "duplicate" in reasons["cifar100_vit_paper_aa0_cm0_ls0_s0"]
+    assert len(agg.skipped) == 5
+    assert len(agg.cells("cifar100", "vit_paper")["Baseline"].runs) == 3
+
+
+def test_ablation_table_every_cell(agg: Aggregate) -> None:
+    table = ablation_table(agg, "cifar100", "vit_paper")
+    assert [row[0] for row in table.rows] == ORDER
+    base_acc = mean(ACC100["Baseline"])
+    for row, record in zip(table.rows, table.records, strict=True):
+        cell = row[0]
+        aa, cm, ls = FLAGS[cell]
+        assert row[1:5] == [str(aa), str(cm), "0.1" if ls else "0", "3"]
+        for key, values, digits in (
+            ("acc1", ACC100[cell], 2),
+            ("min_mad", MAD100[cell], 3),
+            ("entropy", ENT100[cell], 3),
+        ):
+            m, s = mean(values), math.sqrt(var(values))
+            assert record[f"{key}_mean"] == pytest.approx(m, rel=1e-12)
+            assert record[f"{key}_std"] == pytest.approx(s, rel=1e-9)
+            assert record[f"{key}_n"] == 3
+            shown = row[{"acc1": 5, "min_mad": 7, "entropy": 8}[key]]
+            assert shown == f"{m:.{digits}f} ± {s:.{digits}f} (3)"
+        assert record["acc1_diff_baseline"] == pytest.approx(mean(ACC100[cell]) - base_acc, abs=1e-12)
+        assert row[6] == f"{mean(ACC100[cell]) - base_acc:+.2f}"
+    # By hand: +AA gains (56 + 57 + 55.5) / 3 - (50 + 51.5 + 49) / 3 = 56.1667 - 50.1667 = 6.00 points.
+    assert table.rows[1][6] == "+6.00"
+
+
+def test_separation_verdicts(agg: Aggregate) -> None:
+    yes = separation(agg.cells("cifar100", "vit_paper"))
+    assert yes.verdict is True
+    assert (yes.max_cutmix_cell, yes.min_other_cell) == ("+CM", "-CM")
+    assert yes.max_cutmix == pytest.approx((0.020 + 0.024 + 0.016) / 3)
+    assert yes.min_other == pytest.approx((0.210 + 0.250 + 0.230) / 3)
+    no = separation(agg.cells("cifar10", "vit_paper"))
+    assert no.verdict is False
+    assert (no.max_cutmix_cell, no.min_other_cell) == ("+CM", "+AA")
+    assert no.max_cutmix == pytest.approx(0.025) and no.min_other == pytest.approx(0.017)
+    notes = ablation_table(agg, "cifar10", "vit_paper").notes
+    assert "in min MAD): no: highest CutMix cell +CM 0.025, lowest other cell +AA 0.017" in notes[0]
+
+
+@pytest.mark.parametrize("figure, values", [("min_mad", MAD100), ("acc1", ACC100)])
+def test_main_effects_paired_by_seed(agg: Aggregate, figure: str, values: dict[str, list[float]]) -> None:
+    effects = {e.factor: e for e in main_effects(agg.cells("cifar100", "vit_paper"), figure)}
+    for index, factor in enumerate(("AA", "CM", "LS")):
+        on = [c for c in ORDER if FLAGS[c][index]]
+        off = [c for c in ORDER if not FLAGS[c][index]]
+        per_seed = [mean([values[c][s] for c in on]) - mean([values[c][s] for c in off]) for s in range(3)]
+        half = T975[2] * math.sqrt(var(per_seed)) / math.sqrt(3)
+        effect = effects[factor]
+        assert effect.method == "paired by seed" and effect.n == 3 and effect.df == 2
+        assert effect.estimate == pytest.approx(mean(per_seed), abs=1e-12)
+        assert effect.estimate == pytest.approx(
+            mean([v for c in on for v in values[c]]) - mean([v for c in off for v in values[c]])
+        )
+        assert effect.low == pytest.approx(mean(per_seed) - half, rel=1e-6)
+        assert effect.high == pytest.approx(mean(per_seed) + half, rel=1e-6)
+    # CutMix, by hand on the cell means: (0.020 + 0.008 + 0.012 + 0.014) / 4 - (0.302 + 0.30367 + 0.30933 + 0.23) / 4
+    if figure == "min_mad":
+        assert effects["CM"].estimate == pytest.approx(0.0135 - 0.28625, abs=1e-9)
+
+
+@pytest.mark.parametrize("figure, values", [("min_mad", MAD10), ("acc1", ACC10)])
+def test_main_effects_welch(agg: Aggregate, figure: str, values: dict[str, list[float]]) -> None:
+    effects = {e.factor: e for e in main_effects(agg.cells("cifar10", "vit_paper"), figure)}
+    for index, factor in enumerate(("AA", "CM", "LS")):
+        on = [c for c in ORDER if FLAGS[c][index]]
+        off = [c for c in ORDER if not FLAGS[c][index]]
+        estimate = mean([v for c in on for v in values[c]]) - mean([v for c in off for v in values[c]])
+        terms = []
+        for side in (on, off):
+            total = sum(len(values[c]) for c in side)
+            terms += [(len(values[c]) * var(values[c]) / total**2, len(values[c]) - 1) for c in side]
+        variance = sum(a for a, _ in terms)
+        df = variance**2 / sum(a**2 / k for a, k in terms)
+        effect = effects[factor]
+        assert effect.method == "Welch" and effect.n == 18
+        assert effect.estimate == pytest.approx(estimate, abs=1e-12)
+        assert effect.df == pytest.approx(df, rel=1e-9)
+        assert (effect.high - effect.low) / 2 == pytest.approx(t_quantile(0.975, df) * math.sqrt(variance), rel=1e-9)
+        assert (effect.high + effect.low) / 2 == pytest.approx(estimate, abs=1e-12)
+
+
+def test_one_seed_gives_effects_without_intervals(agg: Aggregate) -> None:
+    effects = {e.factor: e for e in main_effects(agg.cells("tiny_imagenet", "vit_paper"), "acc1")}
+    # AA on: +AA, Modern, -CM, -LS = 33, 38, 34, 37; off: Baseline, +CM, +LS, -AA = 30, 35, 31, 36.
+    assert effects["AA"].estimate == pytest.approx((33 + 38 + 34 + 37) / 4 - (30 + 35 + 31 + 36) / 4)
+    assert math.isnan(effects["AA"].low) and math.isnan(effects["AA"].high)
+    table = ablation_table(agg, "tiny_imagenet", "vit_paper")
+    assert all(row[3] == "n/a" for row in table.parts[0].rows)
+    assert table.rows[0][5] == "30.00"  # one seed: the value alone, no ± and no count
+
+
+def test_missing_cells_are_dashes(agg: Aggregate) -> None:
+    table = ablation_table(agg, "synthetic", "vit_tiny")
+    rows = {row[0]: row for row in table.rows}
+    assert rows["+AA"][4:] == ["-"] * 5
+    assert rows["Modern"][7] == "0.100" and rows["Modern"][6] == "+0.00"
+    assert all(row[2] == "-" and row[3] == "n/a" for row in table.parts[0].rows)
+    assert "yes (on 2 of 8 cells)" in table.notes[0]
+
+
+def test_protocols_table(agg: Aggregate) -> None:
+    table = protocols_table(agg)
+    rows = {row[0]: row for row in table.rows}
+    assert list(rows) == ["cifar10", "cifar100", "synthetic", "tiny_imagenet"]
+    c100 = rows["cifar100"]
+    expected = []
+    for values, digits in ((ACC100, 2), (MAD100, 3), (ENT100, 3)):
+        for cell in ("Baseline", "Modern"):
+            m, s = mean(values[cell]), math.sqrt(var(values[cell]))
+            expected.append(f"{m:.{digits}f} ± {s:.{digits}f} (3)")
+    assert c100[2:8] == expected
+    assert c100[8:] == ["yes", "0.316 -> 0.008"]
+    assert rows["cifar10"][-1] == "-" and rows["synthetic"][2:4] == ["20.00", "20.00"]
+    record = next(r for r in table.records if r["data"] == "cifar100")
+    assert record["modern_min_mad_mean"] == pytest.approx(0.008)
+    assert record["baseline_acc1_std"] == pytest.approx(math.sqrt(var(ACC100["Baseline"])))
+
+
+def test_files_round_trip(agg: Aggregate, tmp_path: Path) -> None:
+    table = ablation_table(agg, "cifar100", "vit_paper")
+    paths = table.write(tmp_path)
+    names = sorted(p.name for p in paths)
+    stem = "ablation_cifar100_vit_paper"
+    assert names == sorted([f"{stem}.md", f"{stem}.tex", f"{stem}.csv", f"{stem}_effects.csv"])
+    assert all(p.stat().st_size > 0 for p in paths)
+    with (tmp_path / f"{stem}.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["cell"] for r in rows] == ORDER
+    for row in rows:
+        cell = row["cell"]
+        assert float(row["min_mad_mean"]) == pytest.approx(mean(MAD100[cell]), rel=1e-12)
+        assert float(row["acc1_std"]) == pytest.approx(math.sqrt(var(ACC100[cell])), rel=1e-9)
+        assert float(row["acc1_diff_baseline"]) == pytest.approx(mean(ACC100[cell]) - mean(ACC100["Baseline"]))
+        assert int(row["entropy_n"]) == 3
+    with (tmp_path / f"{stem}_effects.csv").open() as handle:
+        effects = list(csv.DictReader(handle))
+    assert [(e["factor"], e["figure"]) for e in effects][:3] == [
+        ("AA", "min_mad"),
+        ("CM", "min_mad"),
+        ("LS", "min_mad"),
+    ]
+    tex = (tmp_path / f"{stem}.tex").read_text()
+    assert "\\begin{tabular}" in tex and "$\\pm$" in tex and "±" not in tex
+    assert "| Baseline |" in (tmp_path / f"{stem}.md").read_text().replace("  ", " ").replace("  ", " ")
+
+
+def test_emergence_uses_the_runs_early_layers(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path, "cifar100", "Modern", 0, 60.0, 0.05, 0.3, early=1)
+    run = {**json.loads((run_dir / "results.json").read_text()), "run_dir": str(run_dir)}
+    # Layer 0 only: min over its heads is 0.05 + 0.2 * (2 - epoch); layers 1 and 2 are lower or later and ignored.
+    assert emergence_series(run) == pytest.approx({0: 0.45, 1: 0.25, 2: 0.05})
+
+
+def test_cli_writes_tables_and_figures(sweeps: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "reports"
+    code = main(["all", str(sweeps["sweep"]), "--out", str(out), "--data", "cifar100", "--model", "vit_paper"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "### 8-cell ablation: cifar100, vit_paper" in printed and "### Baseline vs Modern protocol" in printed
+    assert printed.count("skipped ") == 4 and "unreadable" in printed
+    for name in ("protocols.md", "protocols.csv", "protocols.tex", "ablation_cifar100_vit_paper.csv"):
+        assert (out / name).stat().st_size > 0
+    for kind in ("plane", "layers", "emergence"):
+        for suffix in ("png", "pdf"):
+            assert (out / f"{kind}_cifar100_vit_paper.{suffix}").stat().st_size > 1000
+    assert not list(out.glob("*cifar10_*"))
+
+
+def test_cli_errors(sweeps: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    missing = subprocess.run(
+        [sys.executable, "-m", "vit_locality.report", "ablation", str(tmp_path / "nope")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [f"error: sweep directory {tmp_path / 'nope'} does not exist"]
+
+    assert main(["ablation", str(sweeps["bad"]), "--out", str(tmp_path / "r")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"error: no complete run found under {sweeps['bad']}"
+    assert captured.out.count("skipped ") == 4
+
+    assert main(["protocols", str(sweeps["sweep"]), "--data", "imagenet", "--out", str(tmp_path / "r")]) == 1
+    assert "no complete run matching --data imagenet" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

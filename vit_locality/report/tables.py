@@ -1,0 +1,236 @@
+"""The paper's two tables (protocols, ablation) built from aggregated runs, as Markdown, CSV and LaTeX.
+
+One table object holds both the display strings (Markdown, LaTeX) and the plain numbers (CSV), so the three
+files always say the same thing. A missing cell or figure is shown as "-" and left empty in the CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .aggregate import FIGURES, Aggregate, Group, Stat, slug
+from .collect import CELL_ORDER
+from .factorial import CELL_FLAGS, Separation, main_effects, separation
+from .summary import format_table
+
+# The paper's CIFAR-100 minimum early-layer MAD, Baseline -> Modern, and its ablation bounds.
+PAPER_MIN_MAD = {"cifar100": (0.316, 0.008)}
+PAPER_SEPARATION = "paper, CIFAR-100: every CutMix cell <= 0.024, every other cell >= 0.210"
+INTERVAL_NOTE = (
+    "95% intervals over seeds: paired t by seed when every seed ran all 8 cells, else Welch from the cells'"
+    " variances (vit_locality/report/factorial.py)"
+)
+DIGITS = {"acc1": 2, "min_mad": 3, "entropy": 3}
+MISSING = "-"
+
+
+@dataclass
+class Table:
+    stem: str  # file name without extension
+    title: str
+    headers: list[str]
+    rows: list[list[str]]  # what is shown
+    records: list[dict[str, Any]]  # the same rows as numbers, for the CSV
+    notes: list[str] = field(default_factory=list)  # lines under the table
+    parts: list[Table] = field(default_factory=list)  # further tables shown under it, each with its own CSV
+
+    def markdown(self) -> str:
+        body = format_table([dict(zip(self.headers, row, strict=True)) for row in self.rows])
+        text = [f"### {self.title}", "", body]
+        if self.notes:
+            text += ["", *(f"- {note}" for note in self.notes)]
+        for part in self.parts:
+            text += ["", part.markdown()]
+        return "\n".join(text)
+
+    def latex(self) -> str:
+        lines = [
+            "% needs \\usepackage{booktabs}",
+            "\\begin{table}[t]",
+            "\\centering",
+            f"\\caption{{{latex_escape(self.title)}}}",
+            f"\\begin{{tabular}}{{{'l' * len(self.headers)}}}",
+            "\\toprule",
+            " & ".join(latex_escape(h) for h in self.headers) + " \\\\",
+            "\\midrule",
+            *(" & ".join(latex_escape(c) for c in row) + " \\\\" for row in self.rows),
+            "\\bottomrule",
+            "\\end{tabular}",
+            "\\end{table}",
+        ]
+        if self.notes:
+            lines += ["\\begin{itemize}", *(f"\\item {latex_escape(n)}" for n in self.notes), "\\end{itemize}"]
+        for part in self.parts:
+            lines += ["", part.latex()]
+        return "\n".join(lines)
+
+    def write(self, out_dir: Path) -> list[Path]:
+        """<stem>.md, <stem>.tex and <stem>.csv, plus one CSV per part; returns the paths written."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = [out_dir / f"{self.stem}.md", out_dir / f"{self.stem}.tex"]
+        paths[0].write_text(self.markdown() + "\n")
+        paths[1].write_text(self.latex() + "\n")
+        for table in (self, *self.parts):
+            path = out_dir / f"{table.stem}.csv"
+            with path.open("w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=list(table.records[0]) if table.records else [])
+                writer.writeheader()
+                writer.writerows({k: _csv_value(v) for k, v in rec.items()} for rec in table.records)
+            paths.append(path)
+        return paths
+
+
+def protocols_table(agg: Aggregate) -> Table:
+    """Rows = (data set, model); Baseline and Modern side by side for each figure, and the paper's reference."""
+    headers = ["data", "model"]
+    for figure in FIGURES:
+        headers += [f"{_short(figure)} Baseline", f"{_short(figure)} Modern"]
+    headers += ["Modern more local", "paper min MAD (Baseline -> Modern)"]
+    rows, records = [], []
+    for data, model in agg.models():
+        cells = agg.cells(data, model)
+        row, record = [data, model], {"data": data, "model": model}
+        for figure in FIGURES:
+            for name in ("Baseline", "Modern"):
+                stat = _stat(cells.get(name), figure)
+                row.append(format_stat(stat, DIGITS[figure]))
+                record.update(_stat_record(f"{name.lower()}_{figure}", stat))
+        base, modern = record["baseline_min_mad_mean"], record["modern_min_mad_mean"]
+        more_local = None if math.isnan(base) or math.isnan(modern) else modern < base
+        row.append(MISSING if more_local is None else ("yes" if more_local else "no"))
+        record["modern_more_local"] = more_local
+        paper = PAPER_MIN_MAD.get(data)
+        row.append(f"{paper[0]:.3f} -> {paper[1]:.3f}" if paper else MISSING)
+        record["paper_min_mad_baseline"], record["paper_min_mad_modern"] = paper if paper else (math.nan, math.nan)
+        rows.append(row)
+        records.append(record)
+    notes = [
+        "mean ± sample std (number of seeds) where several seeds ran; top-1 test accuracy in percent",
+        "paper (CIFAR-100): minimum early-layer MAD 0.316 under Baseline, 0.008 under Modern",
+    ]
+    return Table("protocols", "Baseline vs Modern protocol", headers, rows, records, notes)
+
+
+def ablation_table(agg: Aggregate, data: str, model: str) -> Table:
+    """The 8 cells in the paper's order, their accuracy gap to Baseline, and the claims checked on them."""
+    cells = agg.cells(data, model)
+    baseline_acc = _stat(cells.get("Baseline"), "acc1").mean
+    headers = ["cell", "AA", "CM", "LS", "runs", "top-1 (%)", "Δ top-1 vs Baseline", "min MAD", "entropy"]
+    rows, records = [], []
+    for name in CELL_ORDER:
+        group = cells.get(name)
+        aa, cm, ls_on = CELL_FLAGS[name]
+        ls = "/".join(f"{v:g}" for v in group.ls_values) if group else ("on" if ls_on else "0")
+        stats = {figure: _stat(group, figure) for figure in FIGURES}
+        delta = stats["acc1"].mean - baseline_acc
+        rows.append(
+            [
+                name,
+                str(int(aa)),
+                str(int(cm)),
+                ls,
+                str(len(group.runs)) if group else MISSING,
+                format_stat(stats["acc1"], DIGITS["acc1"]),
+                MISSING if math.isnan(delta) else f"{delta:+.2f}",
+                format_stat(stats["min_mad"], DIGITS["min_mad"]),
+                format_stat(stats["entropy"], DIGITS["entropy"]),
+            ]
+        )
+        record: dict[str, Any] = {"cell": name, "AA": int(aa), "CM": int(cm)}
+        record["LS"] = group.ls_values[0] if group and len(group.ls_values) == 1 else math.nan
+        record["runs"] = len(group.runs) if group else 0
+        for figure, stat in stats.items():
+            record.update(_stat_record(figure, stat))
+        record["acc1_diff_baseline"] = delta
+        records.append(record)
+    stem = slug(f"ablation_{data}_{model}")
+    effects = effects_table(cells, f"{stem}_effects")
+    notes = [separation_line(separation(cells)), INTERVAL_NOTE]
+    title = f"8-cell ablation: {data}, {model}"
+    return Table(stem, title, headers, rows, records, notes, [effects])
+
+
+def ablation_tables(agg: Aggregate) -> list[Table]:
+    return [ablation_table(agg, data, model) for data, model in agg.models()]
+
+
+def effects_table(cells: dict[str, Group], stem: str) -> Table:
+    """Main effect of each factor on min MAD and on accuracy (points), with its 95% interval over seeds."""
+    headers = ["factor", "figure", "main effect", "95% interval", "interval method", "n"]
+    rows, records = [], []
+    for figure in ("min_mad", "acc1"):
+        digits = DIGITS[figure] + 1
+        for effect in main_effects(cells, figure):
+            interval = f"[{effect.low:+.{digits}f}, {effect.high:+.{digits}f}]" if math.isfinite(effect.low) else "n/a"
+            estimate = MISSING if math.isnan(effect.estimate) else f"{effect.estimate:+.{digits}f}"
+            rows.append([effect.factor, _short(figure), estimate, interval, effect.method, str(effect.n)])
+            records.append(
+                {
+                    "factor": effect.factor,
+                    "figure": figure,
+                    "estimate": effect.estimate,
+                    "low": effect.low,
+                    "high": effect.high,
+                    "df": effect.df,
+                    "n": effect.n,
+                    "method": effect.method,
+                }
+            )
+    title = "Main effects (mean with the factor on minus mean with it off; accuracy in points)"
+    return Table(stem, title, headers, rows, records)
+
+
+def separation_line(sep: Separation) -> str:
+    claim = "CutMix separates locality (every CutMix cell below every other cell in min MAD)"
+    if sep.verdict is None:
+        return f"{claim}: n/a (needs at least one cell with and one without CutMix); {PAPER_SEPARATION}"
+    verdict = "yes" if sep.verdict else "no"
+    bounds = (
+        f"highest CutMix cell {sep.max_cutmix_cell} {sep.max_cutmix:.3f}, "
+        f"lowest other cell {sep.min_other_cell} {sep.min_other:.3f}"
+    )
+    partial = "" if sep.cells == len(CELL_ORDER) else f" (on {sep.cells} of {len(CELL_ORDER)} cells)"
+    return f"{claim}: {verdict}{partial}: {bounds}; {PAPER_SEPARATION}"
+
+
+def format_stat(stat: Stat, digits: int) -> str:
+    """'mean' for one value, 'mean ± std (n)' for several, '-' for none."""
+    if stat.n == 0:
+        return MISSING
+    if stat.n == 1:
+        return f"{stat.mean:.{digits}f}"
+    return f"{stat.mean:.{digits}f} ± {stat.std:.{digits}f} ({stat.n})"
+
+
+def latex_escape(text: str) -> str:
+    specials = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_"}
+    specials.update({"{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"})
+    escaped = "".join(specials.get(ch, ch) for ch in text)
+    for plain, math_mode in (("±", "$\\pm$"), ("->", "$\\to$"), ("Δ", "$\\Delta$"), ("<=", "$\\le$"), (">=", "$\\ge$")):
+        escaped = escaped.replace(plain, math_mode)
+    return escaped
+
+
+def _stat(group: Group | None, figure: str) -> Stat:
+    return group.stat(figure) if group else Stat(math.nan, math.nan, 0)
+
+
+def _stat_record(prefix: str, stat: Stat) -> dict[str, Any]:
+    return {f"{prefix}_mean": stat.mean, f"{prefix}_std": stat.std, f"{prefix}_n": stat.n}
+
+
+def _short(figure: str) -> str:
+    return {"acc1": "top-1 (%)", "min_mad": "min MAD", "entropy": "entropy"}[figure]
+
+
+def _csv_value(value: Any) -> Any:
+    """Full precision for numbers (round trips), an empty field for a missing one."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    if value is None:
+        return ""
+    return value
