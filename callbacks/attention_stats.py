@@ -56,7 +56,8 @@ class AttentionStatsCallback(Callback):
     def csv_path(self) -> Path:
         return self.run_dir / CSV_NAME
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """After a checkpoint is restored (unlike on_fit_start), so a resumed run knows where it stands."""
         datamodule = trainer.datamodule
         self._probe = datamodule.probe_images(self.settings.probe_size)
         epoch = trainer.current_epoch

@@ -16,6 +16,9 @@ class EpochLogCallback(Callback):
     def __init__(self) -> None:
         self._started = 0.0
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._started = time.perf_counter()  # a resumed run may start mid-epoch, without on_train_epoch_start
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._started = time.perf_counter()
 

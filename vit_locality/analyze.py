@@ -38,14 +38,6 @@ def run_config(run_dir: Path) -> DictConfig:
     raise ConfigError(f"checkpoint's run directory {run_dir} has neither results.json nor .hydra/config.yaml")
 
 
-def completed_epochs(checkpoint: dict[str, Any]) -> int:
-    """Epochs finished when the checkpoint was written (Lightning's loop counters; `epoch` as a fallback)."""
-    try:
-        return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"])
-    except (KeyError, TypeError):
-        return int(checkpoint.get("epoch", 0))
-
-
 def default_out_dir(run_dir: Path, stats: DictConfig) -> Path:
     return run_dir / "analysis" / f"{'renorm' if stats.renormalize else 'raw'}_{stats.units}"
 
@@ -60,7 +52,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     from .attention_records import probe_rows, save_pictures, write_csv
     from .metrics import UNITS
     from .module import ViTClassifier
-    from .pipeline import build_datamodule
+    from .pipeline import build_datamodule, completed_epochs
     from .results import atomic_write_text
 
     checkpoint = Path(cfg.checkpoint)

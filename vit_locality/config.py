@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from .data import DATASETS
+from .model import GRID_SIZE
 from .transforms import POLICIES
 
 
@@ -90,6 +92,29 @@ def validate(cfg: DictConfig) -> None:
         "an integer >= 1",
     )
     _require(isinstance(cfg.seed, int) and cfg.seed >= 0, "seed", cfg.seed, "an integer >= 0")
+    if "image_size" in data:
+        size = data.image_size
+        allowed = f"a multiple of {GRID_SIZE} (the {GRID_SIZE} x {GRID_SIZE} patch grid), at least 16"
+        _require(isinstance(size, int) and size >= 16 and size % GRID_SIZE == 0, "data.image_size", size, allowed)
+    validate_devices(trainer)
+
+
+def available_devices(accelerator: str) -> tuple[int, str]:
+    """How many devices `trainer.devices` may ask for, and what they are."""
+    import torch  # deferred: config checks should not pay for torch unless they reach this point
+
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return torch.cuda.device_count(), "CUDA GPUs"
+    return os.cpu_count() or 1, "CPU cores (trainer.accelerator=cpu runs one process per device)"
+
+
+def validate_devices(trainer: DictConfig) -> None:
+    devices = trainer.devices
+    if devices in ("auto", -1) or isinstance(devices, ListConfig):
+        return
+    _require(isinstance(devices, int) and devices >= 1, "trainer.devices", devices, "an integer >= 1, -1 or auto")
+    count, kind = available_devices(str(trainer.accelerator))
+    _require(devices <= count, "trainer.devices", devices, f"at most {count}: this machine has {count} {kind}")
 
 
 # Settings that decide what a run computes. Two runs with equal identities may share a directory;

@@ -12,6 +12,11 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from .cutmix import cutmix_batch
 from .model import VisionTransformer
+from .seeding import reseed_for_epoch
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite; training stops before a checkpoint can store bad weights."""
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
@@ -40,9 +45,12 @@ class ViTClassifier(L.LightningModule):
         betas: tuple[float, float] = (0.9, 0.999),
         warmup_epochs: float = 5.0,
         min_lr_ratio: float = 0.0,
+        nonfinite_check_every: int = 1,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        self._first_bad_step: torch.Tensor | None = None
         arch = {k: model[k] for k in ("depth", "dim", "heads", "mlp_ratio")}
         self.model = VisionTransformer(num_classes=num_classes, image_size=image_size, **arch)
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1) * 255.0, persistent=False)
@@ -84,11 +92,35 @@ class ViTClassifier(L.LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss, logits, reference, acc_name = self.training_loss(*batch)
+        self._note_nonfinite(loss)
         self.train_acc(logits, reference)
         self.log("train/loss", loss, prog_bar=True)
         self.log(acc_name, self.train_acc, on_step=False, on_epoch=True)
         self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
+
+    def on_train_epoch_end(self) -> None:
+        """Seed the next epoch now (after validation), as a run resumed at that epoch will (seeding.py)."""
+        reseed_for_epoch(self.hparams.seed, self.current_epoch + 1)
+
+    def _note_nonfinite(self, loss: torch.Tensor) -> None:
+        """Remember, on the device and without a sync, the first step whose loss was not finite."""
+        bad = ~torch.isfinite(loss.detach())
+        step = torch.tensor(self.global_step, device=loss.device)
+        if self._first_bad_step is None or self._first_bad_step.device != loss.device:
+            self._first_bad_step = torch.full((), -1, dtype=torch.long, device=loss.device)
+        self._first_bad_step = torch.where(bad & (self._first_bad_step < 0), step, self._first_bad_step)
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Check the flag every `nonfinite_check_every` steps and on an epoch's last batch, before any checkpoint."""
+        every = self.hparams.nonfinite_check_every
+        if (self.global_step % every == 0 or self.trainer.is_last_batch) and self._first_bad_step is not None:
+            first = int(self._first_bad_step)
+            if first >= 0:
+                raise NonFiniteLossError(
+                    f"non-finite training loss at step {first} (epoch {self.current_epoch}): training stopped; "
+                    "the last checkpoint of a finished epoch is kept. Lower optim.lr or check the data"
+                )
 
     def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], split: str, acc1, acc5) -> None:
         images, labels = batch

@@ -44,7 +44,7 @@ def generate_synthetic(
 
 
 class SyntheticDataModule(ImageDataModule):
-    """Seeded local-motif images: 32 x 32 RGB, `num_classes` classes, configurable split sizes, no files."""
+    """Seeded local-motif images: RGB, 32 x 32 by default, `num_classes` classes, configurable sizes, no files."""
 
     name = "synthetic"
     image_size = 32
@@ -55,6 +55,7 @@ class SyntheticDataModule(ImageDataModule):
         train_size: int = 5000,
         test_size: int = 1000,
         num_classes: int = 10,
+        image_size: int = 32,
         motifs_per_class: int = 3,
         motifs_per_image: int = 4,
         noise: float = 0.15,
@@ -63,10 +64,11 @@ class SyntheticDataModule(ImageDataModule):
     ) -> None:
         super().__init__(**kwargs)
         self.num_classes = num_classes
+        self.image_size = image_size
         self.sizes = (train_size, test_size)
         self.generation = dict(
             num_classes=num_classes,
-            image_size=self.image_size,
+            image_size=image_size,
             motifs_per_class=motifs_per_class,
             motifs_per_image=motifs_per_image,
             noise=noise,

@@ -1,0 +1,140 @@
+"""Faults during training: a non-finite loss, SIGTERM and SIGINT, SIGKILL and resume, a crash inside a sweep."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import QUICK, REPO, compose_config, run_train
+
+from vit_locality.module import NonFiniteLossError, ViTClassifier
+from vit_locality.pipeline import run_cell
+from vit_locality.report.collect import collect_runs
+
+pytestmark = pytest.mark.slow
+
+
+def _record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch) -> None:
+    real_loss = ViTClassifier.training_loss
+
+    def poisoned(self, images, labels):
+        loss, *rest = real_loss(self, images, labels)
+        return (loss * math.nan if self.global_step >= 6 else loss), *rest
+
+    monkeypatch.setattr(ViTClassifier, "training_loss", poisoned)
+    cfg = compose_config([*QUICK, "trainer.max_epochs=3", "stats.pictures=false"])  # 4 steps per epoch
+    run_dir = tmp_path / "run"
+    with pytest.raises(NonFiniteLossError, match="step 6 "):
+        run_cell(cfg, run_dir)
+    record = _record(run_dir)
+    assert record["status"] == "failed" and "non-finite training loss at step 6" in record["error"]
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert checkpoint["global_step"] == 4  # the end of the last finished epoch, not a poisoned state
+    assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
+    assert not (run_dir / "checkpoints" / "interrupted.ckpt").exists()
+    assert collect_runs([tmp_path]).complete == []
+
+
+def _start(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "WANDB_MODE": "offline"}  # as run_train: same float sums
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, "training ended before the file appeared"
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.02)
+
+
+# Long enough epochs (64 steps) that a signal sent just after the first checkpoint lands in epoch 2.
+RESUMABLE = [
+    *[a for a in QUICK if not a.startswith(("data.train_size", "trainer.max_epochs", "data.batch_size"))],
+    "data.train_size=2048",
+    "data.batch_size=32",
+    "trainer.max_epochs=3",
+    "trainer.deterministic=true",
+    "stats.pictures=false",
+]
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_saves_a_resumable_checkpoint(sig: signal.Signals, code: int, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
+    proc = _start(args, tmp_path, tmp_path / "first.log")
+    _wait_for(run_dir / "checkpoints" / "last.ckpt", proc)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=120) == code, (tmp_path / "first.log").read_text()[-2000:]
+    assert _record(run_dir)["status"] == "interrupted"
+    assert (run_dir / "checkpoints" / "interrupted.ckpt").exists()
+
+    again = run_train(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resuming" in again.stdout + again.stderr
+    record = _record(run_dir)
+    assert record["status"] == "complete" and record["steps"] == 3 * 64
+    assert not (run_dir / "checkpoints" / "interrupted.ckpt").exists()
+    epochs = [int(line.split(",")[0]) for line in (run_dir / "attention_stats.csv").read_text().splitlines()[1:]]
+    assert sorted(set(epochs)) == [0, 1, 2, 3] and all(epochs.count(e) == 16 for e in set(epochs))
+
+
+def test_sigkill_then_same_command_ends_where_an_unbroken_run_ends(tmp_path: Path) -> None:
+    unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
+    assert run_train([*RESUMABLE, f"hydra.run.dir={unbroken}"], cwd=tmp_path).returncode == 0
+
+    proc = _start([*RESUMABLE, f"hydra.run.dir={broken}"], tmp_path, tmp_path / "killed.log")
+    _wait_for(broken / "checkpoints" / "last.ckpt", proc)
+    time.sleep(0.3)  # into the second epoch
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert _record(broken)["status"] == "running"  # what a killed run leaves: not complete, not counted
+    resumed = run_train([*RESUMABLE, f"hydra.run.dir={broken}"], cwd=tmp_path)
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout + resumed.stderr
+
+    a = torch.load(unbroken / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    b = torch.load(broken / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _record(unbroken)["metrics"]["test/acc1"] == _record(broken)["metrics"]["test/acc1"]
+
+
+def _lr_sweep(tmp_path: Path, extra: list[str]) -> subprocess.CompletedProcess:
+    sweep = tmp_path / "sweep"
+    args = ["-m", *QUICK, "trainer.max_epochs=2", "optim.lr=1e12,0.001", "stats.pictures=false"]
+    return run_train([*args, *extra, f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=lr${optim.lr}"], cwd=tmp_path)
+
+
+def test_a_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    proc = _lr_sweep(tmp_path, ["sweep.continue_on_error=true"])
+    assert proc.returncode == 1 and "1 cell(s) failed" in proc.stderr
+    bad, good = _record(tmp_path / "sweep" / "lr1000000000000.0"), _record(tmp_path / "sweep" / "lr0.001")
+    assert bad["status"] == "failed" and "non-finite" in bad["error"]
+    assert good["status"] == "complete"
+    runs = collect_runs([tmp_path / "sweep"])
+    assert len(runs.complete) == 1 and [why for _, why in runs.skipped] == ["status is 'failed'"]
+
+
+def test_without_continue_on_error_the_sweep_stops_at_the_failed_cell(tmp_path: Path) -> None:
+    proc = _lr_sweep(tmp_path, [])
+    assert proc.returncode == 3
+    assert _record(tmp_path / "sweep" / "lr1000000000000.0")["status"] == "failed"
+    assert not (tmp_path / "sweep" / "lr0.001").exists()
