@@ -23,6 +23,8 @@ class EpochLogCallback(Callback):
         self._started = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
         metrics = trainer.callback_metrics
         shown = ", ".join(f"{k} {float(metrics[k]):.4f}" for k in SHOWN if k in metrics)
         log.info(

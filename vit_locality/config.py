@@ -50,8 +50,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def validate(cfg: DictConfig) -> None:
-    """Raise ConfigError on the first value outside its allowed range."""
+def validate(cfg: DictConfig, check_devices: bool = True) -> None:
+    """Raise ConfigError on the first value outside its allowed range. `check_devices=False` skips comparing
+    `trainer.devices` with this machine (a SLURM submission host has none of the compute nodes' GPUs)."""
     data, model, aug, loss, optim, trainer = cfg.data, cfg.model, cfg.aug, cfg.loss, cfg.optim, cfg.trainer
     _require(data.name in DATASETS, "data.name", data.name, f"one of {', '.join(DATASETS)}")
     for key in ("autoaug", "cutmix"):
@@ -96,7 +97,13 @@ def validate(cfg: DictConfig) -> None:
         size = data.image_size
         allowed = f"a multiple of {GRID_SIZE} (the {GRID_SIZE} x {GRID_SIZE} patch grid), at least 16"
         _require(isinstance(size, int) and size >= 16 and size % GRID_SIZE == 0, "data.image_size", size, allowed)
-    validate_devices(trainer)
+    if check_devices:
+        validate_devices(trainer)
+    devices = trainer.devices
+    if isinstance(devices, int) and devices >= 1:
+        world = devices * int(trainer.num_nodes)
+        allowed = f"a multiple of trainer.devices x trainer.num_nodes = {world} (the global batch is split evenly)"
+        _require(data.batch_size % world == 0, "data.batch_size", data.batch_size, allowed)
 
 
 def available_devices(accelerator: str) -> tuple[int, str]:

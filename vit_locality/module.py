@@ -125,7 +125,8 @@ class ViTClassifier(L.LightningModule):
     def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], split: str, acc1, acc5) -> None:
         images, labels = batch
         logits = self(images)
-        self.log(f"{split}/loss", F.cross_entropy(logits, labels), on_epoch=True, prog_bar=split == "val")
+        loss = F.cross_entropy(logits, labels)
+        self.log(f"{split}/loss", loss, on_epoch=True, prog_bar=split == "val", sync_dist=True)
         acc1(logits, labels)
         acc5(logits, labels)
         self.log(f"{split}/acc1", acc1, on_epoch=True, prog_bar=split == "val")

@@ -130,6 +130,8 @@ def build_trainer(
     return L.Trainer(
         accelerator=t.accelerator,
         devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=t.strategy,
         max_epochs=t.max_epochs,
         precision=resolve_precision(t.precision, t.accelerator),
         log_every_n_steps=t.log_every_n_steps,
@@ -221,6 +223,28 @@ def resume_checkpoint(run_dir: Path) -> tuple[Path | None, int]:
     return best, usable[best][1]
 
 
+def trainer_world_size(cfg: DictConfig) -> int:
+    """Processes that share one cell: devices x nodes (devices -1/auto count what the accelerator sees)."""
+    devices = cfg.trainer.devices
+    if isinstance(devices, int) and devices > 0:
+        count = devices
+    elif devices in (-1, "auto"):
+        count = torch.cuda.device_count() if uses_cuda(cfg.trainer.accelerator) else 1
+    else:  # a list of device indices
+        count = len(devices)
+    return max(1, count) * int(cfg.trainer.num_nodes)
+
+
+def split_global_batch(datamodule: ImageDataModule, world_size: int) -> None:
+    """`data.batch_size` is the global batch: each process loads its share, so DDP changes no hyper-parameter."""
+    if datamodule.batch_size % world_size:
+        raise ConfigError(
+            f"data.batch_size={datamodule.batch_size} is not allowed: a multiple of the {world_size} processes "
+            "(trainer.devices x trainer.num_nodes) that share the cell"
+        )
+    datamodule.batch_size //= world_size
+
+
 def is_rank_zero() -> bool:
     return rank_zero_only.rank == 0
 
@@ -296,6 +320,10 @@ def _train_and_test(
     loggers = build_loggers(cfg, run_dir)
     interrupted = run_dir / CHECKPOINT_DIR / INTERRUPTED_CHECKPOINT
     own = [InterruptCheckpoint(interrupted), checkpoint_callback(cfg, run_dir)]
+    world_size = trainer_world_size(cfg)
+    global_batch = datamodule.batch_size
+    split_global_batch(datamodule, world_size)
+    record["batch"] = {"global": global_batch, "per_device": datamodule.batch_size, "world_size": world_size}
     resume, start_epoch = resume_checkpoint(run_dir)
     # A resumed run skips the sanity-check validation: its loader would draw from the generator that the resumed
     # epoch must start from, and the run was checked when it first started.

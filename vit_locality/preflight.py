@@ -64,7 +64,10 @@ def check_command(argv: list[str], conf_dir: Path, config_name: str = "train") -
     if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
         return []
     args = get_args_parser().parse_args(argv)
+    if args.config_path or args.config_dir:  # another config tree (e.g. a DDP child composing a saved cell)
+        return []
     config_name = args.config_name or config_name
+    remote = any(o.startswith("hydra/launcher=") and "slurm" in o for o in args.overrides)
     register_resolvers()
     problems: list[str] = []
     with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
@@ -82,7 +85,7 @@ def check_command(argv: list[str], conf_dir: Path, config_name: str = "train") -
             return [explain(error, conf_dir)]
         for cell in cells:
             try:
-                validate(compose(config_name=config_name, overrides=list(cell)))
+                validate(compose(config_name=config_name, overrides=list(cell)), check_devices=not remote)
             except ConfigError as error:
                 message = str(error)
             except (HydraException, OmegaConfBaseException) as error:

@@ -21,6 +21,7 @@ CASES = [
     (["data=synthetic", "data.image_size=30"], "data.image_size=30 is not allowed: a multiple of 8"),
     (["data.batch_size=1", "aug.cutmix=true"], "data.batch_size=1 is not allowed: >= 2 when aug.cutmix=true"),
     (["trainer.accelerator=cpu", "trainer.devices=4096"], "trainer.devices=4096 is not allowed: at most"),
+    (["trainer=ddp_cpu", "data.batch_size=63", "aug.cutmix=false"], "data.batch_size=63 is not allowed: a multiple of"),
     (["-m", "data=synthetic", "loss.ls=0,0.1,1.5"], "loss.ls=1.5 is not allowed"),  # the third cell of a sweep
     (["-m", "experiment=ablation", "data=synthetic", "data.batch_size=1"], "data.batch_size=1 is not allowed"),
 ]
@@ -41,6 +42,7 @@ def test_preflight_names_the_problem(args: list[str], message: str) -> None:
         ["-m", "experiment=protocols"],
         ["optim.betas=[0.9,0.99]", "hydra.run.dir=/tmp/x"],
         ["--cfg", "job", "aug.cutmx=1"],  # information requests go straight to Hydra
+        ["-m", "hydra/launcher=slurm", "trainer=ddp", "trainer.devices=8"],  # GPUs are on the nodes, not here
     ],
 )
 def test_preflight_passes_good_commands(args: list[str]) -> None:
