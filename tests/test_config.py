@@ -105,3 +105,18 @@ def test_identity_ignores_workers_but_not_protocol() -> None:
     assert identity_hash(compose_config(["data=synthetic", "data.num_workers=7"])) == ref
     assert identity_hash(compose_config(["data=synthetic", "loss.ls=0.2"])) != ref
     assert identity_hash(compose_config(["data=synthetic", "trainer.max_epochs=3"])) != ref
+
+
+def test_device_autoaugment_and_compile_settings() -> None:
+    validate(compose_config(["aug.device=gpu", "data=synthetic"]))
+    with pytest.raises(ConfigError, match="aug.device"):
+        validate(compose_config(["aug.device=tpu"]))
+    with pytest.raises(ConfigError, match="aug.device"):  # ColorJitter has no batched version
+        validate(compose_config(["data=tiny_imagenet", "aug.autoaug=true", "aug.device=gpu"]))
+    from vit_locality.pipeline import compile_wanted
+
+    assert compile_wanted(compose_config(["trainer=cpu"])) is False  # auto: off on CPU
+    assert compile_wanted(compose_config(["trainer=cpu", "model.compile=true"])) is True
+    # compile changes no maths: a run may be resumed with it switched
+    ref = identity_hash(compose_config(["data=synthetic"]))
+    assert identity_hash(compose_config(["data=synthetic", "model.compile=true"])) == ref

@@ -131,3 +131,27 @@ def test_cell_names_follow_the_paper() -> None:
     assert names[(True, True, 0.0)] == "-LS"
     assert names[(True, False, 0.0)] == "+AA"
     assert len(set(names.values())) == 8
+
+
+def test_autoaugment_on_the_device_moves_it_out_of_the_workers() -> None:
+    cfg = compose_config(["data=synthetic", "model=vit_tiny", "aug.autoaug=true", "aug.device=gpu"])
+    datamodule, policy = build_datamodule(cfg)
+    assert [type(t) for t in datamodule.train_transform.transforms] == [v2.RandomCrop, v2.RandomHorizontalFlip]
+    module = build_module(cfg, datamodule, policy)
+    assert module.device_autoaugment is not None
+    assert "autoaugment(cifar10, batched on gpu)" in protocol_record(cfg, policy)["description"]
+    # The batch the model sees is augmented (AutoAugment changes some images), the labels are not.
+    images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
+    seen: list[torch.Tensor] = []
+    module.model.forward = lambda x: (seen.append(x), torch.zeros(len(x), 10))[1]
+    torch.manual_seed(0)
+    module.hparams.cutmix = False
+    module.training_loss(images, torch.arange(64) % 10)
+    raw = (seen[0] * module.std + module.mean).round()
+    assert (raw != images.float()).flatten(1).any(1).sum() > 0
+
+
+def test_autoaugment_off_builds_no_device_augmentation() -> None:
+    cfg = compose_config(["data=synthetic", "model=vit_tiny", "aug.autoaug=false", "aug.device=gpu"])
+    datamodule, policy = build_datamodule(cfg)
+    assert build_module(cfg, datamodule, policy).device_autoaugment is None

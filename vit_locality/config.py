@@ -58,6 +58,18 @@ def validate(cfg: DictConfig, check_devices: bool = True) -> None:
     for key in ("autoaug", "cutmix"):
         _require(_is_bool(aug[key]), f"aug.{key}", aug[key], "true or false")
     _require(aug.policy in ("auto", *POLICIES), "aug.policy", aug.policy, f"auto, {', '.join(POLICIES)}")
+    _require(
+        aug.device in ("cpu", "gpu"), "aug.device", aug.device, "cpu (per sample, in the workers) or gpu (batched)"
+    )
+    if aug.device == "gpu" and aug.autoaug:
+        colorjitter = aug.policy == "colorjitter" or (aug.policy == "auto" and data.name == "tiny_imagenet")
+        _require(not colorjitter, "aug.device", aug.device, "cpu when the policy is colorjitter (Tiny-ImageNet)")
+    _require(
+        model.get("compile", "auto") in ("auto", True, False),
+        "model.compile",
+        model.get("compile"),
+        "auto, true or false",
+    )
     _require(_is_number(aug.cutmix_alpha) and aug.cutmix_alpha > 0, "aug.cutmix_alpha", aug.cutmix_alpha, "> 0")
     _require(_is_number(loss.ls) and 0 <= loss.ls < 1, "loss.ls", loss.ls, "a number in [0, 1)")
     for key in ("depth", "dim", "heads"):
@@ -137,6 +149,7 @@ def run_identity(cfg: DictConfig) -> dict[str, Any]:
         value = OmegaConf.select(cfg, key)
         identity[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
     identity["data"] = {k: v for k, v in identity["data"].items() if k not in IGNORED_DATA_KEYS}
+    identity["model"] = {k: v for k, v in identity["model"].items() if k != "compile"}  # same maths either way
     return identity
 
 

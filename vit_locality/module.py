@@ -47,12 +47,22 @@ class ViTClassifier(L.LightningModule):
         min_lr_ratio: float = 0.0,
         nonfinite_check_every: int = 1,
         seed: int = 0,
+        device_autoaugment: str | None = None,
+        compile_model: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self._first_bad_step: torch.Tensor | None = None
         arch = {k: model[k] for k in ("depth", "dim", "heads", "mlp_ratio")}
         self.model = VisionTransformer(num_classes=num_classes, image_size=image_size, **arch)
+        # aug.device=gpu: AutoAugment runs here, batched on the device, instead of per sample in the workers.
+        self.device_autoaugment: torch.nn.Module | None = None
+        if device_autoaugment:
+            from .batched_autoaugment import BatchedAutoAugment
+
+            self.device_autoaugment = BatchedAutoAugment(device_autoaugment)
+        if compile_model:  # compiles __call__ only: the statistics' explicit attention path stays eager
+            self.model.compile()
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1) * 255.0, persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1) * 255.0, persistent=False)
 
@@ -80,6 +90,8 @@ class ViTClassifier(L.LightningModule):
         CutMix) and the name that accuracy is logged under.
         """
         hp = self.hparams
+        if self.device_autoaugment is not None:
+            images = self.device_autoaugment(images)
         if hp.cutmix:
             mixed = cutmix_batch(images, labels, hp.num_classes, hp.cutmix_alpha)
             images, targets = mixed.images, mixed.targets

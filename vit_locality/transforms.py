@@ -39,11 +39,14 @@ def build_train_transform(image_size: int, autoaug: bool, policy: str) -> v2.Com
     return v2.Compose(steps)
 
 
-def describe_protocol(autoaug: bool, policy: str, cutmix: bool, cutmix_alpha: float, ls: float) -> str:
+def describe_protocol(
+    autoaug: bool, policy: str, cutmix: bool, cutmix_alpha: float, ls: float, autoaug_device: str = "cpu"
+) -> str:
     """One line stating the effective protocol: `crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0)`."""
     parts = ["crop+flip"]
     if autoaug:
-        parts.append("colorjitter(0.4,0.4,0.4)" if policy == "colorjitter" else f"autoaugment({policy})")
+        where = ", batched on gpu" if autoaug_device == "gpu" else ""
+        parts.append("colorjitter(0.4,0.4,0.4)" if policy == "colorjitter" else f"autoaugment({policy}{where})")
     if cutmix:
         parts.append(f"cutmix(alpha={cutmix_alpha})")
     if ls:

@@ -1,0 +1,221 @@
+"""BatchedAutoAugment must be torchvision's per-sample AutoAugment, only batched: same pixels, same draws."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import torch
+from torchvision.transforms import v2
+
+from vit_locality.batched_autoaugment import POLICIES, AutoAugmentDraws, BatchedAutoAugment, apply, draw
+
+SPACE = v2.AutoAugment._AUGMENTATION_SPACE
+
+
+def _images(n: int, size: int, seed: int = 0) -> torch.Tensor:
+    """Noise plus the edge cases of equalize/autocontrast (flat and low-contrast images) mixed in the batch."""
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+    if n >= 3:
+        images[1] = 77
+        images[2] = torch.randint(100, 104, (3, size, size), dtype=torch.uint8, generator=g)
+    return images
+
+
+@contextmanager
+def _forced_rng(sub: int, uniforms: list[float]) -> Iterator[list[float]]:
+    """Make torchvision's forward see these random draws; the list left over shows what it did not consume."""
+    left = list(uniforms)
+    real_randint, real_rand = torch.randint, torch.rand
+
+    def fake_randint(high, size):  # torchvision calls torch.randint(len(policies), ())
+        return torch.tensor(sub)
+
+    def fake_rand(size):  # torchvision calls torch.rand(())
+        return torch.tensor(left.pop(0))
+
+    torch.randint, torch.rand = fake_randint, fake_rand
+    try:
+        yield left
+    finally:
+        torch.randint, torch.rand = real_randint, real_rand
+
+
+def _reference(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
+    """Run torchvision's own AutoAugment.forward image by image, its RNG forced to the given draws."""
+    aa = v2.AutoAugment(POLICIES[draws.policy])
+    out = []
+    for i, image in enumerate(images):
+        sub = int(draws.sub_policy[i])
+        stream = []
+        for k, (name, _, _) in enumerate(aa._policies[sub]):
+            applied = bool(draws.applied[i, k])
+            stream.append(0.0 if applied else 2.0)  # 2.0 > any p: a forced "not applied", even for p == 1
+            if applied and SPACE[name][1]:
+                stream.append(0.0 if draws.negative[i, k] else 1.0)
+        with _forced_rng(sub, stream) as left:
+            out.append(aa(image))
+        assert left == [], "torchvision consumed fewer draws than its source implies"
+    return torch.stack(out)
+
+
+def _all_cases(policy: str) -> AutoAugmentDraws:
+    """Every sub-policy x every applied pattern x every sign pattern (signs set even where unused)."""
+    n_sub = len(v2.AutoAugment(POLICIES[policy])._policies)
+    rows = list(itertools.product(range(n_sub), itertools.product([False, True], repeat=4)))
+    return AutoAugmentDraws(
+        policy,
+        torch.tensor([s for s, _ in rows]),
+        torch.tensor([f[:2] for _, f in rows]),
+        torch.tensor([f[2:] for _, f in rows]),
+    )
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_apply_matches_torchvision_per_image_for_every_sub_policy_flag_and_sign(policy: str) -> None:
+    draws = _all_cases(policy)  # 25 x 16 = 400 images
+    images = _images(len(draws), 32, seed=1)
+    out = apply(images, draws)
+    assert out.dtype == torch.uint8 and out.shape == images.shape
+    ref = _reference(images, draws)
+    mismatched = [i for i in range(len(draws)) if not torch.equal(out[i], ref[i])]
+    assert mismatched == []
+    off = ~draws.applied.any(1)
+    assert torch.equal(out[off], images[off])  # nothing applied: unchanged
+    assert not torch.equal(out, images)
+
+
+def test_apply_does_not_modify_its_input() -> None:
+    draws = _all_cases("cifar10")
+    images = _images(len(draws), 32)
+    before = images.clone()
+    apply(images, draws)
+    assert torch.equal(images, before)
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_same_seed_gives_torchvisions_own_choice(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """draw(1) after manual_seed(s) is the sub-policy/flags/signs that v2.AutoAugment draws after it."""
+    aa = v2.AutoAugment(POLICIES[policy])
+    image = _images(1, 32, seed=2)[0]
+    recorded: dict[str, list] = {"sub": [], "ops": []}
+    real_randint, real_apply = torch.randint, aa._apply_image_or_video_transform
+
+    def recording_randint(*args, **kwargs):
+        value = real_randint(*args, **kwargs)
+        recorded["sub"].append(int(value))
+        return value
+
+    def recording_apply(image, transform_id, magnitude, **kwargs):
+        recorded["ops"].append((transform_id, magnitude))
+        return real_apply(image, transform_id, magnitude, **kwargs)
+
+    monkeypatch.setattr(aa, "_apply_image_or_video_transform", recording_apply)
+    seen_subs, seen_negative = set(), 0
+    for seed in range(250):
+        recorded["sub"].clear()
+        recorded["ops"].clear()
+        torch.manual_seed(seed)
+        with monkeypatch.context() as m:
+            m.setattr(torch, "randint", recording_randint)
+            expected = aa(image)
+        torch.manual_seed(seed)
+        d = draw(1, policy=policy)
+        sub = int(d.sub_policy[0])
+        assert recorded["sub"] == [sub]
+        ops = []
+        for k, (name, _, bin_) in enumerate(aa._policies[sub]):
+            if d.applied[0, k]:
+                magnitudes = SPACE[name][0](10, 32, 32)
+                magnitude = 0.0 if magnitudes is None else float(magnitudes[bin_])
+                ops.append((name, -magnitude if d.negative[0, k] else magnitude))
+        assert recorded["ops"] == ops
+        assert torch.equal(apply(image[None], d)[0], expected)
+        seen_subs.add(sub)
+        seen_negative += int(d.negative.any())
+    assert len(seen_subs) == len(aa._policies) and seen_negative > 10
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_draw_distribution(policy: str) -> None:
+    n = 100_000
+    d = draw(n, torch.Generator().manual_seed(3), policy=policy)
+    sub_policies = v2.AutoAugment(POLICIES[policy])._policies
+    n_sub = len(sub_policies)
+    counts = torch.bincount(d.sub_policy, minlength=n_sub).double()
+    chi2 = float(((counts - n / n_sub) ** 2 / (n / n_sub)).sum())
+    assert chi2 < n_sub - 1 + 6 * math.sqrt(2 * (n_sub - 1))  # mean + 6 sd of chi-square(n_sub - 1)
+
+    z_scores = []
+    for s, sub in enumerate(sub_policies):
+        rows = d.sub_policy == s
+        for k, (name, p, _) in enumerate(sub):
+            applied = d.applied[rows, k]
+            p32 = float(torch.tensor(p, dtype=torch.float32))
+            if p in (0.0, 1.0):
+                assert applied.float().mean() == pytest.approx(p, abs=1e-3)
+            else:
+                z_scores.append((applied.float().mean() - p32) / math.sqrt(p32 * (1 - p32) / rows.sum()))
+            negative = d.negative[rows, k]
+            if SPACE[name][1]:
+                signs = negative[applied].float()
+                z_scores.append((signs.mean() - 0.5) / math.sqrt(0.25 / max(len(signs), 1)))
+            else:
+                assert not negative.any()
+            assert not negative[~applied].any()
+    assert max(abs(float(z)) for z in z_scores) < 5
+
+    # Op 2's flag must not depend on whether op 1 used up a sign draw.
+    prob = torch.tensor([[p for _, p, _ in sub] for sub in sub_policies], dtype=torch.float32)[d.sub_policy, 1]
+    signed1 = torch.tensor([SPACE[sub[0][0]][1] for sub in sub_policies])[d.sub_policy]
+    for group in (d.applied[:, 0] & signed1, ~(d.applied[:, 0] & signed1)):
+        excess = (d.applied[group, 1].float() - prob[group]).sum()
+        assert abs(float(excess)) < 5 * math.sqrt(float((prob[group] * (1 - prob[group])).sum()) + 1)
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("size", [32, 64])
+@pytest.mark.parametrize("batch", [1, 256])
+def test_module_on_batches(policy: str, size: int, batch: int) -> None:
+    images = _images(batch, size, seed=size + batch)
+    module = BatchedAutoAugment(policy)
+    torch.manual_seed(4)
+    out = module(images)
+    torch.manual_seed(4)
+    d = draw(batch, policy=policy)
+    assert out.dtype == torch.uint8 and out.shape == images.shape
+    assert torch.equal(out, _reference(images, d))
+
+
+def test_grouping_makes_one_call_per_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = v2.AutoAugment._apply_image_or_video_transform
+
+    def counting(self, image, transform_id, magnitude, **kwargs):
+        calls.append((transform_id, magnitude, image.shape[0]))
+        return real(self, image, transform_id, magnitude, **kwargs)
+
+    monkeypatch.setattr(v2.AutoAugment, "_apply_image_or_video_transform", counting)
+    d = draw(256, torch.Generator().manual_seed(5))
+    apply(_images(256, 32), d)
+
+    sub_policies = v2.AutoAugment(POLICIES["cifar10"])._policies
+    groups = set()
+    for i, k in d.applied.nonzero().tolist():
+        name, _, bin_ = sub_policies[int(d.sub_policy[i])][k]
+        groups.add((k, name, bin_, bool(d.negative[i, k]) and SPACE[name][1]))
+    assert len(calls) == len(groups) < 256 // 2
+    assert sum(g for _, _, g in calls) == int(d.applied.sum())
+
+
+def test_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="policy"):
+        BatchedAutoAugment("rand")
+    with pytest.raises(ValueError, match="draws"):
+        apply(_images(4, 32), draw(3))
+    with pytest.raises(ValueError, match="batch"):
+        apply(_images(1, 32)[0], draw(1))
