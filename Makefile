@@ -15,7 +15,7 @@ TRAIN_ARGS ?=
 SWEEP_ARGS = model=$(MODEL) seed=$(SEEDS) trainer.max_epochs=$(EPOCHS) hydra/launcher=$(LAUNCHER) $(TRAIN_ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast demo lint format clean table-ablation table-protocols figures paper \
+.PHONY: help install test test-fast demo bench lint format clean table-ablation table-protocols figures paper \
 	sweep-ablation sweep-protocols
 
 help: ## list the targets
@@ -56,6 +56,9 @@ figures: sweep-ablation sweep-protocols ## MAD-entropy planes, per-layer curves 
 	$(PY) -m vit_locality.report figures $(SWEEP_ROOT)/ablation $(SWEEP_ROOT)/protocols --model $(MODEL) --out $(REPORTS)
 
 paper: table-ablation table-protocols figures ## every paper table and figure (variables: SEEDS EPOCHS MODEL DATA DATASETS LAUNCHER)
+
+bench: install ## the benchmark suite: side-by-side ratios (ours vs timm, Trainer vs plain loop, data, statistics)
+	$(PY) -m vit_locality.bench --out bench_results.json --markdown bench_rows.md
 
 lint: install ## ruff check and format check
 	$(PY) -m ruff check .

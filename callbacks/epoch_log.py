@@ -9,7 +9,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 log = logging.getLogger("vit_locality")
-SHOWN = ("train/loss", "val/loss", "val/acc1", "train/acc1", "train/acc1_dominant")
+SHOWN = ("train/loss_epoch", "val/loss", "val/acc1", "train/acc1", "train/acc1_dominant")
 
 
 class EpochLogCallback(Callback):

@@ -31,7 +31,8 @@ class Attention(nn.Module):
     def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         batch, tokens, dim = x.shape
         qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        return qkv[0], qkv[1], qkv[2]
+        q, k, v = qkv.unbind(0)  # unbind, not indexing: indexing makes backward zero-fill 3 full-size grads
+        return q, k, v
 
     def _merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         batch, heads, tokens, head_dim = out.shape

@@ -2,64 +2,24 @@
 
     python -m vit_locality.bench.probe_cost [--train-images 50000] [--probe 512] [--repeats 5]
 
-Times, interleaved and after a warm-up, one training step (forward + backward + AdamW, batch 128, fused
-attention) and one probe pass (512 images, explicit fp32 attention), then reports the probe in training-step
-equivalents and as a share of an epoch of `--train-images` images (CIFAR-100: 50,000).
+The measurement is the `stats` section of the bench suite (`python -m vit_locality.bench --sections stats`);
+this entry point keeps the original command and printout.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
-import torch.nn.functional as F
 
-from ..attention_probe import ProbeSettings, probe_attention
-from ..model import VisionTransformer
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
+from . import stats_bench
+from .common import PAPER
 
 
 def measure(train_images: int, probe_size: int, batch: int, repeats: int, device: str) -> dict[str, float]:
-    torch.manual_seed(0)
-    model = VisionTransformer(num_classes=100, image_size=32).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
-    images = torch.randn(batch, 3, 32, 32, device=device)
-    labels = torch.randint(100, (batch,), device=device)
-    probe = torch.randn(probe_size, 3, 32, 32, device=device)
-    settings = ProbeSettings(probe_size=probe_size)
-
-    def train_step() -> None:
-        loss = F.cross_entropy(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    def probe_pass() -> None:
-        probe_attention(model, probe, settings)
-
-    train_step(), probe_pass()  # warm-up
-    steps, probes = [], []
-    for _ in range(repeats):  # A and B interleaved, so drift in machine load hits both alike
-        steps.append(_timed(train_step))
-        probes.append(_timed(probe_pass))
-    step_s, probe_s = statistics.median(steps), statistics.median(probes)
-    epoch_s = step_s * (train_images // batch)
-    return {
-        "train_step_s": step_s,
-        "probe_s": probe_s,
-        "probe_in_steps": probe_s / step_s,
-        "epoch_s": epoch_s,
-        "probe_pct_of_epoch": 100 * probe_s / epoch_s,
-    }
+    result = stats_bench.run(PAPER, batch, probe_size, train_images, repeats, warmup=1, device=torch.device(device))
+    keys = ("train_step_s", "probe_s", "probe_in_steps", "probe_pct_of_epoch")
+    return {"epoch_s": result["epoch_s_estimate"], **{k: result[k] for k in keys}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -72,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     result = measure(args.train_images, args.probe, args.batch, args.repeats, args.device)
     print(f"device {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}")
-    print(f"training step (paper ViT, fp32):   {result['train_step_s'] * 1000:9.1f} ms")
+    print(f"training step (paper ViT):         {result['train_step_s'] * 1000:9.1f} ms")
     print(f"probe pass ({args.probe} images):         {result['probe_s'] * 1000:9.1f} ms")
     print(f"probe / training step:             {result['probe_in_steps']:9.2f} steps")
     print(f"epoch of {args.train_images} images (est.):   {result['epoch_s']:9.1f} s")

@@ -132,25 +132,43 @@ def _patch_rows(
     return prefix_mass, weights, grid_size
 
 
-def _normalise(weights: torch.Tensor, renormalize: bool) -> torch.Tensor:
-    """Renormalise each row over the patch keys; a row with no patch mass at all stays all zero (no NaN)."""
-    if not renormalize:
-        return weights
-    total = weights.sum(dim=-1, keepdim=True)
-    return torch.where(total > 0, weights / total.clamp_min(torch.finfo(weights.dtype).tiny), 0.0)
+def _patch_mass(weights: torch.Tensor) -> torch.Tensor:
+    """Each query's total weight on the patch keys, (B, H, N): what renormalisation divides by."""
+    return weights.sum(dim=-1)
 
 
-def _mad_per_query(weights: torch.Tensor, grid_size: int, units: str, patch_size: float | None) -> torch.Tensor:
+def _mad_per_query(
+    weights: torch.Tensor,
+    grid_size: int,
+    units: str,
+    patch_size: float | None,
+    renormalize: bool,
+    mass: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """sum_l a(k, l) d(k, l); renormalised rows are handled by dividing the per-query sum by the row's patch mass
+    (linear, so the (B, H, N, N) renormalised weights are never materialised: the probe pass stays cheap)."""
     dist = patch_distance_matrix(grid_size, units, patch_size, device=weights.device, dtype=weights.dtype)
-    return torch.einsum("bhqk,qk->bhq", weights, dist)
+    mad = torch.einsum("bhqk,qk->bhq", weights, dist)
+    if not renormalize:
+        return mad
+    mass = _patch_mass(weights) if mass is None else mass
+    # A row with no patch mass at all stays 0 (no NaN).
+    return torch.where(mass > 0, mad / mass.clamp_min(torch.finfo(mad.dtype).tiny), 0.0)
 
 
-def _entropy_per_query(weights: torch.Tensor) -> torch.Tensor:
+def _entropy_per_query(weights: torch.Tensor, renormalize: bool, mass: torch.Tensor | None = None) -> torch.Tensor:
+    """-sum_l a log a / log(N). For renormalised rows a = w / t, and -sum (w/t) log(w/t) = (-sum w log w) / t + log t,
+    which needs one pass over the weights instead of three."""
     num_keys = weights.shape[-1]
     if num_keys == 1:  # a single key carries no uncertainty; avoids dividing by log 1 = 0
         return torch.zeros(weights.shape[:-1], dtype=weights.dtype, device=weights.device)
     # xlogy gives 0 * log 0 = 0 exactly, so one-hot rows are safe.
-    return -torch.special.xlogy(weights, weights).sum(dim=-1) / math.log(num_keys)
+    raw = -torch.special.xlogy(weights, weights).sum(dim=-1)
+    if renormalize:
+        mass = _patch_mass(weights) if mass is None else mass
+        safe = mass.clamp_min(torch.finfo(raw.dtype).tiny)
+        raw = torch.where(mass > 0, raw / safe + torch.log(safe), 0.0)
+    return raw / math.log(num_keys)
 
 
 def _reduce(per_query: torch.Tensor, reduce: str) -> torch.Tensor:
@@ -174,7 +192,7 @@ def mean_attention_distance(
     _check_units(units, patch_size)
     _check_reduce(reduce)
     _, weights, g = _patch_rows(attn, grid_size, num_prefix_tokens)
-    return _reduce(_mad_per_query(_normalise(weights, renormalize), g, units, patch_size), reduce)
+    return _reduce(_mad_per_query(weights, g, units, patch_size, renormalize), reduce)
 
 
 def attention_entropy(
@@ -187,7 +205,7 @@ def attention_entropy(
     """Entropy over the patch keys divided by log(g*g): 1 for uniform, 0 for one key. Shapes as MAD's."""
     _check_reduce(reduce)
     _, weights, _ = _patch_rows(attn, grid_size, num_prefix_tokens)
-    return _reduce(_entropy_per_query(_normalise(weights, renormalize)), reduce)
+    return _reduce(_entropy_per_query(weights, renormalize), reduce)
 
 
 def cls_mass(
@@ -216,10 +234,10 @@ def attention_per_image(
     """
     _check_units(units, patch_size)
     prefix_mass, weights, g = _patch_rows(attn, grid_size, num_prefix_tokens)
-    weights = _normalise(weights, renormalize)
+    mass = _patch_mass(weights) if renormalize else None
     return {
-        "mad": _mad_per_query(weights, g, units, patch_size).mean(dim=-1),
-        "entropy": _entropy_per_query(weights).mean(dim=-1),
+        "mad": _mad_per_query(weights, g, units, patch_size, renormalize, mass).mean(dim=-1),
+        "entropy": _entropy_per_query(weights, renormalize, mass).mean(dim=-1),
         "cls_mass": prefix_mass.mean(dim=-1),
     }
 
