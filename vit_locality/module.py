@@ -131,7 +131,7 @@ class ViTClassifier(L.LightningModule):
         would cost a sync per step, so the first bad step is remembered on the device and checked every
         `nonfinite_check_every` steps (on_train_batch_end)."""
         if loss.device.type == "cpu":
-            if not math.isfinite(float(loss)):
+            if not math.isfinite(float(loss.detach())):
                 self._raise_nonfinite(self.global_step)
             return
         bad = ~torch.isfinite(loss.detach())
