@@ -46,8 +46,3 @@ def read_results(run_dir: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-
-
-def is_complete(run_dir: Path) -> bool:
-    record = read_results(run_dir)
-    return record is not None and record.get("status") == "complete"
