@@ -1,0 +1,55 @@
+"""The study's fixed vocabulary, importable without torch: data set names, their default augmentation policy,
+the patch grid, the AutoAugment policies, the names of the 8 protocol cells.
+
+`config` checks values against these names before anything heavy is imported, so `python train.py --help` and a
+mistyped key answer without loading torch; `data`, `model` and `transforms` import the same names, so a data set
+or a policy is added in one place.
+"""
+
+from __future__ import annotations
+
+# Every data set is cut into an 8 x 8 patch grid: 32 px images get 4 px patches, 64 px images 8 px patches.
+GRID_SIZE = 8
+
+# torchvision's AutoAugment policies, by the value of `v2.AutoAugmentPolicy` (so the name is the enum's value).
+AUTOAUGMENT_POLICIES = ("cifar10", "imagenet", "svhn")
+# What `aug.autoaug=true` may apply: an AutoAugment policy, or ColorJitter(0.4, 0.4, 0.4) as the paper does on
+# Tiny-ImageNet.
+COLORJITTER = "colorjitter"
+AUGMENT_POLICIES = (*AUTOAUGMENT_POLICIES, COLORJITTER)
+
+# Data set name -> the policy `aug.policy=auto` means on it.
+DATASET_DEFAULT_POLICY = {
+    "cifar10": "cifar10",
+    "cifar100": "cifar10",
+    "tiny_imagenet": COLORJITTER,
+    "synthetic": "cifar10",
+}
+DATASETS = tuple(DATASET_DEFAULT_POLICY)
+
+
+def resolve_policy(policy: str, dataset: str) -> str:
+    """`auto` is the data set's own policy; any other value must be one of AUGMENT_POLICIES."""
+    chosen = DATASET_DEFAULT_POLICY[dataset] if policy == "auto" else policy
+    if chosen not in AUGMENT_POLICIES:
+        raise ValueError(f"aug.policy={policy!r} is not allowed: auto, {', '.join(AUGMENT_POLICIES)}")
+    return chosen
+
+
+# The paper's names for the 8 cells of (AutoAugment, CutMix, label smoothing > 0), in the paper's order.
+CELL_NAMES = {
+    (False, False, False): "Baseline",
+    (True, False, False): "+AA",
+    (False, True, False): "+CM",
+    (False, False, True): "+LS",
+    (True, True, True): "Modern",
+    (False, True, True): "-AA",
+    (True, False, True): "-CM",
+    (True, True, False): "-LS",
+}
+CELL_ORDER = list(CELL_NAMES.values())
+CELL_FLAGS = {name: flags for flags, name in CELL_NAMES.items()}  # name -> (AA, CM, LS on)
+
+
+def cell_name(autoaug: bool, cutmix: bool, ls: float) -> str:
+    return CELL_NAMES[(bool(autoaug), bool(cutmix), float(ls) > 0)]
