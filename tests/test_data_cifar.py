@@ -16,7 +16,7 @@ import pytest
 import torch
 from data_fakes import CIFAR10_NAMES, FakeCifar, write_fake_cifar10, write_fake_cifar100
 
-from vit_locality.data import cifar
+from vit_locality.data import download
 from vit_locality.data.base import DataError
 from vit_locality.data.cifar import CIFAR10DataModule, CIFAR100DataModule
 from vit_locality.data.download import md5sum, safe_extract
@@ -57,7 +57,7 @@ def test_cifar10_round_trip_through_the_datamodule(tmp_path: Path) -> None:
     assert arrays.train_labels.dtype == torch.int64
     assert arrays.train_labels.tolist() == fake.train_labels.tolist()
     assert arrays.test_labels.tolist() == fake.test_labels.tolist()
-    assert dm.class_names == CIFAR10_NAMES
+    assert dm.arrays.class_names == CIFAR10_NAMES
 
     first = arrays.train_images[0]
     assert torch.equal(first[0], torch.from_numpy(ramp.reshape(32, 32)))  # R plane is channel 0, row-major
@@ -79,7 +79,7 @@ def test_cifar100_uses_fine_labels_and_names(tmp_path: Path) -> None:
     assert torch.equal(dm.arrays.train_images, _planes(fake.train_rows))
     assert dm.arrays.train_labels.tolist() == fake.train_labels.tolist()
     assert dm.arrays.test_labels.tolist() == fake.test_labels.tolist()
-    assert dm.class_names == fake.class_names
+    assert dm.arrays.class_names == fake.class_names
     images, labels = next(iter(dm.train_dataloader()))
     assert images.shape == (8, 3, 32, 32) and labels.dtype == torch.int64
 
@@ -98,7 +98,7 @@ def test_md5_mismatch_with_verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         _dm(CIFAR10DataModule, tmp_path, verify=True).setup()
 
     for path in fake.files:
-        monkeypatch.setitem(cifar.CIFAR10_SPEC.md5, path.name, md5sum(path))
+        monkeypatch.setitem(CIFAR10DataModule.layout.md5, path.name, md5sum(path))
     _dm(CIFAR10DataModule, tmp_path, verify=True).setup()  # the fakes pass once their md5s are "official"
 
     path = fake.folder / "data_batch_4"
@@ -204,24 +204,33 @@ def _fake_archive(tmp_path: Path) -> tuple[Path, FakeCifar]:
 def test_download_verify_and_extract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     archive, fake = _fake_archive(tmp_path)
     spec = dataclasses.replace(
-        cifar.CIFAR10_SPEC,
-        url=archive.as_uri(),
-        archive_size=archive.stat().st_size,
-        archive_md5=md5sum(archive),
-        md5={path.name: md5sum(path) for path in fake.files},
+        CIFAR10DataModule.archive, url=archive.as_uri(), size=archive.stat().st_size, md5=md5sum(archive)
     )
-    monkeypatch.setattr(CIFAR10DataModule, "spec", spec)
+    layout = dataclasses.replace(CIFAR10DataModule.layout, md5={path.name: md5sum(path) for path in fake.files})
+    monkeypatch.setattr(CIFAR10DataModule, "archive", spec)
+    monkeypatch.setattr(CIFAR10DataModule, "layout", layout)
     root = tmp_path / "data"
     dm = _dm(CIFAR10DataModule, root, download=True, verify=True)
     dm.setup()
     assert torch.equal(dm.arrays.train_images, _planes(fake.train_rows))
     assert sorted(p.name for p in root.iterdir()) == ["cifar-10-batches-py", "cifar-10-python.tar.gz"]
 
-    monkeypatch.setattr(CIFAR10DataModule, "spec", dataclasses.replace(spec, archive_md5="0" * 32))
+    monkeypatch.setattr(CIFAR10DataModule, "archive", dataclasses.replace(spec, md5="0" * 32))
     other = tmp_path / "other"
     with pytest.raises(DataError, match=r"download of file://.*md5 .* does not match.*re-run"):
         _dm(CIFAR10DataModule, other, download=True, verify=True).setup()
     assert list(other.iterdir()) == []
+
+
+def test_archive_lacking_a_file_is_named(tmp_path: Path) -> None:
+    fake = write_fake_cifar10(tmp_path / "src")
+    (fake.folder / "test_batch").unlink()
+    root = tmp_path / "data"
+    root.mkdir()
+    with tarfile.open(root / "cifar-10-python.tar.gz", "w:gz") as tar:
+        tar.add(fake.folder, arcname="cifar-10-batches-py")
+    with pytest.raises(DataError, match=r"test_batch is missing even after extracting .*tar\.gz: the archive is not"):
+        _dm(CIFAR10DataModule, root).setup()
 
 
 def _tar_with(archive: Path, bad: tarfile.TarInfo, payload: bytes = b"") -> None:
@@ -261,8 +270,18 @@ def _member(kind: str, tmp_path: Path) -> tuple[tarfile.TarInfo, str]:
     return info, "device"
 
 
+@pytest.fixture(params=["data filter", "own checks"])
+def tar_checks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Extract with tarfile's data filter, and with the checks that stand in for it on Pythons without one."""
+    if request.param == "own checks":
+        monkeypatch.setattr(download, "_TAR_DATA_FILTER", None)
+    elif download._TAR_DATA_FILTER is None:
+        pytest.skip("this Python's tarfile has no data filter")
+    return request.param
+
+
 @pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink", "hardlink", "device"])
-def test_unsafe_tar_members_are_refused(tmp_path: Path, kind: str) -> None:
+def test_unsafe_tar_members_are_refused(tmp_path: Path, kind: str, tar_checks: str) -> None:
     archive = tmp_path / "bad.tar"
     bad, reason = _member(kind, tmp_path)
     _tar_with(archive, bad, b"evil" if bad.size else b"")
@@ -271,6 +290,15 @@ def test_unsafe_tar_members_are_refused(tmp_path: Path, kind: str) -> None:
         safe_extract(archive, target)
     assert not target.exists()  # checked before anything is written, even the good member
     assert not (tmp_path / "evil.txt").exists() and not (tmp_path / "abs_evil.txt").exists()
+
+
+def test_tar_extracts_every_file_and_folder(tmp_path: Path, tar_checks: str) -> None:
+    archive, fake = _fake_archive(tmp_path)
+    safe_extract(archive, tmp_path / "out")
+    folder = tmp_path / "out" / "cifar-10-batches-py"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in fake.files)
+    for path in fake.files:
+        assert (folder / path.name).read_bytes() == path.read_bytes()
 
 
 def test_corrupted_archive_is_named(tmp_path: Path) -> None:

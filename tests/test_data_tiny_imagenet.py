@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import stat
 import urllib.error
@@ -56,8 +57,8 @@ def test_loads_with_sorted_classes_for_train_and_val(tmp_path: Path) -> None:
     assert dm.num_classes == 4 and TinyImageNetDataModule.num_classes == 200
     assert torch.bincount(arrays.train_labels).tolist() == [3, 3, 3, 3]
     assert torch.bincount(arrays.test_labels).tolist() == [2, 2, 2, 2]
-    assert dm.class_names == [fake.names.get(wnid, wnid) for wnid in sorted(fake.wnids)]
-    assert fake.wnids[-1] in dm.class_names  # no words.txt entry: the wnid stands in
+    assert dm.arrays.class_names == [fake.names.get(wnid, wnid) for wnid in sorted(fake.wnids)]
+    assert fake.wnids[-1] in dm.arrays.class_names  # no words.txt entry: the wnid stands in
 
     greys = _check_colours(arrays.train_images, arrays.train_labels, fake)
     greys += _check_colours(arrays.test_images, arrays.test_labels, fake)
@@ -88,7 +89,7 @@ def test_cache_is_written_once_and_reused(tmp_path: Path, monkeypatch: pytest.Mo
     assert cache.stat().st_mtime_ns == stamp
     for key in ("train_images", "train_labels", "test_images", "test_labels"):
         assert torch.equal(getattr(second.arrays, key), getattr(first.arrays, key))
-    assert second.class_names == first.class_names
+    assert second.arrays.class_names == first.arrays.class_names
 
 
 def test_stale_cache_is_rebuilt(tmp_path: Path) -> None:
@@ -176,9 +177,10 @@ def test_download_verify_and_extract(tmp_path: Path, monkeypatch: pytest.MonkeyP
     fake = write_fake_tiny_imagenet(tmp_path / "src", n_classes=2, n_train_per_class=2, n_val_per_class=1)
     archive = tmp_path / "tiny-imagenet-200.zip"
     _zip_tree(fake.folder, archive)
-    monkeypatch.setattr(TinyImageNetDataModule, "url", archive.as_uri())
-    monkeypatch.setattr(TinyImageNetDataModule, "archive_md5", md5sum(archive))
-    monkeypatch.setattr(TinyImageNetDataModule, "archive_size", archive.stat().st_size)
+    spec = dataclasses.replace(
+        TinyImageNetDataModule.archive, url=archive.as_uri(), size=archive.stat().st_size, md5=md5sum(archive)
+    )
+    monkeypatch.setattr(TinyImageNetDataModule, "archive", spec)
     root = tmp_path / "data"
     dm = _dm(root, download=True, verify=True)
     dm.prepare_data()
@@ -187,7 +189,7 @@ def test_download_verify_and_extract(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert dm.num_classes == 2 and dm.arrays.train_images.shape == (4, 3, 64, 64)
     assert (root / "tiny-imagenet-200.zip").is_file()
 
-    monkeypatch.setattr(TinyImageNetDataModule, "archive_size", 123)
+    monkeypatch.setattr(TinyImageNetDataModule, "archive", dataclasses.replace(spec, size=123))
     other = tmp_path / "other"
     with pytest.raises(DataError, match=r"download of file://.*tiny-imagenet-200\.zip: \d+ bytes, expected 123"):
         _dm(other, download=True, verify=True).setup()

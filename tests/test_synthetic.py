@@ -1,4 +1,5 @@
-"""The seeded synthetic data set: determinism, shapes, balance, local class evidence, the datamodule API."""
+"""The seeded synthetic data set: determinism, shapes, balance, local class evidence, the datamodule API; and
+the table of datamodules by name, against the names in vit_locality.domain."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vit_locality.data import DataError, SyntheticDataModule
+from vit_locality.data import DATAMODULES, DataError, SyntheticDataModule, datamodule_class
+from vit_locality.domain import DATASET_DEFAULT_POLICY, DATASETS
 
 
 def _module(**kwargs) -> SyntheticDataModule:
@@ -46,7 +48,7 @@ def test_shapes_sizes_and_balanced_labels(train_size: int, test_size: int, num_c
     assert arrays.test_images.shape == (test_size, 3, 32, 32)
     assert arrays.train_images.dtype == arrays.test_images.dtype == torch.uint8
     assert arrays.train_labels.dtype == arrays.test_labels.dtype == torch.int64
-    assert len(dm.class_names) == num_classes and dm.num_classes == num_classes
+    assert len(dm.arrays.class_names) == num_classes and dm.num_classes == num_classes
     for labels, size in ((arrays.train_labels, train_size), (arrays.test_labels, test_size)):
         counts = torch.bincount(labels, minlength=num_classes)
         assert len(counts) == num_classes  # no label outside [0, num_classes)
@@ -223,3 +225,18 @@ def test_batch_larger_than_training_set_is_rejected(train_size: int, val_size: i
 def test_batch_equal_to_training_set_is_accepted() -> None:
     dm = _module(train_size=100, batch_size=100)
     assert len(list(dm.train_dataloader())) == 1
+
+
+# ---- the datamodules by name ----------------------------------------------------------------------------
+
+
+def test_every_data_set_name_has_its_datamodule_and_policy() -> None:
+    assert set(DATAMODULES) == set(DATASETS)
+    for name, cls in DATAMODULES.items():
+        assert cls.name == name and datamodule_class(name) is cls
+        assert cls().default_policy == DATASET_DEFAULT_POLICY[name]  # constructing one reads no files
+
+
+def test_unknown_data_set_name_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"data\.name='mnist': allowed values are cifar10, cifar100, tiny_imagenet"):
+        datamodule_class("mnist")

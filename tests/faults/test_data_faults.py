@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_train
 from data_fakes import write_fake_cifar10
+from helpers import run_train
 
 pytestmark = pytest.mark.slow
 

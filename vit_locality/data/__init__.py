@@ -1,30 +1,27 @@
-"""Datamodules by name, as `data.name` in the config selects them."""
+"""Datamodules by name, as `data.name` in the config selects them (the names themselves: vit_locality.domain)."""
 
 from __future__ import annotations
 
 from .base import DataError, ImageArrays, ImageDataModule, UInt8ImageDataset
+from .cifar import CIFAR10DataModule, CIFAR100DataModule
 from .synthetic import SyntheticDataModule
+from .tiny_imagenet import TinyImageNetDataModule
+
+DATAMODULES: dict[str, type[ImageDataModule]] = {
+    cls.name: cls for cls in (CIFAR10DataModule, CIFAR100DataModule, TinyImageNetDataModule, SyntheticDataModule)
+}
 
 
 def datamodule_class(name: str) -> type[ImageDataModule]:
-    """Look up a datamodule; the real data sets are imported lazily so the synthetic path stays light."""
-    if name == "synthetic":
-        return SyntheticDataModule
-    if name in ("cifar10", "cifar100"):
-        from .cifar import CIFAR10DataModule, CIFAR100DataModule
+    """The datamodule class `data.name` selects; an unknown name is a ValueError listing the known ones."""
+    try:
+        return DATAMODULES[name]
+    except KeyError:
+        raise ValueError(f"data.name={name!r}: allowed values are {', '.join(DATAMODULES)}") from None
 
-        return CIFAR10DataModule if name == "cifar10" else CIFAR100DataModule
-    if name == "tiny_imagenet":
-        from .tiny_imagenet import TinyImageNetDataModule
-
-        return TinyImageNetDataModule
-    raise ValueError(f"data.name={name!r}: allowed values are {', '.join(DATASETS)}")
-
-
-DATASETS = ("cifar10", "cifar100", "tiny_imagenet", "synthetic")
 
 __all__ = [
-    "DATASETS",
+    "DATAMODULES",
     "DataError",
     "ImageArrays",
     "ImageDataModule",

@@ -1,7 +1,8 @@
 """What every datamodule shares: uint8 images in memory, per-sample transforms in workers, plain loaders.
 
-Images stay uint8 from disk to the device (REFERENCE.md: per-image float conversion costs as much as the
-augmentation itself); the LightningModule converts and normalises once per batch.
+Images stay uint8 from disk to the device: converting every image to float in the workers costs about as much
+as augmenting it, and a uint8 batch is a quarter of the bytes to copy. The LightningModule converts and
+normalises once per batch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from vit_locality.domain import DATASET_DEFAULT_POLICY
 
 
 class DataError(RuntimeError):
@@ -87,7 +90,6 @@ class ImageDataModule(L.LightningDataModule):
     num_classes: int = 10
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     std: tuple[float, float, float] = (0.25, 0.25, 0.25)
-    default_policy: str = "cifar10"  # what `aug.autoaug=true` means on this data set when `aug.policy=auto`
 
     def __init__(
         self,
@@ -115,6 +117,11 @@ class ImageDataModule(L.LightningDataModule):
         self._train_index: torch.Tensor | None = None
         self._val_index: torch.Tensor | None = None
 
+    @property
+    def default_policy(self) -> str:
+        """What `aug.policy=auto` means on this data set, read from the one table of it in vit_locality.domain."""
+        return DATASET_DEFAULT_POLICY[self.name]
+
     @abstractmethod
     def load_arrays(self) -> ImageArrays:
         """Return both splits, downloading or decoding as needed; raise DataError with the file on failure."""
@@ -139,25 +146,22 @@ class ImageDataModule(L.LightningDataModule):
             )
         self.arrays = arrays
 
-    def _require(self) -> ImageArrays:
+    def _loaded_arrays(self) -> ImageArrays:
+        """The arrays, loading them first (`setup`) if nothing has yet."""
         if self.arrays is None:
             self.setup()
         assert self.arrays is not None
         return self.arrays
 
     @property
-    def class_names(self) -> list[str]:
-        return self._require().class_names
-
-    @property
     def num_train(self) -> int:
-        self._require()
+        self._loaded_arrays()
         assert self._train_index is not None
         return len(self._train_index)
 
     def eval_split(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Images and labels of the evaluation split (held-out val when `val_size` > 0, else the test set)."""
-        arrays = self._require()
+        arrays = self._loaded_arrays()
         if self.val_size:
             return arrays.train_images[self._val_index], arrays.train_labels[self._val_index]
         return arrays.test_images, arrays.test_labels
@@ -180,7 +184,7 @@ class ImageDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        arrays = self._require()
+        arrays = self._loaded_arrays()
         images = arrays.train_images[self._train_index] if self.val_size else arrays.train_images
         labels = arrays.train_labels[self._train_index] if self.val_size else arrays.train_labels
         return self._loader(UInt8ImageDataset(images, labels, self.train_transform), True, self.batch_size)
@@ -190,5 +194,5 @@ class ImageDataModule(L.LightningDataModule):
         return self._loader(UInt8ImageDataset(images, labels), False, self.eval_batch_size)
 
     def test_dataloader(self) -> DataLoader:
-        arrays = self._require()
+        arrays = self._loaded_arrays()
         return self._loader(UInt8ImageDataset(arrays.test_images, arrays.test_labels), False, self.eval_batch_size)

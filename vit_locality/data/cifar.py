@@ -7,7 +7,6 @@ one, which rules out fake files in tests. Here `verify=True` keeps the md5 check
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -15,22 +14,18 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from vit_locality.data.base import DataError, ImageArrays, ImageDataModule
-from vit_locality.data.download import check_file, fetch_and_extract
+from vit_locality.data.base import DataError, ImageArrays
+from vit_locality.data.download import ArchiveSpec, check_file
+from vit_locality.data.downloadable import DownloadableDataModule
 from vit_locality.data.safe_pickle import load_pickle
 
 _PIXELS = 3 * 32 * 32
 
 
 @dataclass(frozen=True)
-class CifarSpec:
-    """Where one CIFAR variant comes from and what its files hold (REFERENCE.md)."""
+class CifarLayout:
+    """What one CIFAR variant's extracted files are called, which keys they use, and their official md5s."""
 
-    url: str
-    archive: str
-    archive_size: int
-    archive_md5: str
-    folder: str
     train: tuple[str, ...]
     test: tuple[str, ...]
     meta: str
@@ -43,133 +38,30 @@ class CifarSpec:
         return (*self.train, *self.test, self.meta)
 
 
-CIFAR10_SPEC = CifarSpec(
-    url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-    archive="cifar-10-python.tar.gz",
-    archive_size=170_498_071,
-    archive_md5="c58f30108f718f92721af3b95e74349a",
-    folder="cifar-10-batches-py",
-    train=tuple(f"data_batch_{i}" for i in range(1, 6)),
-    test=("test_batch",),
-    meta="batches.meta",
-    md5={
-        "data_batch_1": "c99cafc152244af753f735de768cd75f",
-        "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
-        "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
-        "data_batch_4": "634d18415352ddfa80567beed471001a",
-        "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
-        "test_batch": "40351d587109b95175f43aff81a1287e",
-        "batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
-    },
-    label_key="labels",
-    names_key="label_names",
-)
+class _CifarDataModule(DownloadableDataModule):
+    """Shared loader; subclasses only name their archive, file layout and statistics.
 
-CIFAR100_SPEC = CifarSpec(
-    url="https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
-    archive="cifar-100-python.tar.gz",
-    archive_size=169_001_437,
-    archive_md5="eb9058c3a382ffc7106e4002c42a8d85",
-    folder="cifar-100-python",
-    train=("train",),
-    test=("test",),
-    meta="meta",
-    md5={
-        "train": "16019d7e3df5f24257cddd939b257f8d",
-        "test": "f0ef6b0ae62326f3e7ffdfab6717acfc",
-        "meta": "7973b15100ade9c7d40fb424638fde48",
-    },
-    label_key="fine_labels",
-    names_key="fine_label_names",
-)
-
-
-class _CifarDataModule(ImageDataModule):
-    """Shared loader; subclasses only name their CifarSpec and statistics.
-
-    `download`: fetch and extract the official archive into `root` when a file is missing.
-    `verify`: check the archive's and every extracted file's md5 (off for the fake files tests write).
+    With `verify`, every extracted file's md5 is checked as well as the archive's.
     """
 
-    spec: ClassVar[CifarSpec]
+    layout: ClassVar[CifarLayout]
     image_size = 32
-    default_policy = "cifar10"
 
-    def __init__(
-        self,
-        root: str = "data",
-        batch_size: int = 128,
-        eval_batch_size: int | None = None,
-        num_workers: int = 2,
-        val_size: int = 0,
-        split_seed: int = 0,
-        pin_memory: bool | None = None,
-        persistent_workers: bool = True,
-        train_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        download: bool = True,
-        verify: bool = True,
-    ) -> None:
-        super().__init__(
-            root=root,
-            batch_size=batch_size,
-            eval_batch_size=eval_batch_size,
-            num_workers=num_workers,
-            val_size=val_size,
-            split_seed=split_seed,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-            train_transform=train_transform,
-        )
-        self.download = download
-        self.verify = verify
-
-    @property
-    def folder(self) -> Path:
-        return Path(self.root) / self.spec.folder
-
-    def _redo(self, path: Path) -> str:
-        return f"delete {path} (or all of {self.folder}) and re-run to download it again"
-
-    def prepare_data(self) -> None:
-        """Download and extract once per node (Lightning calls this on one process only)."""
-        self._ensure_files()
-
-    def _ensure_files(self) -> None:
-        spec = self.spec
-        missing = [self.folder / f for f in spec.files if not (self.folder / f).is_file()]
-        if not missing:
-            return
-        archive = Path(self.root) / spec.archive
-        fetch_and_extract(
-            name=self.name,
-            url=spec.url,
-            archive=archive,
-            size=spec.archive_size,
-            md5=spec.archive_md5,
-            download=self.download,
-            verify=self.verify,
-            missing=missing[0],
-        )
-        for path in missing:
-            if not path.is_file():
-                raise DataError(
-                    f"{self.name}: {path} is missing even after extracting {archive}: the archive is not the "
-                    f"official one; delete it and re-run to download it again"
-                )
+    def required_files(self) -> tuple[Path, ...]:
+        return tuple(self.folder / name for name in self.layout.files)
 
     def load_arrays(self) -> ImageArrays:
-        self._ensure_files()
+        self.ensure_extracted()
         if self.verify:
-            for name in self.spec.files:
-                path = self.folder / name
+            for path in self.required_files():
                 check_file(
                     path,
-                    md5=self.spec.md5[name],
-                    hint=f"the file is corrupted or incomplete: {self._redo(path)}",
+                    md5=self.layout.md5[path.name],
+                    hint=f"the file is corrupted or incomplete: {self.redo_hint(path)}",
                 )
-        class_names = self._read_names(self.folder / self.spec.meta)
-        train = [self._read_batch(self.folder / name) for name in self.spec.train]
-        test = [self._read_batch(self.folder / name) for name in self.spec.test]
+        class_names = self._read_names(self.folder / self.layout.meta)
+        train = [self._read_batch(self.folder / name) for name in self.layout.train]
+        test = [self._read_batch(self.folder / name) for name in self.layout.test]
         return ImageArrays(
             train_images=torch.from_numpy(np.concatenate([images for images, _ in train])),
             train_labels=torch.from_numpy(np.concatenate([labels for _, labels in train])),
@@ -179,16 +71,16 @@ class _CifarDataModule(ImageDataModule):
         )
 
     def _read_names(self, path: Path) -> list[str]:
+        redo = self.redo_hint(path)
         if not path.is_file():
-            raise DataError(f"{self.name}: meta file {path} is missing; {self._redo(path)}")
-        meta = load_pickle(path, hint=self._redo(path))
-        key = self.spec.names_key
+            raise DataError(f"{self.name}: meta file {path} is missing; {redo}")
+        meta = load_pickle(path, hint=redo)
+        key = self.layout.names_key
         names = meta.get(key) if isinstance(meta, dict) else None
         if not isinstance(names, list) or len(names) != self.num_classes:
             found = len(names) if isinstance(names, list) else "no"
             raise DataError(
-                f"{path}: expected a dict whose {key!r} lists {self.num_classes} class names, found {found}; "
-                f"{self._redo(path)}"
+                f"{path}: expected a dict whose {key!r} lists {self.num_classes} class names, found {found}; {redo}"
             )
         return [str(name) for name in names]
 
@@ -197,29 +89,29 @@ class _CifarDataModule(ImageDataModule):
 
         A row is the R plane, then G, then B, each 32 x 32 row-major, so a plain reshape gives (3, 32, 32).
         """
+        redo = self.redo_hint(path)
         if not path.is_file():
-            raise DataError(f"{self.name}: batch file {path} is missing; {self._redo(path)}")
-        batch = load_pickle(path, hint=self._redo(path))
-        key = self.spec.label_key
+            raise DataError(f"{self.name}: batch file {path} is missing; {redo}")
+        batch = load_pickle(path, hint=redo)
+        key = self.layout.label_key
         if not isinstance(batch, dict) or "data" not in batch or key not in batch:
-            raise DataError(f"{path}: expected a dict with 'data' and {key!r}; {self._redo(path)}")
+            raise DataError(f"{path}: expected a dict with 'data' and {key!r}; {redo}")
         data = batch["data"]
         if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != _PIXELS:
             shape = getattr(data, "shape", type(data).__name__)
             dtype = getattr(data, "dtype", "?")
             raise DataError(
-                f"{path}: 'data' has shape {shape} and dtype {dtype}, expected (N, {_PIXELS}) uint8; {self._redo(path)}"
+                f"{path}: 'data' has shape {shape} and dtype {dtype}, expected (N, {_PIXELS}) uint8; {redo}"
             )
         labels = np.asarray(batch[key])
         if labels.ndim != 1 or len(labels) != len(data) or (len(labels) and labels.dtype.kind not in "iu"):
             raise DataError(
                 f"{path}: {key!r} should hold {len(data)} integer labels, found shape {labels.shape} of "
-                f"{labels.dtype}; {self._redo(path)}"
+                f"{labels.dtype}; {redo}"
             )
         if len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
             raise DataError(
-                f"{path}: labels span [{labels.min()}, {labels.max()}], "
-                f"expected [0, {self.num_classes - 1}]; {self._redo(path)}"
+                f"{path}: labels span [{labels.min()}, {labels.max()}], expected [0, {self.num_classes - 1}]; {redo}"
             )
         return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
@@ -227,18 +119,58 @@ class _CifarDataModule(ImageDataModule):
 class CIFAR10DataModule(_CifarDataModule):
     """CIFAR-10: 50k train / 10k test, 32 px, 10 classes."""
 
-    spec = CIFAR10_SPEC
     name = "cifar10"
     num_classes = 10
     mean = (0.4914, 0.4822, 0.4465)
     std = (0.2470, 0.2435, 0.2616)
+    archive = ArchiveSpec(
+        url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+        filename="cifar-10-python.tar.gz",
+        size=170_498_071,
+        md5="c58f30108f718f92721af3b95e74349a",
+        folder="cifar-10-batches-py",
+    )
+    layout = CifarLayout(
+        train=tuple(f"data_batch_{i}" for i in range(1, 6)),
+        test=("test_batch",),
+        meta="batches.meta",
+        md5={
+            "data_batch_1": "c99cafc152244af753f735de768cd75f",
+            "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+            "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+            "data_batch_4": "634d18415352ddfa80567beed471001a",
+            "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+            "test_batch": "40351d587109b95175f43aff81a1287e",
+            "batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
+        },
+        label_key="labels",
+        names_key="label_names",
+    )
 
 
 class CIFAR100DataModule(_CifarDataModule):
     """CIFAR-100 (fine labels): 50k train / 10k test, 32 px, 100 classes."""
 
-    spec = CIFAR100_SPEC
     name = "cifar100"
     num_classes = 100
     mean = (0.5071, 0.4865, 0.4409)
     std = (0.2673, 0.2564, 0.2762)
+    archive = ArchiveSpec(
+        url="https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+        filename="cifar-100-python.tar.gz",
+        size=169_001_437,
+        md5="eb9058c3a382ffc7106e4002c42a8d85",
+        folder="cifar-100-python",
+    )
+    layout = CifarLayout(
+        train=("train",),
+        test=("test",),
+        meta="meta",
+        md5={
+            "train": "16019d7e3df5f24257cddd939b257f8d",
+            "test": "f0ef6b0ae62326f3e7ffdfab6717acfc",
+            "meta": "7973b15100ade9c7d40fb424638fde48",
+        },
+        label_key="fine_labels",
+        names_key="fine_label_names",
+    )

@@ -2,8 +2,7 @@
 
 Everything that can fail here (network, a corrupted file, a hostile archive) fails as one DataError whose
 message names the file or URL and says what to do, instead of a traceback from deep inside urllib or tarfile.
-Archives are extracted member by member after every member has been checked, so a refused archive writes
-nothing.
+Every member of an archive is checked before the first one is written, so a refused archive writes nothing.
 """
 
 from __future__ import annotations
@@ -19,14 +18,28 @@ import tempfile
 import urllib.request
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 from tqdm import tqdm
 
 from vit_locality.data.base import DataError
 
 _CHUNK = 1 << 20
+# tarfile's "data" extraction filter: Python 3.12+, back-ported to 3.8.17, 3.9.17, 3.10.12 and 3.11.4.
+_TAR_DATA_FILTER = getattr(tarfile, "data_filter", None)
+
+
+@dataclass(frozen=True)
+class ArchiveSpec:
+    """One official archive: where it comes from, what it must match, and the folder it unpacks into."""
+
+    url: str
+    filename: str  # under the data root
+    size: int
+    md5: str
+    folder: str  # under the data root, created by extracting the archive
 
 
 def one_line(err: BaseException) -> str:
@@ -85,91 +98,127 @@ def download_url(
 
 
 def fetch_and_extract(
-    *,
-    name: str,
-    url: str,
-    archive: Path,
-    size: int | None,
-    md5: str | None,
-    download: bool,
-    verify: bool,
-    missing: Path,
+    spec: ArchiveSpec, root: Path, *, dataset: str, download: bool, verify: bool, missing: Path
 ) -> None:
-    """Extract `archive` into its directory, downloading it first if it is absent and `download` is on.
+    """Extract the archive into `root`, downloading it first if it is absent and `download` is on.
 
     `missing` is the file whose absence brought us here; it is named in the error so the user knows what
     was looked for, next to the URL and where to put the archive when fetching it by hand.
     """
-    root = archive.parent
-    place = f"place {archive.name} in {root}/ and re-run"
+    archive = root / spec.filename
+    place = f"place {spec.filename} in {root}/ and re-run"
     if not archive.is_file():
         if not download:
-            raise DataError(f"{name}: {missing} not found and download is off; fetch {url} by hand, {place}")
+            raise DataError(f"{dataset}: {missing} not found and download is off; fetch {spec.url} by hand, {place}")
         try:
-            download_url(url, archive, size=size if verify else None, md5=md5 if verify else None)
+            download_url(spec.url, archive, size=spec.size if verify else None, md5=spec.md5 if verify else None)
         except DataError:
             raise
         except (OSError, ValueError, http.client.HTTPException) as err:
             raise DataError(
-                f"{name}: {missing} not found and downloading {url} failed ({one_line(err)}); fetch it by hand, {place}"
+                f"{dataset}: {missing} not found and downloading {spec.url} failed ({one_line(err)}); "
+                f"fetch it by hand, {place}"
             ) from None
     elif verify:
         check_file(
             archive,
-            md5=md5,
-            size=size,
+            md5=spec.md5,
+            size=spec.size,
             hint="it is not the official archive: delete it and re-run to download it again",
         )
     safe_extract(archive, root)
 
 
-def _destination(archive: Path, target: Path, name: str, is_dir: bool) -> Path:
-    """Where a member lands inside `target` (already resolved); refuse absolute or escaping paths."""
+def _refuse(archive: Path, member: str, reason: str) -> NoReturn:
+    raise DataError(f"{archive}: refusing to extract member {member!r}: {reason}")
+
+
+def _refuse_absolute(archive: Path, name: str) -> None:
     posix = name.replace("\\", "/")
     if posix.startswith("/") or re.match(r"^[A-Za-z]:", posix):
-        raise DataError(f"{archive}: refusing to extract member {name!r}: absolute path")
-    dest = (target / posix).resolve()
-    inside = target in dest.parents or (is_dir and dest == target)
-    if not inside:
-        raise DataError(f"{archive}: refusing to extract member {name!r}: its path escapes {target}")
+        _refuse(archive, name, "absolute path")
+
+
+def _destination(archive: Path, target: Path, name: str, is_dir: bool) -> Path:
+    """Where a member lands inside `target` (already resolved); refuse absolute or escaping paths."""
+    _refuse_absolute(archive, name)
+    dest = (target / name.replace("\\", "/")).resolve()
+    if not (target in dest.parents or (is_dir and dest == target)):
+        _refuse(archive, name, f"its path escapes {target}")
     return dest
 
 
-def _tar_plan(archive: Path, tar: tarfile.TarFile, target: Path) -> list[tuple[tarfile.TarInfo, Path]]:
-    plan = []
+def _tar_kind(member: tarfile.TarInfo) -> str:
+    if member.issym():
+        return "symlink"
+    if member.islnk():
+        return "hard link"
+    return "device" if member.isdev() else "special file"
+
+
+def _inside(archive: Path, member: tarfile.TarInfo, target: Path) -> tarfile.TarInfo:
+    """The member as the data filter passes it (unchanged where Python lacks the filter); refuse an escaping path."""
+    if _TAR_DATA_FILTER is None:
+        _destination(archive, target, member.name, member.isdir())
+        return member
+    try:
+        return _TAR_DATA_FILTER(member, str(target))
+    except tarfile.OutsideDestinationError:
+        _refuse(archive, member.name, f"its path escapes {target}")
+
+
+def _checked_tar_members(archive: Path, tar: tarfile.TarFile, target: Path) -> list[tarfile.TarInfo]:
+    """Every member, checked before anything is written (the filter alone checks each one as it writes it).
+
+    Links and device files are refused outright, where the filter allows links that stay inside `target`;
+    absolute paths are refused too, where the filter strips the leading / and extracts the rest.
+    """
+    members = []
     for member in tar.getmembers():
         if not (member.isreg() or member.isdir()):
-            kind = (
-                "symlink"
-                if member.issym()
-                else "hard link"
-                if member.islnk()
-                else "device"
-                if member.isdev()
-                else "special file"
-            )
-            raise DataError(f"{archive}: refusing to extract member {member.name!r}: it is a {kind}")
-        plan.append((member, _destination(archive, target, member.name, member.isdir())))
-    return plan
+            _refuse(archive, member.name, f"it is a {_tar_kind(member)}")
+        _refuse_absolute(archive, member.name)
+        members.append(_inside(archive, member, target))
+    return members
 
 
 def _zip_plan(archive: Path, zf: zipfile.ZipFile, target: Path) -> list[tuple[zipfile.ZipInfo, Path]]:
+    """zipfile has no extraction filter: check every member ourselves, and say where each one lands."""
     plan = []
     for info in zf.infolist():
         kind = stat.S_IFMT(info.external_attr >> 16)
         if kind == stat.S_IFLNK:
-            raise DataError(f"{archive}: refusing to extract member {info.filename!r}: it is a symlink")
+            _refuse(archive, info.filename, "it is a symlink")
         if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
-            raise DataError(f"{archive}: refusing to extract member {info.filename!r}: it is a special file")
+            _refuse(archive, info.filename, "it is a special file")
         plan.append((info, _destination(archive, target, info.filename, info.is_dir())))
     return plan
 
 
-def _write(source: IO[bytes] | None, dest: Path) -> None:
+def _place(dest: Path, source: IO[bytes] | None) -> None:
+    """Create `dest` as a directory when there is no `source`, else as a copy of it."""
+    if source is None:
+        dest.mkdir(parents=True, exist_ok=True)
+        return
     dest.parent.mkdir(parents=True, exist_ok=True)
-    assert source is not None
     with source, open(dest, "wb") as out:
         shutil.copyfileobj(source, out, _CHUNK)
+
+
+def _extract_zip(archive: Path, target: Path) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        for info, dest in _zip_plan(archive, zf, target):
+            _place(dest, None if info.is_dir() else zf.open(info))
+
+
+def _extract_tar(archive: Path, target: Path) -> None:
+    with tarfile.open(archive, "r:*") as tar:
+        members = _checked_tar_members(archive, tar, target)
+        if _TAR_DATA_FILTER is not None:
+            tar.extractall(target, members=members, filter=_TAR_DATA_FILTER)
+            return
+        for member in members:
+            _place(target / member.name, None if member.isdir() else tar.extractfile(member))
 
 
 def safe_extract(archive: Path, target: Path) -> None:
@@ -179,19 +228,9 @@ def safe_extract(archive: Path, target: Path) -> None:
     resolved = target.resolve()
     try:
         if zipfile.is_zipfile(archive):
-            with zipfile.ZipFile(archive) as zf:
-                for info, dest in _zip_plan(archive, zf, resolved):
-                    if info.is_dir():
-                        dest.mkdir(parents=True, exist_ok=True)
-                    else:
-                        _write(zf.open(info), dest)
+            _extract_zip(archive, resolved)
         elif tarfile.is_tarfile(archive):
-            with tarfile.open(archive, "r:*") as tar:
-                for member, dest in _tar_plan(archive, tar, resolved):
-                    if member.isdir():
-                        dest.mkdir(parents=True, exist_ok=True)
-                    else:
-                        _write(tar.extractfile(member), dest)
+            _extract_tar(archive, resolved)
         else:
             raise DataError(f"{archive}: not a tar or zip archive; delete it and re-run to download it again")
     except DataError:

@@ -7,6 +7,8 @@ across the image, so a partial view, as CutMix makes, still carries a proportion
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -48,7 +50,6 @@ class SyntheticDataModule(ImageDataModule):
 
     name = "synthetic"
     image_size = 32
-    default_policy = "cifar10"
 
     def __init__(
         self,
@@ -60,7 +61,7 @@ class SyntheticDataModule(ImageDataModule):
         motifs_per_image: int = 4,
         noise: float = 0.15,
         generator_seed: int = 0,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.num_classes = num_classes

@@ -16,7 +16,6 @@ import os
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,19 +23,20 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from vit_locality.data.base import DataError, ImageArrays, ImageDataModule
-from vit_locality.data.download import fetch_and_extract, one_line
+from vit_locality.data.base import DataError, ImageArrays
+from vit_locality.data.download import ArchiveSpec, one_line
+from vit_locality.data.downloadable import DownloadableDataModule
 
 CACHE_NAME = "cache_uint8.npz"
 CACHE_VERSION = 1
 _SPLITS = ("train_images", "train_labels", "test_images", "test_labels")
 
 
-class TinyImageNetDataModule(ImageDataModule):
+class TinyImageNetDataModule(DownloadableDataModule):
     """Tiny-ImageNet-200: 100k train / 10k val (used as test), 64 px, 200 classes.
 
-    `download`: fetch and extract the official zip into `root` when wnids.txt is missing.
-    `verify`: check the zip's size and md5 before extracting it.
+    The archive is extracted again only when wnids.txt is missing, so a bad file inside the folder is
+    fixed by deleting the whole folder. The extracted files have no official md5s: `verify` checks the zip only.
     """
 
     name = "tiny_imagenet"
@@ -44,62 +44,35 @@ class TinyImageNetDataModule(ImageDataModule):
     num_classes = 200
     mean = (0.485, 0.456, 0.406)
     std = (0.229, 0.224, 0.225)
-    default_policy = "colorjitter"
-
-    url = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
-    archive = "tiny-imagenet-200.zip"
-    archive_size = 248_100_043
-    archive_md5 = "90528d7ca1a48142e341f4ef8d21d0de"
-    folder_name = "tiny-imagenet-200"
-
-    def __init__(
-        self,
-        root: str = "data",
-        batch_size: int = 128,
-        eval_batch_size: int | None = None,
-        num_workers: int = 2,
-        val_size: int = 0,
-        split_seed: int = 0,
-        pin_memory: bool | None = None,
-        persistent_workers: bool = True,
-        train_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        download: bool = True,
-        verify: bool = True,
-    ) -> None:
-        super().__init__(
-            root=root,
-            batch_size=batch_size,
-            eval_batch_size=eval_batch_size,
-            num_workers=num_workers,
-            val_size=val_size,
-            split_seed=split_seed,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-            train_transform=train_transform,
-        )
-        self.download = download
-        self.verify = verify
-
-    @property
-    def folder(self) -> Path:
-        return Path(self.root) / self.folder_name
+    archive = ArchiveSpec(
+        url="http://cs231n.stanford.edu/tiny-imagenet-200.zip",
+        filename="tiny-imagenet-200.zip",
+        size=248_100_043,
+        md5="90528d7ca1a48142e341f4ef8d21d0de",
+        folder="tiny-imagenet-200",
+    )
 
     @property
     def cache_path(self) -> Path:
         return self.folder / CACHE_NAME
 
-    def _redo(self) -> str:
-        return f"delete {self.folder} and re-run to extract or download it again"
+    @property
+    def wnids_path(self) -> Path:
+        """The class list: the one file whose presence counts as an extracted folder."""
+        return self.folder / "wnids.txt"
+
+    def required_files(self) -> tuple[Path, ...]:
+        return (self.wnids_path,)
 
     def prepare_data(self) -> None:
         """Download, extract and decode once per node (Lightning calls this on one process only)."""
-        self._ensure_files()
+        super().prepare_data()
         classes = self._read_wnids()
         if self._load_cache(classes, keys=()) is None:
             self._build_cache(classes)
 
     def load_arrays(self) -> ImageArrays:
-        self._ensure_files()
+        self.ensure_extracted()
         classes = self._read_wnids()
         self.num_classes = len(classes)
         arrays = self._load_cache(classes)
@@ -109,33 +82,14 @@ class TinyImageNetDataModule(ImageDataModule):
             **{key: torch.from_numpy(arrays[key]) for key in _SPLITS}, class_names=self._class_names(classes)
         )
 
-    def _ensure_files(self) -> None:
-        wnids = self.folder / "wnids.txt"
-        if wnids.is_file():
-            return
-        archive = Path(self.root) / self.archive
-        fetch_and_extract(
-            name=self.name,
-            url=self.url,
-            archive=archive,
-            size=self.archive_size,
-            md5=self.archive_md5,
-            download=self.download,
-            verify=self.verify,
-            missing=wnids,
-        )
-        if not wnids.is_file():
-            raise DataError(
-                f"{self.name}: {wnids} is missing even after extracting {archive}: the archive is not the "
-                "official one; delete it and re-run to download it again"
-            )
-
     def _read_wnids(self) -> list[str]:
         """The class list, sorted: the label of a class is its index here, for train and val alike."""
-        path = self.folder / "wnids.txt"
+        path = self.wnids_path
         wnids = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not wnids or len(set(wnids)) != len(wnids):
-            raise DataError(f"{path}: expected distinct wnids, one per line, found {len(wnids)} lines; {self._redo()}")
+            raise DataError(
+                f"{path}: expected distinct wnids, one per line, found {len(wnids)} lines; {self.redo_hint()}"
+            )
         return sorted(wnids)
 
     def _class_names(self, classes: list[str]) -> list[str]:
@@ -170,7 +124,7 @@ class TinyImageNetDataModule(ImageDataModule):
         index = {wnid: label for label, wnid in enumerate(classes)}
         train = self._train_files(classes)
         test = self._val_files(index)
-        with tqdm(total=len(train) + len(test), desc=f"decoding {self.folder_name}", unit="img") as bar:
+        with tqdm(total=len(train) + len(test), desc=f"decoding {self.archive.folder}", unit="img") as bar:
             train_images, train_labels = self._decode_all(train, bar)
             test_images, test_labels = self._decode_all(test, bar)
         arrays = {
@@ -195,11 +149,11 @@ class TinyImageNetDataModule(ImageDataModule):
             if not directory.is_dir():
                 raise DataError(
                     f"{self.name}: class folder {directory} is missing (the class is listed in "
-                    f"{self.folder / 'wnids.txt'}); {self._redo()}"
+                    f"{self.wnids_path}); {self.redo_hint()}"
                 )
             images = sorted(p for p in directory.iterdir() if p.suffix.lower() in (".jpeg", ".jpg"))
             if not images:
-                raise DataError(f"{self.name}: class folder {directory} holds no JPEG images; {self._redo()}")
+                raise DataError(f"{self.name}: class folder {directory} holds no JPEG images; {self.redo_hint()}")
             files += [(path, label) for path in images]
         return files
 
@@ -207,7 +161,7 @@ class TinyImageNetDataModule(ImageDataModule):
         """The official val set, labelled by val_annotations.txt (file, wnid, box; tab separated)."""
         path = self.folder / "val" / "val_annotations.txt"
         if not path.is_file():
-            raise DataError(f"{self.name}: {path} is missing, so the val images have no labels; {self._redo()}")
+            raise DataError(f"{self.name}: {path} is missing, so the val images have no labels; {self.redo_hint()}")
         files = []
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             if not line.strip():
@@ -217,9 +171,7 @@ class TinyImageNetDataModule(ImageDataModule):
                 raise DataError(f"{path}, line {number}: expected 'file<TAB>wnid<TAB>box', got {line!r}")
             filename, wnid = fields[0].strip(), fields[1].strip()
             if wnid not in index:
-                raise DataError(
-                    f"{path}, line {number}: wnid {wnid!r} is not in {self.folder / 'wnids.txt'}; {self._redo()}"
-                )
+                raise DataError(f"{path}, line {number}: wnid {wnid!r} is not in {self.wnids_path}; {self.redo_hint()}")
             files.append((self.folder / "val" / "images" / filename, index[wnid]))
         return files
 
@@ -239,14 +191,14 @@ class TinyImageNetDataModule(ImageDataModule):
             with Image.open(path) as image:
                 rgb = image.convert("RGB")
         except FileNotFoundError:
-            raise DataError(f"{self.name}: image {path} is missing; {self._redo()}") from None
+            raise DataError(f"{self.name}: image {path} is missing; {self.redo_hint()}") from None
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
             raise DataError(
-                f"{path}: cannot decode the image ({one_line(err)}); the file is corrupted: {self._redo()}"
+                f"{path}: cannot decode the image ({one_line(err)}); the file is corrupted: {self.redo_hint()}"
             ) from None
         if rgb.size != (self.image_size, self.image_size):
             raise DataError(
                 f"{path}: image is {rgb.size[0]}x{rgb.size[1]} px, "
-                f"expected {self.image_size}x{self.image_size}; {self._redo()}"
+                f"expected {self.image_size}x{self.image_size}; {self.redo_hint()}"
             )
         return np.asarray(rgb)
