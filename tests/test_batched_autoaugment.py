@@ -11,9 +11,16 @@ import pytest
 import torch
 from torchvision.transforms import v2
 
-from vit_locality.batched_autoaugment import POLICIES, AutoAugmentDraws, BatchedAutoAugment, apply, draw
+from vit_locality.batched_autoaugment import AutoAugmentDraws, BatchedAutoAugment, apply, draw
+from vit_locality.domain import AUTOAUGMENT_POLICIES
+from vit_locality.transforms import autoaugment_policy
+from vit_locality.upstream import autoaugment_space, autoaugment_sub_policies
 
-SPACE = v2.AutoAugment._AUGMENTATION_SPACE
+SPACE = autoaugment_space()
+
+
+def _sub_policies(policy: str) -> list:
+    return autoaugment_sub_policies(v2.AutoAugment(autoaugment_policy(policy)))
 
 
 def _images(n: int, size: int, seed: int = 0) -> torch.Tensor:
@@ -47,12 +54,12 @@ def _forced_rng(sub: int, uniforms: list[float]) -> Iterator[list[float]]:
 
 def _reference(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
     """Run torchvision's own AutoAugment.forward image by image, its RNG forced to the given draws."""
-    aa = v2.AutoAugment(POLICIES[draws.policy])
+    aa = v2.AutoAugment(autoaugment_policy(draws.policy))
     out = []
     for i, image in enumerate(images):
         sub = int(draws.sub_policy[i])
         stream = []
-        for k, (name, _, _) in enumerate(aa._policies[sub]):
+        for k, (name, _, _) in enumerate(_sub_policies(draws.policy)[sub]):
             applied = bool(draws.applied[i, k])
             stream.append(0.0 if applied else 2.0)  # 2.0 > any p: a forced "not applied", even for p == 1
             if applied and SPACE[name][1]:
@@ -65,7 +72,7 @@ def _reference(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
 
 def _all_cases(policy: str) -> AutoAugmentDraws:
     """Every sub-policy x every applied pattern x every sign pattern (signs set even where unused)."""
-    n_sub = len(v2.AutoAugment(POLICIES[policy])._policies)
+    n_sub = len(_sub_policies(policy))
     rows = list(itertools.product(range(n_sub), itertools.product([False, True], repeat=4)))
     return AutoAugmentDraws(
         policy,
@@ -75,7 +82,7 @@ def _all_cases(policy: str) -> AutoAugmentDraws:
     )
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("policy", list(AUTOAUGMENT_POLICIES))
 def test_apply_matches_torchvision_per_image_for_every_sub_policy_flag_and_sign(policy: str) -> None:
     draws = _all_cases(policy)  # 25 x 16 = 400 images
     images = _images(len(draws), 32, seed=1)
@@ -97,10 +104,10 @@ def test_apply_does_not_modify_its_input() -> None:
     assert torch.equal(images, before)
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("policy", list(AUTOAUGMENT_POLICIES))
 def test_same_seed_gives_torchvisions_own_choice(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """draw(1) after manual_seed(s) is the sub-policy/flags/signs that v2.AutoAugment draws after it."""
-    aa = v2.AutoAugment(POLICIES[policy])
+    aa = v2.AutoAugment(autoaugment_policy(policy))
     image = _images(1, 32, seed=2)[0]
     recorded: dict[str, list] = {"sub": [], "ops": []}
     real_randint, real_apply = torch.randint, aa._apply_image_or_video_transform
@@ -128,7 +135,7 @@ def test_same_seed_gives_torchvisions_own_choice(policy: str, monkeypatch: pytes
         sub = int(d.sub_policy[0])
         assert recorded["sub"] == [sub]
         ops = []
-        for k, (name, _, bin_) in enumerate(aa._policies[sub]):
+        for k, (name, _, bin_) in enumerate(_sub_policies(policy)[sub]):
             if d.applied[0, k]:
                 magnitudes = SPACE[name][0](10, 32, 32)
                 magnitude = 0.0 if magnitudes is None else float(magnitudes[bin_])
@@ -137,14 +144,14 @@ def test_same_seed_gives_torchvisions_own_choice(policy: str, monkeypatch: pytes
         assert torch.equal(apply(image[None], d)[0], expected)
         seen_subs.add(sub)
         seen_negative += int(d.negative.any())
-    assert len(seen_subs) == len(aa._policies) and seen_negative > 10
+    assert len(seen_subs) == len(_sub_policies(policy)) and seen_negative > 10
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("policy", list(AUTOAUGMENT_POLICIES))
 def test_draw_distribution(policy: str) -> None:
     n = 100_000
     d = draw(n, torch.Generator().manual_seed(3), policy=policy)
-    sub_policies = v2.AutoAugment(POLICIES[policy])._policies
+    sub_policies = _sub_policies(policy)
     n_sub = len(sub_policies)
     counts = torch.bincount(d.sub_policy, minlength=n_sub).double()
     chi2 = float(((counts - n / n_sub) ** 2 / (n / n_sub)).sum())
@@ -177,7 +184,7 @@ def test_draw_distribution(policy: str) -> None:
         assert abs(float(excess)) < 5 * math.sqrt(float((prob[group] * (1 - prob[group])).sum()) + 1)
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("policy", list(AUTOAUGMENT_POLICIES))
 @pytest.mark.parametrize("size", [32, 64])
 @pytest.mark.parametrize("batch", [1, 256])
 def test_module_on_batches(policy: str, size: int, batch: int) -> None:
@@ -203,7 +210,7 @@ def test_grouping_makes_one_call_per_group(monkeypatch: pytest.MonkeyPatch) -> N
     d = draw(256, torch.Generator().manual_seed(5))
     apply(_images(256, 32), d)
 
-    sub_policies = v2.AutoAugment(POLICIES["cifar10"])._policies
+    sub_policies = _sub_policies("cifar10")
     groups = set()
     for i, k in d.applied.nonzero().tolist():
         name, _, bin_ = sub_policies[int(d.sub_policy[i])][k]

@@ -3,7 +3,8 @@
 `v2.AutoAugment` draws one sub-policy per call, so a per-sample protocol has to call it image by image in the
 data workers. Here a batch draws its per-image choices at once (`draw`) and `apply` groups the images by the
 (op, magnitude, sign) they drew, one batched torchvision functional call per group, first op then second op.
-The policy tables, magnitude bins and op dispatch are torchvision's own (`v2.AutoAugment`), called, not copied.
+The policy tables, magnitude bins and op dispatch are torchvision's own (`v2.AutoAugment`), called, not copied,
+so the batched path cannot drift from the per-sample one; they are private there, hence reached through `upstream`.
 
 Draw order. Per image torchvision calls `torch.randint(n_sub, ())`, then for each of the two ops
 `torch.rand(()) <= p` (skip the op when false) and, only for an applied signed op, `torch.rand(()) <= 0.5`
@@ -25,13 +26,11 @@ from functools import cache
 import torch
 from torchvision.transforms import v2
 
-__all__ = ["POLICIES", "AutoAugmentDraws", "BatchedAutoAugment", "apply", "draw"]
+from .transforms import autoaugment_policy
+from .upstream import apply_autoaugment_op, autoaugment_space, autoaugment_sub_policies
 
-POLICIES = {
-    "cifar10": v2.AutoAugmentPolicy.CIFAR10,
-    "imagenet": v2.AutoAugmentPolicy.IMAGENET,
-    "svhn": v2.AutoAugmentPolicy.SVHN,
-}
+__all__ = ["AutoAugmentDraws", "BatchedAutoAugment", "apply", "draw"]
+
 # torchvision's AutoAugment.forward asks its magnitude functions for this many bins.
 _NUM_BINS = 10
 _NUM_OPS = 2
@@ -65,23 +64,19 @@ class AutoAugmentDraws:
 class _Table:
     """A policy's sub-policies as tensors, with each distinct (op name, magnitude bin) given one id."""
 
+    augment: v2.AutoAugment  # the per-sample transform itself, whose ops `apply` calls on sub-batches
     specs: tuple[tuple[str, int | None], ...]  # id -> (op name, magnitude bin or None)
     op_id: torch.Tensor  # (P, 2) int64
     prob: torch.Tensor  # (P, 2) float32, compared in float32 like torchvision's `torch.rand(()) <= p`
     signed: torch.Tensor  # (P, 2) bool
 
 
-def _check_policy(policy: str) -> v2.AutoAugmentPolicy:
-    if policy not in POLICIES:
-        raise ValueError(f"policy={policy!r}: allowed values are {', '.join(POLICIES)}")
-    return POLICIES[policy]
-
-
 @cache
 def _table(policy: str, device: str) -> _Table:
     """Built once per policy and device from torchvision's own sub-policy list and augmentation space."""
-    sub_policies = v2.AutoAugment(_check_policy(policy))._policies
-    space = v2.AutoAugment._AUGMENTATION_SPACE
+    augment = v2.AutoAugment(autoaugment_policy(policy))
+    sub_policies = autoaugment_sub_policies(augment)
+    space = autoaugment_space()
     specs: dict[tuple[str, int | None], int] = {}
     op_id, prob, signed = [], [], []
     for sub in sub_policies:
@@ -89,6 +84,7 @@ def _table(policy: str, device: str) -> _Table:
         prob.append([p for _, p, _ in sub])
         signed.append([space[name][1] for name, _, _ in sub])
     return _Table(
+        augment=augment,
         specs=tuple(specs),
         op_id=torch.tensor(op_id, dtype=torch.int64, device=device),
         prob=torch.tensor(prob, dtype=torch.float32, device=device),
@@ -126,7 +122,7 @@ def draw(
 
 def _magnitude(name: str, bin_: int | None, negative: bool, height: int, width: int) -> float:
     """The magnitude torchvision's forward would pass for this op, bin and sign at this image size."""
-    magnitudes_fn, signed = v2.AutoAugment._AUGMENTATION_SPACE[name]
+    magnitudes_fn, signed = autoaugment_space()[name]
     magnitudes = magnitudes_fn(_NUM_BINS, height, width)
     if magnitudes is None:
         return 0.0
@@ -134,16 +130,12 @@ def _magnitude(name: str, bin_: int | None, negative: bool, height: int, width: 
     return -magnitude if signed and negative else magnitude
 
 
-def apply(
-    images: torch.Tensor,
-    draws: AutoAugmentDraws,
-    *,
-    interpolation: str | v2.InterpolationMode = "nearest",
-    fill: float | list[float] | None = None,
-) -> torch.Tensor:
+def apply(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
     """Apply each image's drawn sub-policy, one batched torchvision op call per (op, magnitude, sign) group.
 
-    Images whose op is not applied stay as they are; the input batch is not modified.
+    The ops run with `v2.AutoAugment(policy)`'s own interpolation and fill (nearest, black), the ones the
+    per-sample transform uses, so both paths produce the same pixels. Images whose op is not applied stay as they
+    are; the input batch is not modified.
     """
     if images.ndim != 4:
         raise ValueError(f"expected a (B, C, H, W) batch, got shape {tuple(images.shape)}")
@@ -151,8 +143,6 @@ def apply(
         raise ValueError(f"{len(draws)} draws for a batch of {images.shape[0]} images")
     draws = draws.to(images.device)
     table = _table(draws.policy, str(images.device))
-    # torchvision's own op dispatch, fill handling and interpolation, called on sub-batches.
-    ops = v2.AutoAugment(POLICIES[draws.policy], interpolation=interpolation, fill=fill)
     height, width = images.shape[-2:]
 
     out = images.clone()
@@ -168,37 +158,22 @@ def apply(
         for key, idx in zip(group_keys.tolist(), rows[order].split(counts.tolist()), strict=True):
             name, bin_ = table.specs[key // 2]
             magnitude = _magnitude(name, bin_, bool(key % 2), height, width)
-            out[idx] = ops._apply_image_or_video_transform(
-                out[idx], name, magnitude, interpolation=ops.interpolation, fill=ops._fill
-            )
+            out[idx] = apply_autoaugment_op(table.augment, out[idx], name, magnitude)
     return out
 
 
 class BatchedAutoAugment(torch.nn.Module):
     """`v2.AutoAugment(policy)` applied per sample, but to a whole batch on its device in a few grouped calls."""
 
-    def __init__(
-        self,
-        policy: str = "cifar10",
-        interpolation: str | v2.InterpolationMode = "nearest",
-        fill: float | list[float] | None = None,
-    ) -> None:
+    def __init__(self, policy: str = "cifar10") -> None:
         super().__init__()
-        _check_policy(policy)
+        autoaugment_policy(policy)  # an unknown policy fails here, not at the first batch
         self.policy = policy
-        self.interpolation = interpolation
-        self.fill = fill
-
-    def draw(
-        self, batch_size: int, generator: torch.Generator | None = None, device: torch.device | str | None = None
-    ) -> AutoAugmentDraws:
-        """This policy's draws for a batch (exposed so a caller can log or replay them)."""
-        return draw(batch_size, generator, device, policy=self.policy)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Augment a uint8 (B, C, H, W) batch, every image with its own sub-policy."""
-        draws = self.draw(len(images), device=images.device)
-        return apply(images, draws, interpolation=self.interpolation, fill=self.fill)
+        draws = draw(len(images), device=images.device, policy=self.policy)
+        return apply(images, draws)
 
     def extra_repr(self) -> str:
         return f"policy={self.policy!r}"

@@ -1,10 +1,10 @@
 """Check every cell of a command before anything runs: one line per problem, no traceback.
 
-Hydra's own errors (an unknown config option, a mistyped key) are several lines with a hint about
-HYDRA_FULL_ERROR; a sweep with a bad value in its fifth cell would train four cells first. This module expands the
-command line (and the sweep saved in an experiment config) into its cells, composes each one and runs
-`config.validate` on it, so a typo costs a second. Part of the entry points: it is the one module here that
-imports Hydra.
+Left to Hydra, an unknown config option or a mistyped key is a multi-line error, and a sweep with a bad value in
+its fifth cell would train four cells first. This module expands the command line (and the sweep saved in an
+experiment config) into its cells, composes each one and runs `config.validate` on it, so a typo costs a second.
+It belongs to the entry points, which are the only code that imports Hydra; the command line is parsed with
+Hydra's own parser (`upstream.hydra_args_parser`), so the cells checked are the cells Hydra would run.
 """
 
 from __future__ import annotations
@@ -14,20 +14,21 @@ import re
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .config import ConfigError, register_resolvers, validate
+from .upstream import hydra_args_parser
 
 MAX_CELLS_CHECKED = 512  # beyond this, the first 512 cells are checked (composition takes ~30 ms a cell)
 INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}
 
 
 def _group_options(conf_dir: Path, group: str) -> list[str]:
-    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+    """The values a user may pick for a config group; files starting with `_` are bases the options build on."""
+    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml") if not p.name.startswith("_"))
 
 
 def explain(error: Exception, conf_dir: Path) -> str:
@@ -63,7 +64,7 @@ def check_command(argv: list[str], conf_dir: Path, config_name: str = "train") -
     """Problems found in the command's cells, as one-line messages (empty when every cell is fine)."""
     if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
         return []
-    args = get_args_parser().parse_args(argv)
+    args = hydra_args_parser().parse_args(argv)
     if args.config_path or args.config_dir:  # another config tree (e.g. a DDP child composing a saved cell)
         return []
     config_name = args.config_name or config_name

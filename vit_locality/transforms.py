@@ -1,7 +1,7 @@
 """Per-sample training transforms of the protocol, on uint8 (3, H, W) tensors inside the data workers.
 
 Crop + flip are always on; `autoaug` adds AutoAugment (one sub-policy drawn per image, because the
-transform is called per sample) or ColorJitter, as the data set's default policy says.
+transform is called per sample) or ColorJitter, whichever policy `domain.resolve_policy` chose for the run.
 """
 
 from __future__ import annotations
@@ -9,20 +9,14 @@ from __future__ import annotations
 import torch
 from torchvision.transforms import v2
 
-AUTOAUGMENT_POLICIES = {
-    "cifar10": v2.AutoAugmentPolicy.CIFAR10,
-    "imagenet": v2.AutoAugmentPolicy.IMAGENET,
-    "svhn": v2.AutoAugmentPolicy.SVHN,
-}
-POLICIES = (*AUTOAUGMENT_POLICIES, "colorjitter")
+from .domain import AUTOAUGMENT_POLICIES, COLORJITTER
 
 
-def resolve_policy(policy: str, data_default: str) -> str:
-    """`auto` is the data set's own policy: CIFAR-10 AutoAugment on CIFAR, ColorJitter on Tiny-ImageNet."""
-    chosen = data_default if policy == "auto" else policy
-    if chosen not in POLICIES:
-        raise ValueError(f"aug.policy={policy!r}: allowed values are auto, {', '.join(POLICIES)}")
-    return chosen
+def autoaugment_policy(name: str) -> v2.AutoAugmentPolicy:
+    """torchvision's enum for one of `domain.AUTOAUGMENT_POLICIES`, whose values are those very names."""
+    if name not in AUTOAUGMENT_POLICIES:
+        raise ValueError(f"policy={name!r}: allowed AutoAugment policies are {', '.join(AUTOAUGMENT_POLICIES)}")
+    return v2.AutoAugmentPolicy(name)
 
 
 def build_train_transform(image_size: int, autoaug: bool, policy: str) -> v2.Compose:
@@ -32,10 +26,10 @@ def build_train_transform(image_size: int, autoaug: bool, policy: str) -> v2.Com
         v2.RandomHorizontalFlip(),
     ]
     if autoaug:
-        if policy == "colorjitter":
+        if policy == COLORJITTER:
             steps.append(v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4))
         else:
-            steps.append(v2.AutoAugment(AUTOAUGMENT_POLICIES[policy]))
+            steps.append(v2.AutoAugment(autoaugment_policy(policy)))
     return v2.Compose(steps)
 
 
@@ -46,7 +40,7 @@ def describe_protocol(
     parts = ["crop+flip"]
     if autoaug:
         where = ", batched on gpu" if autoaug_device == "gpu" else ""
-        parts.append("colorjitter(0.4,0.4,0.4)" if policy == "colorjitter" else f"autoaugment({policy}{where})")
+        parts.append("colorjitter(0.4,0.4,0.4)" if policy == COLORJITTER else f"autoaugment({policy}{where})")
     if cutmix:
         parts.append(f"cutmix(alpha={cutmix_alpha})")
     if ls:

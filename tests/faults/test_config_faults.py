@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import CONF, run_train
+from helpers import CONF, run_train
 
-from vit_locality.preflight import check_command
+from vit_locality.preflight import check_command, explain
 
 CASES = [
     (["aug.cutmix=maybe"], "aug.cutmix='maybe' is not allowed: true or false"),
@@ -66,3 +66,12 @@ def test_train_py_exits_2_with_one_line(args: list[str], message: str, tmp_path:
     assert lines == [lines[0]] and lines[0].startswith(message), proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not out_dir.exists()  # nothing was created, let alone something that looks complete
+
+
+def test_base_config_files_are_not_offered_as_options(tmp_path: Path) -> None:
+    """A `_`-prefixed file in a group is a base the options build on, not a value a user picks."""
+    (tmp_path / "data").mkdir()
+    for name in ("_common", "cifar10", "synthetic"):
+        (tmp_path / "data" / f"{name}.yaml").write_text("{}\n")
+    message = explain(Exception("Could not find 'data/imagenet'"), tmp_path)
+    assert message == "data=imagenet is not allowed: one of cifar10, synthetic"
