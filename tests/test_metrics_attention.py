@@ -10,7 +10,6 @@ import torch
 from vit_locality.metrics import (
     AttentionStatsAccumulator,
     attention_entropy,
-    attention_per_image,
     attention_summary,
     cls_mass,
     mean_attention_distance,
@@ -55,18 +54,16 @@ def _loop_neighbourhood(g: int) -> tuple[float, float]:
 # ---- attention builders ---------------------------------------------------------------------------------
 
 
-def _attn(patch_rows: torch.Tensor, prefix: int = 1, prefix_mass: float = 0.0) -> torch.Tensor:
-    """(T, T) attention from (N, N) patch-key rows; each patch query puts `prefix_mass` on token 0.
+def _attn(patch_rows: torch.Tensor, cls_weight: float = 0.0) -> torch.Tensor:
+    """(T, T) attention from (N, N) patch-key rows; each patch query puts `cls_weight` on the CLS key (token 0).
 
-    Prefix-query rows get a deliberately odd pattern (all mass on the last patch) that must be ignored.
+    The CLS query's row gets a deliberately odd pattern (all mass on the last patch) that must be ignored.
     """
     n = patch_rows.shape[0]
-    t = prefix + n
-    a = torch.zeros(t, t, dtype=torch.float64)
-    a[:prefix, -1] = 1.0
-    a[prefix:, prefix:] = patch_rows.to(torch.float64)
-    if prefix:
-        a[prefix:, 0] = prefix_mass
+    a = torch.zeros(n + 1, n + 1, dtype=torch.float64)
+    a[0, -1] = 1.0
+    a[1:, 1:] = patch_rows.to(torch.float64)
+    a[1:, 0] = cls_weight
     return a
 
 
@@ -123,8 +120,10 @@ def test_invalid_units_and_missing_patch_size() -> None:
     a = _stack(_attn(_uniform_rows(8))).float()
     with pytest.raises(ValueError, match="units must be one of"):
         mean_attention_distance(a, units="px")
-    with pytest.raises(ValueError, match="reduce must be one of"):
-        mean_attention_distance(a, reduce="max")
+    with pytest.raises(ValueError, match="patch_size"):
+        attention_summary(a, units="pixels")
+    with pytest.raises(ValueError, match="patch_size"):  # before any probe pass, not at the first update
+        AttentionStatsAccumulator(units="pixels")
 
 
 # ---- hand-known answers ---------------------------------------------------------------------------------
@@ -148,17 +147,32 @@ def test_uniform_attention_8x8() -> None:
     assert mad == pytest.approx(expected, abs=1e-6)
     assert round(mad, 4) == 0.5171
     assert attention_entropy(a).item() == pytest.approx(1.0, abs=1e-6)
-    assert mean_attention_distance(a, units="grid").item() == pytest.approx(8 * expected, abs=1e-5)
-    assert mean_attention_distance(a, units="pixels", patch_size=4).item() == pytest.approx(32 * expected, abs=1e-5)
+    grid = mean_attention_distance(a, units="grid").item()
+    assert grid == pytest.approx(8 * expected, abs=1e-5) and round(grid, 2) == 4.14
+    pixels = mean_attention_distance(a, units="pixels", patch_size=4).item()  # 32 px image, 4 px patches
+    assert pixels == pytest.approx(32 * expected, abs=1e-5) and round(pixels, 2) == 16.55
+
+
+def test_raw_weights_uniform_over_all_keys() -> None:
+    """docs/metrics.md, "Raw weights": 1/65 on every key, CLS included."""
+    a = torch.full((1, 1, 65, 65), 1 / 65)
+    assert mean_attention_distance(a).item() == pytest.approx(_loop_uniform_mad(8), abs=1e-6)
+    assert attention_entropy(a).item() == pytest.approx(1.0, abs=1e-6)
+    raw_mad = mean_attention_distance(a, renormalize=False).item()
+    assert raw_mad == pytest.approx(64 / 65 * _loop_uniform_mad(8), abs=1e-6) and round(raw_mad, 4) == 0.5091
+    raw_ent = attention_entropy(a, renormalize=False).item()
+    assert raw_ent == pytest.approx(64 / 65 * math.log(65) / math.log(64), abs=1e-6) and round(raw_ent, 4) == 0.9883
+    assert cls_mass(a).item() == pytest.approx(1 / 65)
 
 
 @pytest.mark.parametrize("g", [8, 4, 5])
 def test_neighbourhood_attention_matches_loop(g: int) -> None:
     a = _stack(_attn(_neighbourhood_rows(g))).float()
     exp_mad, exp_ent = _loop_neighbourhood(g)
+    if g == 8:  # the hand-computed values of docs/metrics.md
+        assert (round(exp_mad, 4), round(exp_ent, 4)) == (0.1276, 0.4796)
     assert mean_attention_distance(a).item() == pytest.approx(exp_mad, abs=1e-6)
     assert attention_entropy(a).item() == pytest.approx(exp_ent, abs=1e-6)
-    assert mean_attention_distance(a, grid_size=g).item() == pytest.approx(exp_mad, abs=1e-6)
 
 
 def test_other_grid_size_4x4() -> None:
@@ -171,6 +185,29 @@ def test_other_grid_size_4x4() -> None:
         r, c = divmod(k, 4)
         right[k, r * 4 + (c ^ 1)] = 1.0  # the horizontal partner: always exactly one step away
     assert mean_attention_distance(_stack(_attn(right)).float()).item() == pytest.approx(0.25)
+
+
+def test_one_patch_step() -> None:
+    """All weight on one horizontal (head 0) or vertical (head 1) neighbour: one step in every unit."""
+    horizontal, vertical = torch.zeros(64, 64), torch.zeros(64, 64)
+    for k in range(64):
+        r, c = divmod(k, 8)
+        horizontal[k, r * 8 + (c ^ 1)] = 1.0
+        vertical[k, (r ^ 1) * 8 + c] = 1.0
+    a = _stack(_attn(horizontal), _attn(vertical)).float()
+    assert mean_attention_distance(a).tolist() == pytest.approx([0.125, 0.125])
+    assert mean_attention_distance(a, units="grid").tolist() == pytest.approx([1.0, 1.0])
+    assert mean_attention_distance(a, units="pixels", patch_size=4).tolist() == pytest.approx([4.0, 4.0])
+    assert attention_entropy(a).tolist() == [0.0, 0.0]
+
+
+def test_single_patch_grid_gives_zero_not_nan() -> None:
+    """g = 1: one patch key carries no uncertainty (log 1 = 0 must not be divided by) and no distance."""
+    a = torch.full((1, 1, 2, 2), 0.5)
+    for renormalize in (True, False):
+        assert attention_entropy(a, renormalize=renormalize).item() == 0.0
+        assert mean_attention_distance(a, renormalize=renormalize).item() == 0.0
+    assert cls_mass(a).item() == 0.5
 
 
 # ---- the CLS key ----------------------------------------------------------------------------------------
@@ -189,7 +226,7 @@ def _partner_rows(g: int, self_w: float, partner_w: float) -> torch.Tensor:
 
 def test_cls_mass_renormalised_or_raw() -> None:
     # 0.5 on CLS, 0.5 on the partner one step (0.125) away.
-    a = _stack(_attn(_partner_rows(8, 0.0, 0.5), prefix_mass=0.5)).float()
+    a = _stack(_attn(_partner_rows(8, 0.0, 0.5), cls_weight=0.5)).float()
     assert cls_mass(a).item() == pytest.approx(0.5)
     assert mean_attention_distance(a).item() == pytest.approx(0.125)  # renormalised: all on the partner
     assert attention_entropy(a).item() == pytest.approx(0.0, abs=1e-7)
@@ -198,7 +235,7 @@ def test_cls_mass_renormalised_or_raw() -> None:
     assert attention_entropy(a, renormalize=False).item() == pytest.approx(1 / 12, abs=1e-7)
 
     # 0.2 on CLS, 0.4 on itself, 0.4 on the partner.
-    b = _stack(_attn(_partner_rows(8, 0.4, 0.4), prefix_mass=0.2)).float()
+    b = _stack(_attn(_partner_rows(8, 0.4, 0.4), cls_weight=0.2)).float()
     assert cls_mass(b).item() == pytest.approx(0.2)
     assert mean_attention_distance(b).item() == pytest.approx(0.0625)  # 0.5 * 0.125
     assert mean_attention_distance(b, renormalize=False).item() == pytest.approx(0.05)  # 0.4 * 0.125
@@ -207,7 +244,7 @@ def test_cls_mass_renormalised_or_raw() -> None:
     assert attention_entropy(b, renormalize=False).item() == pytest.approx(raw_ent, abs=1e-7)
 
 
-def test_prefix_queries_are_ignored() -> None:
+def test_cls_query_is_ignored() -> None:
     base = _attn(_neighbourhood_rows(8))
     other = base.clone()
     other[0] = 0.0
@@ -226,27 +263,8 @@ def test_row_with_no_patch_mass_is_zero_not_nan() -> None:
     for value in s.values():
         assert torch.isfinite(value).all()
     assert s["mad"].item() == 0.0 and s["entropy"].item() == 0.0 and s["cls_mass"].item() == 1.0
-
-
-def test_no_prefix_tokens() -> None:
-    a = _stack(_attn(_neighbourhood_rows(8), prefix=0)).float()
-    assert a.shape[-1] == 64
-    exp_mad, exp_ent = _loop_neighbourhood(8)
-    assert mean_attention_distance(a, num_prefix_tokens=0).item() == pytest.approx(exp_mad, abs=1e-6)
-    assert attention_entropy(a, num_prefix_tokens=0).item() == pytest.approx(exp_ent, abs=1e-6)
-    assert cls_mass(a, num_prefix_tokens=0).item() == 0.0
-    s = attention_summary(a, num_prefix_tokens=0)
-    assert s["mad"].item() == pytest.approx(exp_mad, abs=1e-6)
-
-
-def test_several_prefix_tokens() -> None:
-    """Registers: two prefix tokens, both excluded from the keys and counted in cls_mass."""
-    a = _attn(_partner_rows(4, 0.0, 0.5), prefix=2)
-    a[2:, 0] = 0.25
-    a[2:, 1] = 0.25
-    a = _stack(a).float()
-    assert cls_mass(a, num_prefix_tokens=2).item() == pytest.approx(0.5)
-    assert mean_attention_distance(a, num_prefix_tokens=2).item() == pytest.approx(0.25)
+    raw = attention_summary(a, renormalize=False)
+    assert raw["mad"].item() == 0.0 and raw["entropy"].item() == 0.0
 
 
 def test_bad_token_counts_error_clearly() -> None:
@@ -255,13 +273,13 @@ def test_bad_token_counts_error_clearly() -> None:
         mean_attention_distance(a)
     with pytest.raises(ValueError, match="not a positive perfect square"):
         attention_summary(a)
-    with pytest.raises(ValueError, match="do not match"):
-        mean_attention_distance(torch.full((1, 1, 65, 65), 1 / 65), grid_size=4)
+    with pytest.raises(ValueError, match="not a positive perfect square"):
+        AttentionStatsAccumulator().update(a)
     with pytest.raises(ValueError, match=r"\(B, heads, T, T\)"):
         mean_attention_distance(torch.full((2, 65, 65), 1 / 65))
 
 
-# ---- heads, images, reductions --------------------------------------------------------------------------
+# ---- heads and images ---------------------------------------------------------------------------------
 
 
 def test_per_head_values_in_head_order() -> None:
@@ -289,13 +307,10 @@ def test_mean_and_std_over_images() -> None:
         m = mean(xs)
         return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
 
-    none = mean_attention_distance(a, reduce="none")
-    assert none.shape == (3, 2)
-    assert none[:, 0].tolist() == pytest.approx(per_image_mad, abs=1e-6)
-    assert none[:, 1].tolist() == pytest.approx([0.0, 0.0, 0.0], abs=1e-7)
-    assert attention_entropy(a, reduce="none")[:, 0].tolist() == pytest.approx(per_image_ent, abs=1e-6)
-    assert cls_mass(a, reduce="none").shape == (3, 2)
-    assert mean_attention_distance(a, reduce="query").shape == (3, 2, 64)
+    for i in range(3):  # each image alone gives its own value: images are not mixed up
+        assert mean_attention_distance(a[i : i + 1]).tolist() == pytest.approx([per_image_mad[i], 0.0], abs=1e-6)
+        assert attention_entropy(a[i : i + 1]).tolist() == pytest.approx([per_image_ent[i], 0.0], abs=1e-6)
+    assert cls_mass(a).shape == (2,)
 
     s = attention_summary(a)
     assert set(s) == {"mad", "entropy", "cls_mass", "mad_std", "entropy_std"}
@@ -310,6 +325,7 @@ def test_mean_and_std_over_images() -> None:
 
     single = attention_summary(a[:1])
     assert single["mad_std"].tolist() == [0.0, 0.0]  # one image: no spread, not NaN
+    assert single["entropy_std"].tolist() == [0.0, 0.0]
 
 
 def _random_attention(b: int, heads: int, g: int, seed: int = 0) -> torch.Tensor:
@@ -321,18 +337,23 @@ def _random_attention(b: int, heads: int, g: int, seed: int = 0) -> torch.Tensor
 def test_accumulator_matches_one_shot() -> None:
     a = _random_attention(10, 3, 8)
     acc = AttentionStatsAccumulator()
-    for chunk in a.split(4):  # 4 + 4 + 2 images
-        acc.update(chunk)
-    assert acc.num_images == 10
-    streamed, one_shot = acc.compute(), attention_summary(a)
-    for key in one_shot:
-        assert torch.allclose(streamed[key], one_shot[key], atol=1e-6), key
-    per_image = acc.per_image()
-    assert per_image["mad"].shape == (10, 3)
-    assert torch.allclose(per_image["mad"], attention_per_image(a)["mad"])
-    acc.reset()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="before any update"):
         acc.compute()
+    for chunk in a.split(4):  # 4 + 4 + 2 images: uneven chunks, so per-chunk stds would not average out
+        acc.update(chunk)
+    streamed, one_shot = acc.compute(), attention_summary(a)
+    assert set(streamed) == set(one_shot)
+    for key in one_shot:
+        assert streamed[key].shape == (3,), key
+        assert torch.allclose(streamed[key], one_shot[key], atol=1e-6), key
+    # the settings reach every update: raw weights in grid units
+    raw = AttentionStatsAccumulator(renormalize=False, units="grid")
+    for chunk in a.split(3):
+        raw.update(chunk)
+    streamed_raw, expected = raw.compute(), attention_summary(a, renormalize=False, units="grid")
+    for key in expected:
+        assert torch.allclose(streamed_raw[key], expected[key], atol=1e-5), key
+    assert not torch.allclose(expected["mad"], one_shot["mad"])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -352,3 +373,5 @@ def test_float64_input_stays_float64() -> None:
     mad = mean_attention_distance(a)
     assert mad.dtype == torch.float64
     assert mad.item() == pytest.approx(_loop_uniform_mad(8), abs=1e-12)
+    for key, value in attention_summary(a).items():
+        assert value.dtype == torch.float64, key

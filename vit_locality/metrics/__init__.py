@@ -1,29 +1,21 @@
-"""Attention statistics as pure torch functions (DESIGN.md, "Attention statistics"); imports torch alone."""
+"""Attention statistics as pure torch functions, defined in docs/metrics.md; imports torch alone."""
 
 from vit_locality.metrics.attention import (
-    REDUCTIONS,
     UNITS,
     AttentionStatsAccumulator,
     attention_entropy,
-    attention_per_image,
     attention_summary,
     cls_mass,
-    infer_grid_size,
     mean_attention_distance,
     patch_distance_matrix,
-    summarize_per_image,
 )
 
 __all__ = [
-    "REDUCTIONS",
     "UNITS",
     "AttentionStatsAccumulator",
     "attention_entropy",
-    "attention_per_image",
     "attention_summary",
     "cls_mass",
-    "infer_grid_size",
     "mean_attention_distance",
     "patch_distance_matrix",
-    "summarize_per_image",
 ]
