@@ -17,76 +17,39 @@ forward (the backward computes a gradient for the input and one for the weights 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..model import VisionTransformer
+from .common import Result, bench_config, build_vit
 
 
 def linear_flops(tokens: int, in_features: int, out_features: int) -> int:
     return 2 * tokens * in_features * out_features
 
 
-@dataclass(frozen=True)
-class FlopBreakdown:
-    """Forward FLOPs per image, by term of the formula in the module docstring."""
-
-    patch_embed: int
-    qkv: int
-    attention: int
-    proj: int
-    mlp: int
-    head: int
-
-    @property
-    def forward(self) -> int:
-        return self.patch_embed + self.qkv + self.attention + self.proj + self.mlp + self.head
-
-    @property
-    def train_step(self) -> int:
-        """The usual 3 x forward estimate of forward + backward (see `counted_flops` for the exact count)."""
-        return 3 * self.forward
-
-    def as_dict(self) -> dict[str, int]:
-        return {**asdict(self), "forward": self.forward, "train_step": self.train_step}
-
-
-def vit_flops(
-    grid: int, patch: int, dim: int, depth: int, mlp_hidden: int, num_classes: int, channels: int = 3
-) -> FlopBreakdown:
-    tokens = 1 + grid * grid
-    return FlopBreakdown(
-        patch_embed=linear_flops(grid * grid, channels * patch * patch, dim),
-        qkv=depth * linear_flops(tokens, dim, 3 * dim),
-        attention=depth * 2 * (2 * tokens * tokens * dim),
-        proj=depth * linear_flops(tokens, dim, dim),
-        mlp=depth * (linear_flops(tokens, dim, mlp_hidden) + linear_flops(tokens, mlp_hidden, dim)),
-        head=linear_flops(1, dim, num_classes),
-    )
-
-
-def model_flops(model: VisionTransformer) -> FlopBreakdown:
-    """The formula with the shapes read off a built model, so it follows any config."""
-    conv = model.patch_embed
-    return vit_flops(
-        grid=model.grid_size,
-        patch=model.patch_size,
-        dim=conv.out_channels,
-        depth=len(model.blocks),
-        mlp_hidden=model.blocks[0].mlp[0].out_features,
-        num_classes=model.head.out_features,
-        channels=conv.in_channels,
-    )
+def model_flops(model: VisionTransformer) -> dict[str, int]:
+    """Forward FLOPs per image by term of the formula above, with the shapes read off a built model (so it
+    follows any config), plus their sum `forward` and the 3 x forward estimate `train_step`."""
+    grid, conv, depth, tokens = model.grid_size, model.patch_embed, len(model.blocks), model.num_tokens
+    dim, hidden = conv.out_channels, model.blocks[0].mlp[0].out_features
+    terms = {
+        "patch_embed": linear_flops(grid * grid, conv.in_channels * model.patch_size**2, dim),
+        "qkv": depth * linear_flops(tokens, dim, 3 * dim),
+        "attention": depth * 2 * (2 * tokens * tokens * dim),
+        "proj": depth * linear_flops(tokens, dim, dim),
+        "mlp": depth * (linear_flops(tokens, dim, hidden) + linear_flops(tokens, hidden, dim)),
+        "head": linear_flops(1, dim, model.head.out_features),
+    }
+    forward = sum(terms.values())
+    return {**terms, "forward": forward, "train_step": 3 * forward}
 
 
 def counted_flops(model: VisionTransformer, batch: int = 2, explicit: bool = False, backward: bool = False) -> float:
     """FlopCounterMode's count per image on a forward (and backward); `explicit` takes the attention path
     built from plain matmuls, which the counter always sees (it has no formula for CPU's fused SDPA kernel)."""
-    device = next(model.parameters()).device
     size = model.grid_size * model.patch_size
-    images = torch.randn(batch, 3, size, size, device=device)
+    images = torch.randn(batch, 3, size, size, device=next(model.parameters()).device)
     was_training = model.training
     model.eval()
     try:
@@ -100,28 +63,38 @@ def counted_flops(model: VisionTransformer, batch: int = 2, explicit: bool = Fal
     return counter.get_total_flops() / batch
 
 
-def run(model: VisionTransformer, train_img_s: float | None) -> dict[str, object]:
-    """The formula, FlopCounterMode's counts of the same model (CPU), and the achieved rate of a measured step."""
-    model = model.cpu()
-    analytic = model_flops(model)
-    fused = counted_flops(model)
-    explicit = counted_flops(model, explicit=True)
-    train = counted_flops(model, explicit=True, backward=True)
-    result: dict[str, object] = {
-        "analytic": analytic.as_dict(),
-        "attention_share": analytic.attention / analytic.forward,
-        "counted_forward_fused": fused,
-        "counted_forward_explicit": explicit,
-        "counted_train_step_explicit": train,
-        "fused_gap": 1 - fused / analytic.forward,
-        "ratios": {
-            "counted_explicit_over_analytic": explicit / analytic.forward,
-            "counted_fused_over_analytic": fused / analytic.forward,
-            "counted_train_over_forward": train / analytic.forward,
-        },
+def run(model: str, train_img_s: float | None = None) -> Result:
+    """The formula, FlopCounterMode's counts of the same model (on the CPU), and the FLOP rate a measured
+    training step achieved (`train_img_s`, from the model section)."""
+    vit = build_vit(bench_config(model, torch.device("cpu")))
+    analytic = model_flops(vit)
+    forward = analytic["forward"]
+    counted = {
+        "forward_fused": counted_flops(vit),
+        "forward_explicit": counted_flops(vit, explicit=True),
+        "train_step_explicit": counted_flops(vit, explicit=True, backward=True),
     }
+    agree, fused = counted["forward_explicit"] / forward, counted["forward_fused"] / forward
+    ratios = {"counted_explicit_over_analytic": agree, "counted_fused_over_analytic": fused}
+    ratios["counted_train_over_forward"] = counted["train_step_explicit"] / forward
+    rows = [
+        ("analytic forward GFLOP/image", f"{forward / 1e9:.4f}"),
+        ("analytic train step GFLOP/image (3 x forward)", f"{analytic['train_step'] / 1e9:.4f}"),
+        ("attention matmuls / forward", f"{100 * analytic['attention'] / forward:.1f}%"),
+        (
+            "FlopCounterMode forward (explicit attention) / analytic",
+            f"{agree:.4f}",
+            "flops_apart_pct",
+            abs(agree - 1) * 100,
+        ),
+        (
+            "FlopCounterMode forward (fused SDPA) / analytic",
+            f"{fused:.4f} (gap {100 * (1 - fused):.1f}% = attention matmuls: "
+            "the counter has no formula for CPU's fused SDPA kernel)",
+        ),
+        ("FlopCounterMode train step GFLOP/image", f"{counted['train_step_explicit'] / 1e9:.4f}"),
+    ]
     if train_img_s is not None:
-        result["train_img_s"] = train_img_s
-        result["achieved_flop_s"] = analytic.train_step * train_img_s
-        result["ratios"]["achieved_gflop_s"] = analytic.train_step * train_img_s / 1e9
-    return result
+        ratios["achieved_gflop_s"] = analytic["train_step"] * train_img_s / 1e9
+        rows.append(("achieved GFLOP/s in the measured train step", f"{ratios['achieved_gflop_s']:.1f}"))
+    return {"analytic": analytic, "counted": counted, "ratios": ratios}, rows

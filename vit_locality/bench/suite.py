@@ -1,10 +1,10 @@
 """The bench suite: every section measured in one process, a table printed, JSON and Markdown rows written.
 
-    python -m vit_locality.bench [--quick] [--out bench_results.json] [--markdown BENCH_ROWS.md]
+    python -m vit_locality.bench [--quick] [--out bench_results.json] [--markdown bench_rows.md]
                                  [--device cpu|cuda] [--sections model,framework,data,stats,flops] [--threads N]
 
-Full settings are sized so that the whole suite ends within 5 minutes on a 2-core CPU; `--quick` runs every
-section on the tiny model with a handful of images, for tests. Targets are the CPU targets of issue 6.
+The full settings end within about 5 minutes on a 2-core CPU; `--quick` runs every section on the tiny model
+with a handful of images, for tests. report.py states the targets.
 """
 
 from __future__ import annotations
@@ -16,125 +16,80 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import data_bench, flops, framework_bench, model_bench, stats_bench
-from .common import PAPER, TINY, ModelConfig, precision_name
-from .report import build_rows, format_table, markdown, targets
+from . import flops, framework
+from .common import Result, bench_config, precision
+from .framework import FrameworkCase
+from .report import Row, format_table, make_row, markdown
+from .sections import data_headroom, model_vs_timm, probe_cost
 from .timing import load_average, machine
 
-SECTIONS = ("model", "framework", "data", "stats", "flops")
+Settings = dict[str, dict[str, Any]]  # section: its keyword arguments
 
-
-@dataclass(frozen=True)
-class FrameworkCase:
-    label: str
-    config: ModelConfig
-    batch: int
-    first: int  # warm-up steps before the timed window
-    steps: int
-    repeats: int
-    warmup: int  # untimed rounds
-    bare: bool  # also time a Trainer without bar and logger, to attribute the overhead
-    target: str  # "ms" (added ms per step) or "pct" (time ratio)
-
-
-@dataclass(frozen=True)
-class Settings:
-    model: ModelConfig = PAPER
-    model_batch: int = 128
-    model_repeats: int = 7
-    framework: tuple[FrameworkCase, ...] = field(
-        default_factory=lambda: (
-            FrameworkCase("tiny", TINY, 32, first=3, steps=30, repeats=5, warmup=1, bare=True, target="ms"),
-            FrameworkCase("paper", PAPER, 128, first=2, steps=5, repeats=3, warmup=0, bare=False, target="pct"),
-        )
-    )
-    data_samples: int = 2048
-    data_loader_images: int = 2560
-    data_batch: int = 128
-    data_repeats: int = 3
-    stats_probe: int = 512
-    stats_repeats: int = 5
-    train_images: int = 50_000
-
-
-FULL = Settings()
-QUICK = Settings(
-    model=TINY,
-    model_batch=16,
-    model_repeats=2,
-    framework=(
-        FrameworkCase("tiny", TINY, 16, first=1, steps=3, repeats=2, warmup=0, bare=True, target="ms"),
-        FrameworkCase("paper", TINY, 16, first=1, steps=3, repeats=2, warmup=0, bare=False, target="pct"),
-    ),
-    data_samples=64,
-    data_loader_images=128,
-    data_batch=32,
-    data_repeats=2,
-    stats_probe=32,
-    stats_repeats=2,
+TINY = FrameworkCase("tiny", "vit_tiny", 32, first=3, steps=30, repeats=5, warmup=1, target="tiny_added_ms")
+PAPER = FrameworkCase("paper", "vit_paper", 128, first=2, steps=5, repeats=3, warmup=0, target="paper_overhead_pct")
+QUICK_CASES = tuple(
+    replace(c, model="vit_tiny", batch=16, first=1, steps=3, repeats=2, warmup=0) for c in (TINY, PAPER)
 )
+# section: {argument: (full, quick)}
+SETTINGS = {
+    "model": {"model": ("vit_paper", "vit_tiny"), "batch": (128, 16), "repeats": (7, 2)},
+    "framework": {"cases": ((TINY, PAPER), QUICK_CASES)},
+    "data": {
+        "model": ("vit_paper", "vit_tiny"),
+        "samples": (2048, 64),
+        "loader_images": (2560, 128),
+        "batch": (128, 32),
+        "model_batch": (128, 16),
+        "repeats": (3, 2),
+    },
+    "stats": {
+        "model": ("vit_paper", "vit_tiny"),
+        "batch": (128, 16),
+        "probe_size": (512, 32),
+        "repeats": (5, 2),
+    },
+    "flops": {"model": ("vit_paper", "vit_tiny")},
+}
+
+
+def settings_for(quick: bool) -> Settings:
+    return {section: {name: values[quick] for name, values in args.items()} for section, args in SETTINGS.items()}
+
+
+Section = Callable[[dict[str, Any], torch.device, dict[str, Any]], Result]
+SECTIONS: dict[str, Section] = {  # in the order they run: flops reads the rate the model section measured
+    "model": lambda kwargs, device, done: model_vs_timm(device=device, **kwargs),
+    "framework": lambda kwargs, device, done: framework.run(device=device, **kwargs),
+    "data": lambda kwargs, device, done: data_headroom(device=device, **kwargs),
+    "stats": lambda kwargs, device, done: probe_cost(device=device, **kwargs),
+    "flops": lambda kwargs, device, done: flops.run(
+        train_img_s=done["model"]["img_s"]["ours"] if "model" in done else None, **kwargs
+    ),
+}
 
 
 def say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def run_section(name: str, settings: Settings, device: torch.device, done: dict[str, Any]) -> dict[str, Any]:
-    s = settings
-    if name == "model":
-        return model_bench.run(s.model, s.model_batch, s.model_repeats, warmup=1, device=device)
-    if name == "framework":
-        cases = {}
-        for case in s.framework:
-            say(f"framework: {case.label} ({case.config.name}, batch {case.batch})")
-            result = framework_bench.measure(
-                case.config, case.batch, case.first, case.steps, case.repeats, case.warmup, device, case.bare
-            )
-            cases[case.label] = {**result, "target": case.target}
-        ratios = {f"{label}_{k}": v for label, c in cases.items() for k, v in c["ratios"].items()}
-        return {"cases": cases, "ratios": ratios}
-    if name == "data":
-        return data_bench.run(
-            s.model, s.data_samples, s.data_loader_images, s.data_batch, s.model_batch, s.data_repeats, 1, device
-        )
-    if name == "stats":
-        return stats_bench.run(s.model, s.model_batch, s.stats_probe, s.train_images, s.stats_repeats, 1, device)
-    if name == "flops":
-        img_s = done["model"]["ours_img_s"] if "model" in done else None
-        return flops.run(s.model.build(), img_s)
-    raise ValueError(f"unknown section {name!r}: choose from {', '.join(SECTIONS)}")
-
-
-def run_suite(settings: Settings, sections: list[str], device: torch.device, command: str) -> dict[str, Any]:
-    """Run the chosen sections in order; return the JSON-ready record (meta, sections, rows, targets)."""
-    started = time.perf_counter()
-    load_start = load_average()
+def run_suite(settings: Settings, sections: list[str], device: torch.device) -> tuple[dict[str, Any], list[Row]]:
+    """Run the chosen sections in order; return the figures by section and the table's rows."""
     done: dict[str, Any] = {}
+    rows: list[Row] = []
     for name in sections:
         say(f"{name} ... (load average {load_average()})")
-        section_start = time.perf_counter()
-        done[name] = run_section(name, settings, device, done)
-        done[name]["elapsed_s"] = time.perf_counter() - section_start
-        done[name]["load_average_after"] = load_average()
-    meta = {
-        "command": command,
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(device),
-        "precision": precision_name(device),
-        "batch": {"model": settings.model_batch, "data": settings.data_batch},
-        "quick": settings is QUICK,
-        "load_start": load_start,
-        "load_end": load_average(),
-        "elapsed_s": time.perf_counter() - started,
-    }
-    rows = build_rows(done)
-    return {"meta": meta, "sections": done, "targets": targets(rows), "rows": [vars(r) for r in rows]}
+        start = time.perf_counter()
+        done[name], section_rows = SECTIONS[name](settings[name], device, done)
+        done[name] |= {"elapsed_s": time.perf_counter() - start, "load_average_after": load_average()}
+        rows += [make_row(name, *row) for row in section_rows]
+    return done, rows
 
 
 def parse_sections(text: str) -> list[str]:
@@ -142,7 +97,7 @@ def parse_sections(text: str) -> list[str]:
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown sections {unknown}: choose from {', '.join(SECTIONS)}")
-    return [s for s in SECTIONS if s in chosen]  # the flops section reads the model section's rate
+    return [s for s in SECTIONS if s in chosen]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -162,16 +117,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("the model section compares against timm: `pip install timm`, or leave `model` out of --sections")
     if args.threads:
         torch.set_num_threads(args.threads)
-    raw = sys.argv[1:] if argv is None else argv
-    command = shlex.join(["python", "-m", "vit_locality.bench", *raw])
-    record = run_suite(QUICK if args.quick else FULL, args.sections, torch.device(args.device), command)
-    rows = build_rows(record["sections"])
-    print(format_table(rows, record["meta"]))
+    device, settings = torch.device(args.device), settings_for(args.quick)
+    started, load_start = time.perf_counter(), load_average()
+    sections, rows = run_suite(settings, args.sections, device)
+    meta = {
+        "command": shlex.join(["python", "-m", "vit_locality.bench", *(sys.argv[1:] if argv is None else argv)]),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(device),
+        "precision": precision(bench_config(settings["model"]["model"], device)),
+        "quick": args.quick,
+        "settings": {name: settings[name] for name in args.sections},
+        "load_start": load_start,
+        "load_end": load_average(),
+        "elapsed_s": time.perf_counter() - started,
+    }
+    judged = [vars(r) for r in rows if r.met is not None]
+    record = {"meta": meta, "sections": sections, "targets": judged, "rows": [vars(r) for r in rows]}
+    print(format_table(rows, meta))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    args.out.write_text(json.dumps(record, indent=2, default=vars) + "\n")
     say(f"JSON -> {args.out}")
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(rows, record["meta"]))
+        args.markdown.write_text(markdown(rows, meta))
         say(f"Markdown rows -> {args.markdown}")
     return record
