@@ -23,10 +23,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, read_write
 
 from vit_locality.config import ConfigError, register_resolvers
-from vit_locality.data import DataError
 from vit_locality.preflight import check_command
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"
+CHECKOUT = Path(__file__).resolve().parent  # holds conf/ and callbacks/
+CONF_DIR = CHECKOUT / "conf"
 log = logging.getLogger("vit_locality")
 failed_cells: list[str] = []  # cells that failed while sweep.continue_on_error let the sweep go on
 
@@ -77,10 +77,17 @@ def _one_line(error: BaseException) -> str:
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     # Heavy imports only after Hydra has parsed the command line (so --help and typos answer at once).
+    # callbacks/ is imported from the checkout; a launcher's worker process (submitit) may not have it on its path.
+    if str(CHECKOUT) not in sys.path:
+        sys.path.insert(0, str(CHECKOUT))
     from callbacks import build_callbacks
+    from vit_locality.cell import CellInterrupted, check_existing, run_cell
     from vit_locality.config import identity_hash
+    from vit_locality.console import quiet_library_noise
+    from vit_locality.data import DataError
     from vit_locality.module import NonFiniteLossError
-    from vit_locality.pipeline import CellInterrupted, check_existing, run_cell
+
+    quiet_library_noise()
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     ddp = str(cfg.trainer.strategy).startswith("ddp") and "spawn" not in str(cfg.trainer.strategy)

@@ -1,4 +1,8 @@
-"""Lightning callbacks of a training run, built from the `callbacks` and `stats` config groups."""
+"""Lightning callbacks of a training run, and the one factory that assembles them for a cell's Trainer.
+
+Dependencies run one way: entry points -> callbacks -> vit_locality; nothing in vit_locality imports this
+package, so the library stays usable (and testable) without it.
+"""
 
 from __future__ import annotations
 
@@ -10,36 +14,44 @@ from omegaconf import DictConfig
 from vit_locality.attention_probe import ProbeSettings
 
 from .attention_stats import AttentionStatsCallback
+from .checkpointing import InterruptCheckpoint, last_checkpoint_callback
 from .epoch_log import EpochLogCallback
+from .seeding import EpochReseed
 
 
-def probe_settings(stats: DictConfig) -> ProbeSettings:
-    return ProbeSettings(
-        probe_size=int(stats.probe_size),
-        batch_size=int(stats.batch_size),
-        early_layers=int(stats.early_layers),
-        renormalize=bool(stats.renormalize),
-        units=str(stats.units),
-    )
+def progress_display(style: str) -> Callback:
+    """A bar (`tqdm`, `rich`) or, for sweeps and batch jobs (`none`), one log line per epoch."""
+    if style == "tqdm":
+        return TQDMProgressBar()
+    if style == "rich":
+        return RichProgressBar()
+    return EpochLogCallback()
 
 
 def build_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
-    """Progress display (a bar, or one line per epoch) and, unless `stats.enabled=false`, the statistics."""
-    bar = cfg.callbacks.progress_bar
-    chosen: list[Callback] = []
-    if bar == "tqdm":
-        chosen.append(TQDMProgressBar())
-    elif bar == "rich":
-        chosen.append(RichProgressBar())
-    else:
-        chosen.append(EpochLogCallback())
+    """Everything a cell's Trainer gets besides loggers: progress display, attention statistics (unless
+    `stats.enabled=false`), per-epoch reseeding, `last.ckpt` every `callbacks.checkpoint_every_n_epochs` epochs,
+    and `interrupted.ckpt` on SIGTERM/SIGINT."""
+    chosen: list[Callback] = [progress_display(cfg.callbacks.progress_bar)]
     if cfg.stats.enabled:
+        settings = ProbeSettings.from_mapping(cfg.stats)
         chosen.append(
-            AttentionStatsCallback(
-                run_dir, int(cfg.stats.every_n_epochs), probe_settings(cfg.stats), bool(cfg.stats.pictures)
-            )
+            AttentionStatsCallback(run_dir, int(cfg.stats.every_n_epochs), settings, bool(cfg.stats.pictures))
         )
+    chosen += [
+        EpochReseed(int(cfg.seed)),
+        InterruptCheckpoint(run_dir),
+        last_checkpoint_callback(run_dir, int(cfg.callbacks.checkpoint_every_n_epochs)),
+    ]
     return chosen
 
 
-__all__ = ["AttentionStatsCallback", "EpochLogCallback", "build_callbacks", "probe_settings"]
+__all__ = [
+    "AttentionStatsCallback",
+    "EpochLogCallback",
+    "EpochReseed",
+    "InterruptCheckpoint",
+    "build_callbacks",
+    "last_checkpoint_callback",
+    "progress_display",
+]

@@ -2,7 +2,7 @@
 
 At initialisation (epoch 0), every `every_n_epochs`, and on the final model: eval mode, no gradients, the
 explicit fp32 attention path (training keeps the fused kernel). Scalars go to every logger, per-head rows to
-`attention_stats.csv` in the run directory, the final tables to results.json (`results_section`), and two
+`attention_stats.csv` in the run directory, the final tables to results.json (`record_section`), and two
 pictures to PNG at the end.
 """
 
@@ -21,13 +21,14 @@ from vit_locality import plots
 from vit_locality.attention_probe import ProbeResult, ProbeSettings, probe_attention
 from vit_locality.attention_records import (
     CSV_FIELDS,
-    CSV_NAME,
+    attention_section,
     probe_rows,
     read_csv,
     save_pictures,
     scalar_metrics,
     write_csv,
 )
+from vit_locality.results import ATTENTION_CSV
 
 log = logging.getLogger("vit_locality")
 
@@ -54,7 +55,7 @@ class AttentionStatsCallback(Callback):
 
     @property
     def csv_path(self) -> Path:
-        return self.run_dir / CSV_NAME
+        return self.run_dir / ATTENTION_CSV
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """After a checkpoint is restored (unlike on_fit_start), so a resumed run knows where it stands."""
@@ -126,15 +127,8 @@ class AttentionStatsCallback(Callback):
         plots.plt.close(mad)
         plots.plt.close(entropy)
 
-    def results_section(self) -> dict[str, Any]:
-        """What results.json keeps: the final per-head tables and summaries, and the initial headline pair."""
+    def record_section(self) -> dict[str, Any]:
+        """The record's `attention` section (vit_locality.results.RecordSection): final tables, initial pair."""
         if self.final is None:
             return {}
-        section: dict[str, Any] = {"final": {"epoch": self._last_measured_epoch, **self.final.summary()}}
-        if self.initial is not None:
-            section["initial"] = {
-                "min_mad_early": self.initial.min_mad_early(),
-                "mean_entropy_early": self.initial.mean_entropy_early(),
-            }
-        section["csv"] = CSV_NAME
-        return {"attention": section}
+        return attention_section(self.final, self._last_measured_epoch, self.initial)

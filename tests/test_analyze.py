@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import QUICK, REPO, run_train
+from helpers import QUICK, REPO, run_train
 
 pytestmark = pytest.mark.slow
 

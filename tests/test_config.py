@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import CONF, compose_config
+from helpers import CONF, compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
@@ -13,7 +13,7 @@ GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
 
 
 def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml") if not p.stem.startswith("_"))  # _*: shared bases
 
 
 @pytest.mark.parametrize(
@@ -113,10 +113,23 @@ def test_device_autoaugment_and_compile_settings() -> None:
         validate(compose_config(["aug.device=tpu"]))
     with pytest.raises(ConfigError, match="aug.device"):  # ColorJitter has no batched version
         validate(compose_config(["data=tiny_imagenet", "aug.autoaug=true", "aug.device=gpu"]))
-    from vit_locality.pipeline import compile_wanted
+    from vit_locality.builders import compile_wanted
 
     assert compile_wanted(compose_config(["trainer=cpu"])) is False  # auto: off on CPU
     assert compile_wanted(compose_config(["trainer=cpu", "model.compile=true"])) is True
     # compile changes no maths: a run may be resumed with it switched
     ref = identity_hash(compose_config(["data=synthetic"]))
     assert identity_hash(compose_config(["data=synthetic", "model.compile=true"])) == ref
+
+
+def test_config_checks_load_no_torch() -> None:
+    """The pre-check answers a typo before torch is loaded: config, preflight and their vocabulary stay light."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, vit_locality.config, vit_locality.preflight, vit_locality.domain, vit_locality.results; "
+        "print(sorted(m for m in ('torch', 'torchvision', 'lightning') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -36,7 +36,7 @@ def _sharpen(model: VisionTransformer, scale: float = 12.0, seed: int = 1) -> No
 
 
 def _paper_arithmetic(num_classes: int, dim: int = 192, depth: int = 8, patch: int = 4) -> int:
-    """The parameter count worked out by hand from DESIGN.md's description of the architecture."""
+    """The parameter count worked out by hand from the architecture as docs/design.md describes it."""
     hidden = 2 * dim
     embed = 3 * patch * patch * dim + dim  # conv weight + bias
     tokens = dim + TOKENS * dim  # CLS + positions

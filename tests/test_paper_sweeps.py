@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import QUICK, REPO, run_train
+from helpers import QUICK, REPO, run_train
 
-from vit_locality.report.collect import collect_runs
+from vit_locality.results import scan_records
 
 pytestmark = pytest.mark.slow
 
@@ -23,8 +23,8 @@ def test_ablation_experiment_renders_the_paper_table(tmp_path: Path) -> None:
     sweep = tmp_path / "ablation"
     proc = run_train(["-m", "experiment=ablation", *QUICK, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = collect_runs([sweep]).complete
-    assert len(runs) == 8 and all(run["config"]["sweep_name"] == "ablation" for run in runs)
+    runs = scan_records([sweep]).complete
+    assert len(runs) == 8 and all(run.config["sweep_name"] == "ablation" for run in runs)
 
     out = tmp_path / "reports"
     report = run_report(["all", str(sweep), "--out", str(out)])
@@ -46,9 +46,7 @@ def test_protocols_experiment_sweeps_baseline_and_modern(tmp_path: Path) -> None
     sweep = tmp_path / "protocols"
     proc = run_train(["-m", "experiment=protocols", *QUICK, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    flags = sorted(
-        (r["protocol"]["autoaug"], r["protocol"]["cutmix"], r["protocol"]["ls"]) for r in collect_runs([sweep]).complete
-    )
+    flags = sorted(run.flags for run in scan_records([sweep]).complete)
     assert flags == [(False, False, 0.0), (True, True, 0.1)]
     report = run_report(["protocols", str(sweep), "--out", str(tmp_path / "reports")])
     assert report.returncode == 0 and "synthetic" in report.stdout

@@ -7,11 +7,12 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import compose_config
+from helpers import compose_config
 from torchvision.transforms import v2
 
-from vit_locality.pipeline import build_datamodule, build_module, protocol_record
-from vit_locality.report.collect import cell_name
+from vit_locality.builders import build_datamodule, build_module
+from vit_locality.cell import protocol_record
+from vit_locality.domain import cell_name
 
 CELLS = list(itertools.product([False, True], [False, True], [0.0, 0.1]))
 
@@ -119,11 +120,20 @@ def test_cell_record_and_name(autoaug: bool, cutmix: bool, ls: float) -> None:
     assert ("autoaugment(cifar10)" in desc) == autoaug
     assert ("cutmix(alpha=1.0)" in desc) == cutmix
     assert ("ls=0.1" in desc) == (ls > 0)
-    assert cell_name(record) in {"Baseline", "+AA", "+CM", "+LS", "Modern", "-AA", "-CM", "-LS"}
+    assert cell_name(record["autoaug"], record["cutmix"], record["ls"]) in {
+        "Baseline",
+        "+AA",
+        "+CM",
+        "+LS",
+        "Modern",
+        "-AA",
+        "-CM",
+        "-LS",
+    }
 
 
 def test_cell_names_follow_the_paper() -> None:
-    names = {cell: cell_name({"autoaug": cell[0], "cutmix": cell[1], "ls": cell[2]}) for cell in CELLS}
+    names = {cell: cell_name(*cell) for cell in CELLS}
     assert names[(False, False, 0.0)] == "Baseline"
     assert names[(True, True, 0.1)] == "Modern"
     assert names[(False, True, 0.1)] == "-AA"

@@ -21,6 +21,7 @@ from vit_locality.report.aggregate import Aggregate, aggregate
 from vit_locality.report.factorial import main_effects, separation, t_quantile
 from vit_locality.report.figures import emergence_series
 from vit_locality.report.tables import ablation_table, protocols_table
+from vit_locality.results import read_record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,6 +37,8 @@ FLAGS = {
     "-LS": (1, 1, 0),
 }
 ORDER = list(FLAGS)
+# Records and CSVs hold accuracy as a fraction; the tables below are written in percent, as printed tables show it.
+IN_FILES = {"acc1": 0.01, "min_mad": 1.0, "entropy": 1.0}
 
 # CIFAR-100: 3 seeds (0, 1, 2) in every cell -> paired intervals. Accuracy in percent, per seed.
 ACC100 = {
@@ -272,12 +275,12 @@ def test_ablation_table_every_cell(agg: Aggregate) -> None:
             ("entropy", ENT100[cell], 3),
         ):
             m, s = mean(values), math.sqrt(var(values))
-            assert record[f"{key}_mean"] == pytest.approx(m, rel=1e-12)
-            assert record[f"{key}_std"] == pytest.approx(s, rel=1e-9)
+            assert record[f"{key}_mean"] == pytest.approx(m * IN_FILES[key], rel=1e-12)
+            assert record[f"{key}_std"] == pytest.approx(s * IN_FILES[key], rel=1e-9)
             assert record[f"{key}_n"] == 3
             shown = row[{"acc1": 5, "min_mad": 7, "entropy": 8}[key]]
             assert shown == f"{m:.{digits}f} ± {s:.{digits}f} (3)"
-        assert record["acc1_diff_baseline"] == pytest.approx(mean(ACC100[cell]) - base_acc, abs=1e-12)
+        assert record["acc1_diff_baseline"] == pytest.approx((mean(ACC100[cell]) - base_acc) / 100, abs=1e-12)
         assert row[6] == f"{mean(ACC100[cell]) - base_acc:+.2f}"
     # By hand: +AA gains (56 + 57 + 55.5) / 3 - (50 + 51.5 + 49) / 3 = 56.1667 - 50.1667 = 6.00 points.
     assert table.rows[1][6] == "+6.00"
@@ -300,6 +303,7 @@ def test_separation_verdicts(agg: Aggregate) -> None:
 @pytest.mark.parametrize("figure, values", [("min_mad", MAD100), ("acc1", ACC100)])
 def test_main_effects_paired_by_seed(agg: Aggregate, figure: str, values: dict[str, list[float]]) -> None:
     effects = {e.factor: e for e in main_effects(agg.cells("cifar100", "vit_paper"), figure)}
+    values = {cell: [v * IN_FILES[figure] for v in per_seed] for cell, per_seed in values.items()}
     for index, factor in enumerate(("AA", "CM", "LS")):
         on = [c for c in ORDER if FLAGS[c][index]]
         off = [c for c in ORDER if not FLAGS[c][index]]
@@ -321,6 +325,7 @@ def test_main_effects_paired_by_seed(agg: Aggregate, figure: str, values: dict[s
 @pytest.mark.parametrize("figure, values", [("min_mad", MAD10), ("acc1", ACC10)])
 def test_main_effects_welch(agg: Aggregate, figure: str, values: dict[str, list[float]]) -> None:
     effects = {e.factor: e for e in main_effects(agg.cells("cifar10", "vit_paper"), figure)}
+    values = {cell: [v * IN_FILES[figure] for v in per_seed] for cell, per_seed in values.items()}
     for index, factor in enumerate(("AA", "CM", "LS")):
         on = [c for c in ORDER if FLAGS[c][index]]
         off = [c for c in ORDER if not FLAGS[c][index]]
@@ -342,7 +347,7 @@ def test_main_effects_welch(agg: Aggregate, figure: str, values: dict[str, list[
 def test_one_seed_gives_effects_without_intervals(agg: Aggregate) -> None:
     effects = {e.factor: e for e in main_effects(agg.cells("tiny_imagenet", "vit_paper"), "acc1")}
     # AA on: +AA, Modern, -CM, -LS = 33, 38, 34, 37; off: Baseline, +CM, +LS, -AA = 30, 35, 31, 36.
-    assert effects["AA"].estimate == pytest.approx((33 + 38 + 34 + 37) / 4 - (30 + 35 + 31 + 36) / 4)
+    assert effects["AA"].estimate == pytest.approx(((33 + 38 + 34 + 37) / 4 - (30 + 35 + 31 + 36) / 4) / 100)
     assert math.isnan(effects["AA"].low) and math.isnan(effects["AA"].high)
     table = ablation_table(agg, "tiny_imagenet", "vit_paper")
     assert all(row[3] == "n/a" for row in table.parts[0].rows)
@@ -373,7 +378,7 @@ def test_protocols_table(agg: Aggregate) -> None:
     assert rows["cifar10"][-1] == "-" and rows["synthetic"][2:4] == ["20.00", "20.00"]
     record = next(r for r in table.records if r["data"] == "cifar100")
     assert record["modern_min_mad_mean"] == pytest.approx(0.008)
-    assert record["baseline_acc1_std"] == pytest.approx(math.sqrt(var(ACC100["Baseline"])))
+    assert record["baseline_acc1_std"] == pytest.approx(math.sqrt(var(ACC100["Baseline"])) / 100)
 
 
 def test_files_round_trip(agg: Aggregate, tmp_path: Path) -> None:
@@ -389,8 +394,8 @@ def test_files_round_trip(agg: Aggregate, tmp_path: Path) -> None:
     for row in rows:
         cell = row["cell"]
         assert float(row["min_mad_mean"]) == pytest.approx(mean(MAD100[cell]), rel=1e-12)
-        assert float(row["acc1_std"]) == pytest.approx(math.sqrt(var(ACC100[cell])), rel=1e-9)
-        assert float(row["acc1_diff_baseline"]) == pytest.approx(mean(ACC100[cell]) - mean(ACC100["Baseline"]))
+        assert float(row["acc1_std"]) == pytest.approx(math.sqrt(var(ACC100[cell])) / 100, rel=1e-9)
+        assert float(row["acc1_diff_baseline"]) == pytest.approx((mean(ACC100[cell]) - mean(ACC100["Baseline"])) / 100)
         assert int(row["entropy_n"]) == 3
     with (tmp_path / f"{stem}_effects.csv").open() as handle:
         effects = list(csv.DictReader(handle))
@@ -406,7 +411,7 @@ def test_files_round_trip(agg: Aggregate, tmp_path: Path) -> None:
 
 def test_emergence_uses_the_runs_early_layers(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path, "cifar100", "Modern", 0, 60.0, 0.05, 0.3, early=1)
-    run = {**json.loads((run_dir / "results.json").read_text()), "run_dir": str(run_dir)}
+    run = read_record(run_dir)
     # Layer 0 only: min over its heads is 0.05 + 0.2 * (2 - epoch); layers 1 and 2 are lower or later and ignored.
     assert emergence_series(run) == pytest.approx({0: 0.45, 1: 0.25, 2: 0.05})
 

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import QUICK, REPO, run_train
+from helpers import QUICK, REPO, run_train
 
 from vit_locality.report.aggregate import aggregate
-from vit_locality.report.collect import collect_runs
+from vit_locality.results import scan_records
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +68,6 @@ def test_parallel_launchers_complete_four_cells(launcher: list[str], tmp_path: P
     args = ["-m", "aug.cutmix=true,false", "loss.ls=0,0.1", *QUICK, "stats.pictures=false", *launcher]
     proc = run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(collect_runs([sweep]).complete) == 4
+    assert len(scan_records([sweep]).complete) == 4
     groups = aggregate([sweep]).groups
     assert len(groups) == 4 and all(group.stat("acc1").n == 1 for group in groups.values())

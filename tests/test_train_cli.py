@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import QUICK, run_train
+from helpers import QUICK, run_train
 
-from vit_locality.report.collect import collect_runs
+from vit_locality.results import scan_records
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ def test_eight_cell_multirun(tmp_path: Path) -> None:
         assert record["status"] == "complete"
         seen.add((aa, cm, ls))
     assert seen == {(a, c, s) for a in (0, 1) for c in (0, 1) for s in (0.0, 0.1)}
-    assert len(collect_runs([sweep]).complete) == 8
+    assert len(scan_records([sweep]).complete) == 8
 
 
 def test_bad_value_fails_before_any_run_directory(tmp_path: Path) -> None:

@@ -18,7 +18,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from .config import ConfigError, register_resolvers
+from .console import quiet_library_noise
 from .data import DataError
+from .results import ATTENTION_CSV, RESULTS_FILE, RecordError, atomic_write_text, read_record
 
 log = logging.getLogger("vit_locality")
 
@@ -29,13 +31,17 @@ def run_directory(checkpoint: Path) -> Path:
 
 
 def run_config(run_dir: Path) -> DictConfig:
-    record = run_dir / "results.json"
-    if record.exists():
-        return OmegaConf.create(json.loads(record.read_text())["config"])
+    """The config the run was trained with: from its record, else from Hydra's saved copy."""
+    try:
+        record = read_record(run_dir)
+    except RecordError as error:
+        raise ConfigError(f"{run_dir}: {error}") from None
+    if record is not None and record.config is not None:
+        return OmegaConf.create(record.config)
     hydra_cfg = run_dir / ".hydra" / "config.yaml"
     if hydra_cfg.exists():
         return OmegaConf.load(hydra_cfg)
-    raise ConfigError(f"checkpoint's run directory {run_dir} has neither results.json nor .hydra/config.yaml")
+    raise ConfigError(f"checkpoint's run directory {run_dir} has neither {RESULTS_FILE} nor .hydra/config.yaml")
 
 
 def default_out_dir(run_dir: Path, stats: DictConfig) -> Path:
@@ -46,14 +52,12 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     """Load, probe, record; returns the analysis record written to analysis.json."""
     import torch
 
-    from callbacks import probe_settings
-
-    from .attention_probe import probe_attention
-    from .attention_records import probe_rows, save_pictures, write_csv
+    from .attention_probe import ProbeSettings, probe_attention
+    from .attention_records import probe_rows, probe_summary, save_pictures, write_csv
+    from .builders import build_datamodule
+    from .checkpoints import completed_epochs
     from .metrics import UNITS
     from .module import ViTClassifier
-    from .pipeline import build_datamodule, completed_epochs
-    from .results import atomic_write_text
 
     checkpoint = Path(cfg.checkpoint)
     if not checkpoint.is_file():
@@ -75,19 +79,19 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     meta = torch.load(checkpoint, map_location="cpu", weights_only=True)
     datamodule, _ = build_datamodule(run_cfg)
     datamodule.setup("validate")
-    settings = probe_settings(cfg.stats)
+    settings = ProbeSettings.from_mapping(cfg.stats)
     images = module.preprocess(datamodule.probe_images(settings.probe_size).to(module.device))
     result = probe_attention(module.model, images, settings)
 
     epoch, step = completed_epochs(meta), int(meta.get("global_step", 0))
-    write_csv(out_dir / "attention_stats.csv", probe_rows(result, epoch, step))
+    write_csv(out_dir / ATTENTION_CSV, probe_rows(result, epoch, step))
     save_pictures(result, out_dir, f"{run_dir.name} ({out_dir.name})")
     record = {
         "checkpoint": str(checkpoint),
         "run_dir": str(run_dir),
         "epoch": epoch,
         "step": step,
-        **result.summary(),
+        **probe_summary(result),
         "status": "complete",
     }
     atomic_write_text(out_dir / "analysis.json", json.dumps(record, indent=2) + "\n")
@@ -105,6 +109,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="analyze")
 def main(cfg: DictConfig) -> None:
+    quiet_library_noise()
     try:
         analyze(cfg)
     except (ConfigError, DataError) as error:

@@ -5,7 +5,9 @@ Shared by the training callback and the offline `analyze` entry point, so both m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -24,6 +26,17 @@ class ProbeSettings:
     early_layers: int = 2
     renormalize: bool = True
     units: str = "unit"  # unit | grid | pixels
+
+    @classmethod
+    def from_mapping(cls, stats: Mapping[str, Any]) -> ProbeSettings:
+        """From the `stats` config group (extra keys such as `enabled` or `pictures` are not the probe's)."""
+        return cls(
+            probe_size=int(stats["probe_size"]),
+            batch_size=int(stats["batch_size"]),
+            early_layers=int(stats["early_layers"]),
+            renormalize=bool(stats["renormalize"]),
+            units=str(stats["units"]),
+        )
 
 
 @dataclass
@@ -67,18 +80,6 @@ class ProbeResult:
             rows.append(row)
         return rows
 
-    def summary(self) -> dict[str, object]:
-        """Plain-data form for results.json: every per-head value, per-layer reductions and the headline pair."""
-        return {
-            "min_mad_early": self.min_mad_early(),
-            "mean_entropy_early": self.mean_entropy_early(),
-            "early_layers": self.early_layers,
-            "probe_images": self.num_images,
-            "settings": {k: getattr(self.settings, k) for k in ("renormalize", "units", "probe_size")},
-            "per_layer": self.per_layer(),
-            "per_head": {key: self.stats[key].tolist() for key in STAT_KEYS},
-        }
-
 
 def central_query_index(grid_size: int) -> int:
     """Patch index of the query at row g // 2, column g // 2 (on an even grid, just below-right of centre)."""
@@ -90,7 +91,6 @@ def probe_attention(
     model: VisionTransformer,
     images: torch.Tensor,
     settings: ProbeSettings,
-    patch_pixels: int | None = None,
 ) -> ProbeResult:
     """`images` are normalised float (N, 3, H, W) on the model's device; the model is put in eval mode
     for the pass and restored afterwards. Autocast is off: the statistics are fp32 whatever the training
@@ -98,9 +98,8 @@ def probe_attention(
     was_training = model.training
     model.eval()
     grid = model.grid_size
-    patch_size = patch_pixels if patch_pixels is not None else model.patch_size
     accumulators = [
-        AttentionStatsAccumulator(grid, 1, settings.renormalize, settings.units, patch_size) for _ in model.blocks
+        AttentionStatsAccumulator(settings.renormalize, settings.units, model.patch_size) for _ in model.blocks
     ]
     centre = 1 + central_query_index(grid)
     central_sum = torch.zeros(len(model.blocks), model.blocks[0].attn.heads, grid * grid)

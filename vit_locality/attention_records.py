@@ -1,4 +1,5 @@
-"""How probe results are recorded: long-format CSV rows, logger scalars and the run's pictures.
+"""How probe results are recorded: long-format CSV rows, the record's `attention` section, logger scalars and the
+run's pictures.
 
 Used by the training callback and by `python -m vit_locality.analyze`, so both write the same files.
 """
@@ -11,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from . import plots
-from .attention_probe import ProbeResult
-from .results import atomic_write_text
+from .attention_probe import STAT_KEYS, ProbeResult
+from .results import ATTENTION_CSV, atomic_write_text
 
-CSV_NAME = "attention_stats.csv"
 CSV_FIELDS = ("epoch", "step", "layer", "head", "mad", "entropy", "cls_mass", "mad_std", "entropy_std")
 PLANE_PNG = "attention_mad_entropy.png"
 MAPS_PNG = "attention_central_maps.png"
@@ -64,3 +64,28 @@ def save_pictures(result: ProbeResult, out_dir: Path, title: str) -> list[Path]:
     layers = list(range(min(2, result.depth)))
     maps = plots.central_query_maps(result.central_maps, layers, f"{title}: mean attention of the central query patch")
     return [plots.save(plane, out_dir / PLANE_PNG), plots.save(maps, out_dir / MAPS_PNG)]
+
+
+def probe_summary(result: ProbeResult) -> dict[str, Any]:
+    """A probe result as plain data: the headline pair, every per-head value, per-layer reductions, settings."""
+    return {
+        "min_mad_early": result.min_mad_early(),
+        "mean_entropy_early": result.mean_entropy_early(),
+        "early_layers": result.early_layers,
+        "probe_images": result.num_images,
+        "settings": {k: getattr(result.settings, k) for k in ("renormalize", "units", "probe_size")},
+        "per_layer": result.per_layer(),
+        "per_head": {key: result.stats[key].tolist() for key in STAT_KEYS},
+    }
+
+
+def attention_section(final: ProbeResult, final_epoch: int, initial: ProbeResult | None) -> dict[str, Any]:
+    """The run record's `attention` section: the final model's statistics and the initial headline pair."""
+    section: dict[str, Any] = {"final": {"epoch": final_epoch, **probe_summary(final)}}
+    if initial is not None:
+        section["initial"] = {
+            "min_mad_early": initial.min_mad_early(),
+            "mean_entropy_early": initial.mean_entropy_early(),
+        }
+    section["csv"] = ATTENTION_CSV
+    return {"attention": section}

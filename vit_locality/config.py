@@ -1,6 +1,8 @@
-"""Config helpers that need OmegaConf only (no Hydra): resolvers for run names and the checks on values.
+"""Config helpers that need OmegaConf only (no Hydra, no torch): resolvers for run names and the checks on values.
 
-The checks run on the composed config before anything is built, so a typo costs a second, not a run.
+The checks run on the composed config before anything is built, so a typo costs a second, not a run; that is
+why this module takes its vocabulary from the torch-free `domain` module (torch is imported only to count
+devices, and only when a check reaches that point).
 """
 
 from __future__ import annotations
@@ -12,16 +14,14 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from .data import DATASETS
-from .model import GRID_SIZE
-from .transforms import POLICIES
+from .domain import AUGMENT_POLICIES, COLORJITTER, DATASETS, GRID_SIZE, resolve_policy
 
 
 class ConfigError(ValueError):
     """A setting has a value that is not allowed; the message names the key, the value and what is allowed."""
 
 
-def _b01(value: Any) -> int:
+def _as_01(value: Any) -> int:
     return int(bool(value))
 
 
@@ -31,13 +31,13 @@ def _compact_number(value: Any) -> str:
 
 
 def register_resolvers() -> None:
-    """`${b01:...}` (bool -> 0/1) and `${num:...}` (compact number) used by `run_name`."""
-    for name, fn in (("b01", _b01), ("num", _compact_number)):
+    """`${as_01:...}` (bool -> 0/1) and `${compact_number:...}` (0.10 -> 0.1), used by `run_name`."""
+    for name, fn in (("as_01", _as_01), ("compact_number", _compact_number)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
 
-def _require(condition: bool, key: str, value: Any, allowed: str) -> None:
+def _check(condition: bool, key: str, value: Any, allowed: str) -> None:
     if not condition:
         raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
 
@@ -54,68 +54,67 @@ def validate(cfg: DictConfig, check_devices: bool = True) -> None:
     """Raise ConfigError on the first value outside its allowed range. `check_devices=False` skips comparing
     `trainer.devices` with this machine (a SLURM submission host has none of the compute nodes' GPUs)."""
     data, model, aug, loss, optim, trainer = cfg.data, cfg.model, cfg.aug, cfg.loss, cfg.optim, cfg.trainer
-    _require(data.name in DATASETS, "data.name", data.name, f"one of {', '.join(DATASETS)}")
+    _check(data.name in DATASETS, "data.name", data.name, f"one of {', '.join(DATASETS)}")
     for key in ("autoaug", "cutmix"):
-        _require(_is_bool(aug[key]), f"aug.{key}", aug[key], "true or false")
-    _require(aug.policy in ("auto", *POLICIES), "aug.policy", aug.policy, f"auto, {', '.join(POLICIES)}")
-    _require(
-        aug.device in ("cpu", "gpu"), "aug.device", aug.device, "cpu (per sample, in the workers) or gpu (batched)"
-    )
+        _check(_is_bool(aug[key]), f"aug.{key}", aug[key], "true or false")
+    allowed_policies = ("auto", *AUGMENT_POLICIES)
+    _check(aug.policy in allowed_policies, "aug.policy", aug.policy, ", ".join(allowed_policies))
+    _check(aug.device in ("cpu", "gpu"), "aug.device", aug.device, "cpu (per sample, in the workers) or gpu (batched)")
     if aug.device == "gpu" and aug.autoaug:
-        colorjitter = aug.policy == "colorjitter" or (aug.policy == "auto" and data.name == "tiny_imagenet")
-        _require(not colorjitter, "aug.device", aug.device, "cpu when the policy is colorjitter (Tiny-ImageNet)")
-    _require(
+        colorjitter = resolve_policy(aug.policy, data.name) == COLORJITTER
+        _check(not colorjitter, "aug.device", aug.device, "cpu when the policy is colorjitter (Tiny-ImageNet)")
+    _check(
         model.get("compile", "auto") in ("auto", True, False),
         "model.compile",
         model.get("compile"),
         "auto, true or false",
     )
-    _require(_is_number(aug.cutmix_alpha) and aug.cutmix_alpha > 0, "aug.cutmix_alpha", aug.cutmix_alpha, "> 0")
-    _require(_is_number(loss.ls) and 0 <= loss.ls < 1, "loss.ls", loss.ls, "a number in [0, 1)")
+    _check(_is_number(aug.cutmix_alpha) and aug.cutmix_alpha > 0, "aug.cutmix_alpha", aug.cutmix_alpha, "> 0")
+    _check(_is_number(loss.ls) and 0 <= loss.ls < 1, "loss.ls", loss.ls, "a number in [0, 1)")
     for key in ("depth", "dim", "heads"):
-        _require(isinstance(model[key], int) and model[key] >= 1, f"model.{key}", model[key], "an integer >= 1")
-    _require(model.dim % model.heads == 0, "model.dim", model.dim, f"a multiple of model.heads={model.heads}")
-    _require(_is_number(model.mlp_ratio) and model.mlp_ratio > 0, "model.mlp_ratio", model.mlp_ratio, "> 0")
-    _require(isinstance(data.batch_size, int) and data.batch_size >= 1, "data.batch_size", data.batch_size, ">= 1")
+        _check(isinstance(model[key], int) and model[key] >= 1, f"model.{key}", model[key], "an integer >= 1")
+    _check(model.dim % model.heads == 0, "model.dim", model.dim, f"a multiple of model.heads={model.heads}")
+    _check(_is_number(model.mlp_ratio) and model.mlp_ratio > 0, "model.mlp_ratio", model.mlp_ratio, "> 0")
+    _check(isinstance(data.batch_size, int) and data.batch_size >= 1, "data.batch_size", data.batch_size, ">= 1")
     if aug.cutmix:
-        _require(data.batch_size >= 2, "data.batch_size", data.batch_size, ">= 2 when aug.cutmix=true")
-    _require(
+        _check(data.batch_size >= 2, "data.batch_size", data.batch_size, ">= 2 when aug.cutmix=true")
+    _check(
         isinstance(data.num_workers, int) and data.num_workers >= 0,
         "data.num_workers",
         data.num_workers,
         ">= 0",
     )
-    _require(_is_number(optim.lr) and optim.lr > 0, "optim.lr", optim.lr, "> 0")
-    _require(
+    _check(_is_number(optim.lr) and optim.lr > 0, "optim.lr", optim.lr, "> 0")
+    _check(
         _is_number(optim.weight_decay) and optim.weight_decay >= 0,
         "optim.weight_decay",
         optim.weight_decay,
         ">= 0",
     )
-    _require(
+    _check(
         _is_number(optim.warmup_epochs) and optim.warmup_epochs >= 0,
         "optim.warmup_epochs",
         optim.warmup_epochs,
         ">= 0",
     )
-    _require(
+    _check(
         isinstance(trainer.max_epochs, int) and trainer.max_epochs >= 1,
         "trainer.max_epochs",
         trainer.max_epochs,
         "an integer >= 1",
     )
-    _require(isinstance(cfg.seed, int) and cfg.seed >= 0, "seed", cfg.seed, "an integer >= 0")
+    _check(isinstance(cfg.seed, int) and cfg.seed >= 0, "seed", cfg.seed, "an integer >= 0")
     if "image_size" in data:
         size = data.image_size
         allowed = f"a multiple of {GRID_SIZE} (the {GRID_SIZE} x {GRID_SIZE} patch grid), at least 16"
-        _require(isinstance(size, int) and size >= 16 and size % GRID_SIZE == 0, "data.image_size", size, allowed)
+        _check(isinstance(size, int) and size >= 16 and size % GRID_SIZE == 0, "data.image_size", size, allowed)
     if check_devices:
         validate_devices(trainer)
     devices = trainer.devices
     if isinstance(devices, int) and devices >= 1:
         world = devices * int(trainer.num_nodes)
         allowed = f"a multiple of trainer.devices x trainer.num_nodes = {world} (the global batch is split evenly)"
-        _require(data.batch_size % world == 0, "data.batch_size", data.batch_size, allowed)
+        _check(data.batch_size % world == 0, "data.batch_size", data.batch_size, allowed)
 
 
 def available_devices(accelerator: str) -> tuple[int, str]:
@@ -131,9 +130,9 @@ def validate_devices(trainer: DictConfig) -> None:
     devices = trainer.devices
     if devices in ("auto", -1) or isinstance(devices, ListConfig):
         return
-    _require(isinstance(devices, int) and devices >= 1, "trainer.devices", devices, "an integer >= 1, -1 or auto")
+    _check(isinstance(devices, int) and devices >= 1, "trainer.devices", devices, "an integer >= 1, -1 or auto")
     count, kind = available_devices(str(trainer.accelerator))
-    _require(devices <= count, "trainer.devices", devices, f"at most {count}: this machine has {count} {kind}")
+    _check(devices <= count, "trainer.devices", devices, f"at most {count}: this machine has {count} {kind}")
 
 
 # Settings that decide what a run computes. Two runs with equal identities may share a directory;

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-GRID_SIZE = 8  # every data set is cut into an 8 x 8 patch grid (DESIGN.md, "Model")
+from .domain import GRID_SIZE
 
 
 class Attention(nn.Module):

@@ -12,7 +12,6 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from .cutmix import cutmix_batch
 from .model import VisionTransformer
-from .seeding import reseed_for_epoch
 
 
 class NonFiniteLossError(RuntimeError):
@@ -25,6 +24,30 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: flo
         return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def adamw_with_decay_groups(
+    model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float]
+) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only: not on biases, norms, the CLS token or the position embeddings."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    exempt = {"cls_token", "pos_embed"}
+    groups = [
+        {"params": [p for n, p in named if p.ndim >= 2 and n not in exempt], "weight_decay": weight_decay},
+        {"params": [p for n, p in named if p.ndim < 2 or n in exempt], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+
+def warmup_cosine_schedule(
+    optimizer: torch.optim.Optimizer, total_steps: int, epochs: int, warmup_epochs: float, min_lr_ratio: float
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """`warmup_cosine` stepped per batch, the warm-up given in epochs of `total_steps / epochs` steps."""
+    per_epoch = max(1, total_steps // max(1, epochs))
+    warmup = min(total_steps, max(1, round(warmup_epochs * per_epoch)))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_cosine(step, warmup, total_steps, min_lr_ratio)
+    )
 
 
 class ViTClassifier(L.LightningModule):
@@ -46,7 +69,6 @@ class ViTClassifier(L.LightningModule):
         warmup_epochs: float = 5.0,
         min_lr_ratio: float = 0.0,
         nonfinite_check_every: int = 1,
-        seed: int = 0,
         device_autoaugment: str | None = None,
         compile_model: bool = False,
     ) -> None:
@@ -122,10 +144,6 @@ class ViTClassifier(L.LightningModule):
             self._train_sums, self._train_seen = None, 0
         return loss
 
-    def on_train_epoch_end(self) -> None:
-        """Seed the next epoch now (after validation), as a run resumed at that epoch will (seeding.py)."""
-        reseed_for_epoch(self.hparams.seed, self.current_epoch + 1)
-
     def _note_nonfinite(self, loss: torch.Tensor) -> None:
         """Stop at a non-finite loss before the optimizer step uses it. On a CPU the check is free; on a GPU it
         would cost a sync per step, so the first bad step is remembered on the device and checked every
@@ -172,20 +190,9 @@ class ViTClassifier(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
-        # Weight decay on matrices only: not on biases, norms, the CLS token or the position embeddings.
-        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        exempt = {"cls_token", "pos_embed"}
-        decay = [p for n, p in named if p.ndim >= 2 and n not in exempt]
-        no_decay = [p for n, p in named if p.ndim < 2 or n in exempt]
-        groups = [
-            {"params": decay, "weight_decay": hp.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
-        optimizer = torch.optim.AdamW(groups, lr=hp.lr, betas=tuple(hp.betas))
+        optimizer = adamw_with_decay_groups(self.model, hp.lr, hp.weight_decay, tuple(hp.betas))
         total = int(self.trainer.estimated_stepping_batches)
-        per_epoch = max(1, total // max(1, self.trainer.max_epochs or 1))
-        warmup = min(total, max(1, round(hp.warmup_epochs * per_epoch)))
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_cosine(step, warmup, total, hp.min_lr_ratio)
+        schedule = warmup_cosine_schedule(
+            optimizer, total, self.trainer.max_epochs or 1, hp.warmup_epochs, hp.min_lr_ratio
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

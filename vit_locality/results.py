@@ -1,18 +1,40 @@
-"""The run record: `results.json`, written atomically, with `"status"` as its last key.
+"""The run record, `results.json`: its one writer, its one reader, and the checks that make a record usable.
 
-A run directory counts as finished only when its results.json says `"status": "complete"`; anything else
-(missing, `running`, `failed`, unreadable) is not a result.
+A run directory counts as finished only when its record says `"status": "complete"`. The record is written to a
+temporary file and renamed, with `"status"` as its last key, so a reader never sees `complete` before the rest.
+Every reader (the cell runner, the reports, `analyze`) goes through `read_record`, so a malformed record (not
+JSON, not a dict, invalid UTF-8, a directory, a missing key, a NaN headline) is recognised here once, with one
+reason, and skipped and listed by every reader alike.
+
+Units in files: accuracy is a fraction in [0, 1] everywhere (results.json, report CSVs); only what is printed
+for people shows percent. The layout of the record is described in docs/design.md ("The run record").
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 RESULTS_FILE = "results.json"
+ATTENTION_CSV = "attention_stats.csv"
+STATUSES = ("running", "interrupted", "failed", "complete")
+
+
+class RecordError(ValueError):
+    """A results.json that cannot be used; the message is the one-line reason."""
+
+
+@runtime_checkable
+class RecordSection(Protocol):
+    """A Lightning callback that contributes a section to the record of a complete run (e.g. `attention`)."""
+
+    def record_section(self) -> dict[str, Any]: ...
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -30,8 +52,10 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def write_results(run_dir: Path, payload: dict[str, Any], status: str) -> Path:
+def write_record(run_dir: Path, payload: Mapping[str, Any], status: str) -> Path:
     """Write `payload` with `status` appended last, so a reader never sees 'complete' before the rest."""
+    if status not in STATUSES:
+        raise ValueError(f"status={status!r}: one of {', '.join(STATUSES)}")
     record = {k: v for k, v in payload.items() if k != "status"}
     record["status"] = status
     path = Path(run_dir) / RESULTS_FILE
@@ -39,10 +63,231 @@ def write_results(run_dir: Path, payload: dict[str, Any], status: str) -> Path:
     return path
 
 
-def read_results(run_dir: Path) -> dict[str, Any] | None:
-    """The run's record, or None when there is none or it cannot be parsed."""
+@dataclass(frozen=True)
+class Headline:
+    """The three figures a run is summarised by; NaN where the run did not measure it (statistics off)."""
+
+    acc1: float  # top-1 test accuracy, a fraction
+    min_mad: float  # minimum MAD over the heads of the early layers, final model
+    entropy: float  # mean normalised entropy over the heads of the early layers, final model
+
+
+HEADLINE_NAMES = {
+    "acc1": "top-1 test accuracy",
+    "min_mad": "minimum early-layer MAD",
+    "entropy": "mean early-layer entropy",
+}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run directory's results.json, checked. `data` is the parsed JSON object."""
+
+    run_dir: Path
+    data: dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return self.data["status"]
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+    @property
+    def identity_hash(self) -> str | None:
+        value = self.data.get("identity_hash")
+        return value if isinstance(value, str) else None
+
+    @property
+    def seed(self) -> int:
+        return self.data["seed"]
+
+    @property
+    def flags(self) -> tuple[bool, bool, float]:
+        """(AutoAugment, CutMix, label smoothing)."""
+        protocol = self.data["protocol"]
+        return bool(protocol["autoaug"]), bool(protocol["cutmix"]), float(protocol["ls"])
+
+    @property
+    def data_name(self) -> str:
+        return self.data["data"]["name"]
+
+    @property
+    def model_name(self) -> str:
+        return self.data["model"]["name"]
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self.data.get("metrics") or {}
+
+    @property
+    def epochs(self) -> int | None:
+        return self.data.get("epochs")
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        config = self.data.get("config")
+        return config if isinstance(config, dict) else None
+
+    @property
+    def final_attention(self) -> dict[str, Any]:
+        """The final model's statistics (`per_head`, `per_layer`, headline pair, `settings`); {} when not measured."""
+        return (self.data.get("attention") or {}).get("final") or {}
+
+    @property
+    def early_layers(self) -> int:
+        """How many early layers the run's own headline figures used."""
+        return int(self.final_attention.get("early_layers", 2))
+
+    @property
+    def stats_units(self) -> str:
+        return str((self.final_attention.get("settings") or {}).get("units", "unit"))
+
+    @property
+    def attention_csv(self) -> Path:
+        return self.run_dir / ATTENTION_CSV
+
+    def headline(self) -> Headline:
+        final = self.final_attention
+        return Headline(
+            acc1=_number(self.metrics.get("test/acc1")),
+            min_mad=_number(final.get("min_mad_early")),
+            entropy=_number(final.get("mean_entropy_early")),
+        )
+
+
+def read_record(run_dir: Path) -> RunRecord | None:
+    """The run's record; None when the directory holds none; RecordError (one-line reason) when it is unusable."""
     path = Path(run_dir) / RESULTS_FILE
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    if not path.exists() and not path.is_symlink():
         return None
+    try:
+        text = path.read_bytes().decode("utf-8")
+        data = json.loads(text)
+    except IsADirectoryError:
+        raise RecordError(f"{RESULTS_FILE} is unreadable: a directory") from None
+    except PermissionError:
+        raise RecordError(f"{RESULTS_FILE} is unreadable: permission denied for this user") from None
+    except OSError as error:
+        raise RecordError(f"{RESULTS_FILE} is unreadable: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise RecordError(f"{RESULTS_FILE} is unreadable: not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise RecordError(f"{RESULTS_FILE} is unreadable: not JSON ({error.msg}, line {error.lineno})") from None
+    record = RunRecord(Path(run_dir), data)
+    problem = record_problem(data)
+    if problem:
+        raise RecordError(f"{RESULTS_FILE} is malformed: {problem}")
+    return record
+
+
+def record_problem(data: Any) -> str | None:
+    """Why `data` is not a usable record, or None. A complete record must carry what tables group and show by."""
+    if not isinstance(data, dict):
+        return f"holds a JSON {type(data).__name__}, not an object"
+    status = data.get("status")
+    if status not in STATUSES:
+        return f"has status {status!r}, not one of {', '.join(STATUSES)}"
+    if status != "complete":
+        return None
+    required = {
+        "seed": int,
+        "protocol.autoaug": bool,
+        "protocol.cutmix": bool,
+        "protocol.ls": (int, float),
+        "data.name": str,
+        "model.name": str,
+        "metrics": dict,
+    }
+    for key, kind in required.items():
+        value: Any = data
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            return f"lacks {key}"
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"has {key}={value!r} of the wrong type"
+    acc1 = data["metrics"].get("test/acc1")
+    if not isinstance(acc1, int | float) or not 0.0 <= acc1 <= 1.0:
+        return f"has metrics.test/acc1={acc1!r}, not a fraction in [0, 1]"
+    final = (data.get("attention") or {}).get("final") if isinstance(data.get("attention"), dict) else None
+    if final is not None:
+        if not isinstance(final, dict):
+            return "has attention.final that is not an object"
+        for key in ("min_mad_early", "mean_entropy_early"):
+            value = final.get(key)
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                return f"has attention.final.{key}={value!r}, not a finite number"
+    return None
+
+
+@dataclass
+class RunScan:
+    """What a search of sweep directories found: usable complete records, and every other run with why."""
+
+    complete: list[RunRecord]
+    skipped: list[tuple[Path, str]]
+
+
+def scan_records(roots: Iterable[Path]) -> RunScan:
+    """Every run directory holding a results.json under `roots` (links to directories followed once).
+
+    Raises FileNotFoundError for a root that does not exist."""
+    scan = RunScan([], [])
+    seen: set[Path] = set()
+    for root in roots:
+        root = Path(root)
+        if not root.exists():
+            raise FileNotFoundError(f"sweep directory {root} does not exist")
+        for run_dir in _run_dirs(root):
+            real = run_dir.resolve()
+            if real in seen:
+                continue
+            seen.add(real)
+            try:
+                record = read_record(run_dir)
+            except RecordError as error:
+                scan.skipped.append((run_dir, str(error)))
+                continue
+            if record is None:
+                continue
+            if record.complete:
+                scan.complete.append(record)
+            else:
+                scan.skipped.append((run_dir, f"status is {record.status!r}"))
+    return scan
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    """Directories under `root` (itself included) that hold a results.json. Links to directories are followed
+    (shared sweep layouts link run directories), each real directory once, so a link cycle ends."""
+    found, visited, pending = [], set(), [root]
+    while pending:
+        directory = pending.pop()
+        real = directory.resolve()
+        if real in visited:
+            continue
+        visited.add(real)
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        if any(entry.name == RESULTS_FILE for entry in entries):
+            found.append(directory)
+        pending += [Path(e.path) for e in entries if e.name != RESULTS_FILE and _is_dir(e)]
+    return sorted(found)
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # follows links
+    except OSError:
+        return False
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan

@@ -1,8 +1,8 @@
 """Per-epoch seeding, so that a run resumed from an epoch-boundary checkpoint draws the same random numbers
 (shuffle order, AutoAugment, CutMix) as an unbroken run.
 
-Every epoch e starts from `epoch_seed(seed, e)`: a fresh run seeds epoch 0 just before fitting, each epoch seeds
-the next as it ends (after validation), and a resumed run seeds the epoch it resumes at. With data workers
+Every epoch e starts from `epoch_seed(seed, e)`; when, is the `EpochReseed` callback's (callbacks/seeding.py): a
+fresh fit seeds epoch 0, each epoch seeds the next as it ends, a resumed fit the epoch it resumes at. With data workers
 (`data.num_workers > 0`) the workers keep their own generators, so exactness holds for `num_workers=0`.
 """
 

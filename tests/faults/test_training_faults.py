@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import QUICK, REPO, compose_config, run_train
+from helpers import QUICK, REPO, compose_config, run_cell_as_train, run_train
 
 from vit_locality.module import NonFiniteLossError, ViTClassifier
-from vit_locality.pipeline import run_cell
-from vit_locality.report.collect import collect_runs
+from vit_locality.results import scan_records
 
 pytestmark = pytest.mark.slow
 
@@ -37,14 +36,14 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monk
     cfg = compose_config([*QUICK, "trainer.max_epochs=3", "stats.pictures=false"])  # 4 steps per epoch
     run_dir = tmp_path / "run"
     with pytest.raises(NonFiniteLossError, match="step 6 "):
-        run_cell(cfg, run_dir)
+        run_cell_as_train(cfg, run_dir)
     record = _record(run_dir)
     assert record["status"] == "failed" and "non-finite training loss at step 6" in record["error"]
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert checkpoint["global_step"] == 4  # the end of the last finished epoch, not a poisoned state
     assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
     assert not (run_dir / "checkpoints" / "interrupted.ckpt").exists()
-    assert collect_runs([tmp_path]).complete == []
+    assert scan_records([tmp_path]).complete == []
 
 
 def _start(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
@@ -129,7 +128,7 @@ def test_a_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None
     bad, good = _record(tmp_path / "sweep" / "lr1000000000000.0"), _record(tmp_path / "sweep" / "lr0.001")
     assert bad["status"] == "failed" and "non-finite" in bad["error"]
     assert good["status"] == "complete"
-    runs = collect_runs([tmp_path / "sweep"])
+    runs = scan_records([tmp_path / "sweep"])
     assert len(runs.complete) == 1 and [why for _, why in runs.skipped] == ["status is 'failed'"]
 
 

@@ -1,6 +1,7 @@
-"""Group complete runs by (data set, model, AA, CM, LS) and reduce each figure over seeds.
+"""Group complete runs by (data set, model, AA, CM, LS) and reduce each headline figure over seeds.
 
 Tables, the factorial analysis and the figures all read these groups, so every output counts the same runs.
+Figures keep the record's units (accuracy a fraction); only the printed tables scale them.
 """
 
 from __future__ import annotations
@@ -10,16 +11,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from .collect import CELL_NAMES, CELL_ORDER, RunCollection, collect_runs
-
-# The three headline figures of a run. Accuracy is in percent (results.json stores a fraction), the paper's unit.
-FIGURES = {
-    "acc1": "top-1 test accuracy (%)",
-    "min_mad": "minimum early-layer MAD",
-    "entropy": "mean early-layer entropy",
-}
+from ..domain import CELL_NAMES, CELL_ORDER
+from ..results import RunRecord, RunScan, scan_records
 
 
 @dataclass(frozen=True)
@@ -52,11 +46,11 @@ class Stat:
 @dataclass
 class Group:
     key: GroupKey
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)
 
-    def values(self, figure: str) -> list[tuple[Any, float]]:
-        """(seed, value) for every run where the figure is known."""
-        pairs = [(run["seed"], run_figures(run)[figure]) for run in self.runs]
+    def values(self, figure: str) -> list[tuple[int, float]]:
+        """(seed, value) for every run where the headline figure (`acc1`, `min_mad`, `entropy`) is known."""
+        pairs = [(run.seed, getattr(run.headline(), figure)) for run in self.runs]
         return [(seed, value) for seed, value in pairs if math.isfinite(value)]
 
     def stat(self, figure: str) -> Stat:
@@ -64,7 +58,7 @@ class Group:
 
     @property
     def ls_values(self) -> list[float]:
-        return sorted({float(run["protocol"]["ls"]) for run in self.runs})
+        return sorted({run.flags[2] for run in self.runs})
 
 
 @dataclass
@@ -103,70 +97,38 @@ def summarise(values: Iterable[float]) -> Stat:
     return Stat(mean, std, n)
 
 
-def run_figures(run: dict[str, Any]) -> dict[str, float]:
-    """The headline figures of one run; NaN where the run did not record it (no attention statistics)."""
-    final = (run.get("attention") or {}).get("final") or {}
-    return {
-        "acc1": _number(run.get("metrics", {}).get("test/acc1")) * 100.0,
-        "min_mad": _number(final.get("min_mad_early")),
-        "entropy": _number(final.get("mean_entropy_early")),
-    }
+def group_key(run: RunRecord) -> GroupKey:
+    autoaug, cutmix, ls = run.flags
+    return GroupKey(data=run.data_name, model=run.model_name, autoaug=autoaug, cutmix=cutmix, ls=ls)
 
 
-def early_layers(run: dict[str, Any], default: int = 2) -> int:
-    """How many early layers the run's own headline figures used (recorded in results.json)."""
-    final = (run.get("attention") or {}).get("final") or {}
-    return int(final.get("early_layers", default))
-
-
-def group_key(run: dict[str, Any]) -> GroupKey:
-    """Raises KeyError, TypeError or ValueError on a malformed record."""
-    protocol = run["protocol"]
-    return GroupKey(
-        data=str(run["data"]["name"]),
-        model=str(run["model"]["name"]),
-        autoaug=bool(protocol["autoaug"]),
-        cutmix=bool(protocol["cutmix"]),
-        ls=float(protocol["ls"]),
-    )
-
-
-def aggregate_runs(
-    collection: RunCollection, data: Iterable[str] | None = None, model: Iterable[str] | None = None
-) -> Aggregate:
+def aggregate_runs(scan: RunScan, data: Iterable[str] | None = None, model: Iterable[str] | None = None) -> Aggregate:
     """Group the complete runs, keeping only the wanted data sets and models (None: all).
 
-    A run is skipped, with the reason, when its record lacks what the grouping needs, or when it is the
-    same run (same identity hash: same config and seed) as one already counted, e.g. a sweep copied twice."""
+    A run is skipped, with the reason, when it is the same run (same identity hash: same config and seed) as one
+    already counted, e.g. a sweep copied twice."""
     wanted_data = set(data) if data else None
     wanted_model = set(model) if model else None
     groups: dict[GroupKey, Group] = {}
-    skipped = list(collection.skipped)
-    seen: dict[str, str] = {}
-    for run in collection.complete:
-        run_dir = Path(run["run_dir"])
-        try:
-            key = group_key(run)
-            if "seed" not in run:
-                raise KeyError("seed")
-        except (KeyError, TypeError, ValueError) as error:
-            skipped.append((run_dir, f"results.json lacks {error!s} (malformed record)"))
-            continue
+    skipped = list(scan.skipped)
+    seen: dict[str, Path] = {}
+    for run in scan.complete:
+        key = group_key(run)
         if (wanted_data and key.data not in wanted_data) or (wanted_model and key.model not in wanted_model):
             continue
-        identity = run.get("identity_hash")
+        identity = run.identity_hash
         if identity and identity in seen:
-            skipped.append((run_dir, f"duplicate of {seen[identity]} (same identity hash {identity})"))
+            skipped.append((run.run_dir, f"duplicate of {seen[identity]} (same identity hash {identity})"))
             continue
         if identity:
-            seen[identity] = str(run_dir)
+            seen[identity] = run.run_dir
         groups.setdefault(key, Group(key)).runs.append(run)
     return Aggregate(groups, skipped, _notes(groups))
 
 
 def aggregate(roots: list[Path], data: Iterable[str] | None = None, model: Iterable[str] | None = None) -> Aggregate:
     """Collect every run under `roots` and group it; raises FileNotFoundError for a missing root."""
-    return aggregate_runs(collect_runs(roots), data, model)
+    return aggregate_runs(scan_records(roots), data, model)
 
 
 def _notes(groups: dict[GroupKey, Group]) -> list[str]:
@@ -181,16 +143,16 @@ def _notes(groups: dict[GroupKey, Group]) -> list[str]:
             notes.append(f"{data}/{model}/{cell} pools runs with different label smoothing: {shown}")
     for key, group in sorted(groups.items(), key=lambda item: str(item[0])):
         label = f"{key.data}/{key.model}/{key.cell} (ls={key.ls:g})"
-        epochs = sorted({str(run.get("epochs")) for run in group.runs})
+        epochs = sorted({str(run.epochs) for run in group.runs})
         if len(epochs) > 1:
             notes.append(f"{label} pools runs trained for different epochs: {', '.join(epochs)}")
-        units = sorted({str(_settings(run).get("units", "unit")) for run in group.runs if _settings(run)})
+        units = sorted({run.stats_units for run in group.runs if run.final_attention})
         if len(units) > 1:
             notes.append(f"{label} pools MAD in different units: {', '.join(units)}")
-        seeds = [run["seed"] for run in group.runs]
-        if len(set(map(str, seeds))) < len(seeds):
+        seeds = [run.seed for run in group.runs]
+        if len(set(seeds)) < len(seeds):
             notes.append(f"{label} has several runs with the same seed")
-        if not any(math.isfinite(run_figures(run)["min_mad"]) for run in group.runs):
+        if not any(math.isfinite(run.headline().min_mad) for run in group.runs):
             notes.append(f"{label} has no attention statistics")
     return notes
 
@@ -198,14 +160,3 @@ def _notes(groups: dict[GroupKey, Group]) -> list[str]:
 def slug(text: str) -> str:
     """A file-name-safe form of data set and model names."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
-
-
-def _settings(run: dict[str, Any]) -> dict[str, Any]:
-    return ((run.get("attention") or {}).get("final") or {}).get("settings") or {}
-
-
-def _number(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan

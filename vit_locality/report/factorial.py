@@ -22,11 +22,10 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from ..domain import CELL_FLAGS, CELL_ORDER
 from .aggregate import Group, summarise
-from .collect import CELL_NAMES, CELL_ORDER
 
 FACTORS = ("AA", "CM", "LS")
-CELL_FLAGS = {name: flags for flags, name in CELL_NAMES.items()}  # name -> (AA, CM, LS on)
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from .. import plots
-from ..attention_records import CSV_NAME, read_csv
-from .aggregate import Aggregate, Group, early_layers, slug, summarise
-from .collect import CELL_ORDER
-from .factorial import CELL_FLAGS
+from ..attention_records import read_csv
+from ..domain import CELL_FLAGS, CELL_ORDER
+from ..results import RunRecord
+from .aggregate import Aggregate, Group, slug, summarise
 
 plt = plots.plt
 
@@ -39,13 +39,13 @@ def plane_figure(cells: dict[str, Group], title: str) -> plt.Figure:
     rows = math.ceil(len(names) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names, strict=False):
-        runs = [run for run in cells[name].runs if _final(run).get("per_head")]
+        runs = [run for run in cells[name].runs if run.final_attention.get("per_head")]
         if not runs:
             ax.set_title(f"{name}: no attention statistics", fontsize=9)
             continue
-        mad = torch.cat([torch.tensor(_final(run)["per_head"]["mad"]) for run in runs], dim=1)
-        entropy = torch.cat([torch.tensor(_final(run)["per_head"]["entropy"]) for run in runs], dim=1)
-        units = _final(runs[0]).get("settings", {}).get("units", "unit")
+        mad = torch.cat([torch.tensor(run.final_attention["per_head"]["mad"]) for run in runs], dim=1)
+        entropy = torch.cat([torch.tensor(run.final_attention["per_head"]["entropy"]) for run in runs], dim=1)
+        units = runs[0].stats_units
         label = f"{name} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
         plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units)
         if ax is not axes.flat[0]:
@@ -63,10 +63,10 @@ def layers_figure(cells: dict[str, Group], title: str) -> plt.Figure:
     panels = [("mad", "min"), ("mad", "mean"), ("entropy", "min"), ("entropy", "mean")]
     early = depth = 0
     for name, group in cells.items():
-        tables = [_final(run)["per_layer"] for run in group.runs if _final(run).get("per_layer")]
+        tables = [run.final_attention["per_layer"] for run in group.runs if run.final_attention.get("per_layer")]
         if not tables:
             continue
-        early = max(early, *(early_layers(run) for run in group.runs))
+        early = max(early, *(run.early_layers for run in group.runs))
         layers = list(range(min(len(t) for t in tables)))
         depth = max(depth, len(layers))
         for ax, (stat, reduce) in zip(axes.flat, panels, strict=True):
@@ -84,12 +84,11 @@ def layers_figure(cells: dict[str, Group], title: str) -> plt.Figure:
     return fig
 
 
-def emergence_series(run: dict[str, Any]) -> dict[int, float]:
+def emergence_series(run: RunRecord) -> dict[int, float]:
     """Epoch -> minimum MAD over the heads of the run's early layers, read from its attention_stats.csv."""
-    name = (run.get("attention") or {}).get("csv", CSV_NAME)
-    early = early_layers(run)
+    early = run.early_layers
     series: dict[int, float] = {}
-    for row in read_csv(Path(run["run_dir"]) / name):
+    for row in read_csv(run.attention_csv):
         try:
             epoch, layer, mad = int(row["epoch"]), int(row["layer"]), float(row["mad"])
         except (KeyError, TypeError, ValueError):
@@ -107,7 +106,7 @@ def emergence_figure(cells: dict[str, Group], title: str) -> plt.Figure:
         series = [s for s in (emergence_series(run) for run in group.runs) if s]
         if not series:
             continue
-        units = _final(group.runs[0]).get("settings", {}).get("units", units)
+        units = group.runs[0].stats_units
         epochs = sorted({epoch for s in series for epoch in s})
         at = [[s[epoch] for s in series if epoch in s] for epoch in epochs]
         style = cell_style(name)
@@ -151,7 +150,3 @@ def _legend_or_empty(ax: plt.Axes) -> None:
         ax.legend(fontsize=7, ncol=2)
     else:
         ax.text(0.5, 0.5, "no attention statistics", transform=ax.transAxes, ha="center", color="grey")
-
-
-def _final(run: dict[str, Any]) -> dict[str, Any]:
-    return (run.get("attention") or {}).get("final") or {}

@@ -10,27 +10,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .collect import CELL_ORDER, cell_name, collect_runs
+from ..domain import CELL_ORDER, cell_name
+from ..results import RunRecord, scan_records
 
 
-def summary_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
-        protocol = run["protocol"]
-        attention = run.get("attention", {}).get("final", {})
+        autoaug, cutmix, ls = run.flags
+        headline = run.headline()
         rows.append(
             {
-                "cell": cell_name(protocol),
-                "AA": int(protocol["autoaug"]),
-                "CM": int(protocol["cutmix"]),
-                "LS": f"{protocol['ls']:g}",
-                "data": run["data"]["name"],
-                "model": run["model"]["name"],
-                "seed": run["seed"],
-                "test acc1": run["metrics"].get("test/acc1", float("nan")),
-                "min MAD early": attention.get("min_mad_early", float("nan")),
-                "mean entropy early": attention.get("mean_entropy_early", float("nan")),
-                "run": run["run_dir"],
+                "cell": cell_name(autoaug, cutmix, ls),
+                "AA": int(autoaug),
+                "CM": int(cutmix),
+                "LS": f"{ls:g}",
+                "data": run.data_name,
+                "model": run.model_name,
+                "seed": run.seed,
+                "top-1 (%)": 100 * headline.acc1,
+                "min MAD early": headline.min_mad,
+                "mean entropy early": headline.entropy,
+                "run": str(run.run_dir),
             }
         )
     order = {name: i for i, name in enumerate(CELL_ORDER)}
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweep_dirs", nargs="+", type=Path, help="sweep directories (searched recursively)")
     args = parser.parse_args(argv)
     try:
-        runs = collect_runs(args.sweep_dirs)
+        runs = scan_records(args.sweep_dirs)
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .aggregate import FIGURES, Aggregate, Group, Stat, slug
-from .collect import CELL_ORDER
-from .factorial import CELL_FLAGS, Separation, main_effects, separation
+from ..domain import CELL_FLAGS, CELL_ORDER
+from ..results import HEADLINE_NAMES
+from .aggregate import Aggregate, Group, Stat, slug
+from .factorial import Separation, main_effects, separation
 from .summary import format_table
 
 # The paper's CIFAR-100 minimum early-layer MAD, Baseline -> Modern, and its ablation bounds.
@@ -25,6 +26,8 @@ INTERVAL_NOTE = (
     " variances (vit_locality/report/factorial.py)"
 )
 DIGITS = {"acc1": 2, "min_mad": 3, "entropy": 3}
+# Printed tables show accuracy in percent, the paper's unit; the CSVs keep the record's fraction.
+SHOWN_SCALE = {"acc1": 100.0, "min_mad": 1.0, "entropy": 1.0}
 MISSING = "-"
 
 
@@ -87,17 +90,17 @@ class Table:
 def protocols_table(agg: Aggregate) -> Table:
     """Rows = (data set, model); Baseline and Modern side by side for each figure, and the paper's reference."""
     headers = ["data", "model"]
-    for figure in FIGURES:
+    for figure in HEADLINE_NAMES:
         headers += [f"{_short(figure)} Baseline", f"{_short(figure)} Modern"]
     headers += ["Modern more local", "paper min MAD (Baseline -> Modern)"]
     rows, records = [], []
     for data, model in agg.models():
         cells = agg.cells(data, model)
         row, record = [data, model], {"data": data, "model": model}
-        for figure in FIGURES:
+        for figure in HEADLINE_NAMES:
             for name in ("Baseline", "Modern"):
                 stat = _stat(cells.get(name), figure)
-                row.append(format_stat(stat, DIGITS[figure]))
+                row.append(format_figure(stat, figure))
                 record.update(_stat_record(f"{name.lower()}_{figure}", stat))
         base, modern = record["baseline_min_mad_mean"], record["modern_min_mad_mean"]
         more_local = None if math.isnan(base) or math.isnan(modern) else modern < base
@@ -109,7 +112,8 @@ def protocols_table(agg: Aggregate) -> Table:
         rows.append(row)
         records.append(record)
     notes = [
-        "mean ± sample std (number of seeds) where several seeds ran; top-1 test accuracy in percent",
+        "mean ± sample std (number of seeds) where several seeds ran; top-1 test accuracy in percent"
+        " (a fraction in the CSV)",
         "paper (CIFAR-100): minimum early-layer MAD 0.316 under Baseline, 0.008 under Modern",
     ]
     return Table("protocols", "Baseline vs Modern protocol", headers, rows, records, notes)
@@ -125,7 +129,7 @@ def ablation_table(agg: Aggregate, data: str, model: str) -> Table:
         group = cells.get(name)
         aa, cm, ls_on = CELL_FLAGS[name]
         ls = "/".join(f"{v:g}" for v in group.ls_values) if group else ("on" if ls_on else "0")
-        stats = {figure: _stat(group, figure) for figure in FIGURES}
+        stats = {figure: _stat(group, figure) for figure in HEADLINE_NAMES}
         delta = stats["acc1"].mean - baseline_acc
         rows.append(
             [
@@ -134,10 +138,10 @@ def ablation_table(agg: Aggregate, data: str, model: str) -> Table:
                 str(int(cm)),
                 ls,
                 str(len(group.runs)) if group else MISSING,
-                format_stat(stats["acc1"], DIGITS["acc1"]),
-                MISSING if math.isnan(delta) else f"{delta:+.2f}",
-                format_stat(stats["min_mad"], DIGITS["min_mad"]),
-                format_stat(stats["entropy"], DIGITS["entropy"]),
+                format_figure(stats["acc1"], "acc1"),
+                MISSING if math.isnan(delta) else f"{100 * delta:+.2f}",
+                format_figure(stats["min_mad"], "min_mad"),
+                format_figure(stats["entropy"], "entropy"),
             ]
         )
         record: dict[str, Any] = {"cell": name, "AA": int(aa), "CM": int(cm)}
@@ -165,8 +169,10 @@ def effects_table(cells: dict[str, Group], stem: str) -> Table:
     for figure in ("min_mad", "acc1"):
         digits = DIGITS[figure] + 1
         for effect in main_effects(cells, figure):
-            interval = f"[{effect.low:+.{digits}f}, {effect.high:+.{digits}f}]" if math.isfinite(effect.low) else "n/a"
-            estimate = MISSING if math.isnan(effect.estimate) else f"{effect.estimate:+.{digits}f}"
+            scale = SHOWN_SCALE[figure]
+            low, high, value = scale * effect.low, scale * effect.high, scale * effect.estimate
+            interval = f"[{low:+.{digits}f}, {high:+.{digits}f}]" if math.isfinite(effect.low) else "n/a"
+            estimate = MISSING if math.isnan(value) else f"{value:+.{digits}f}"
             rows.append([effect.factor, _short(figure), estimate, interval, effect.method, str(effect.n)])
             records.append(
                 {
@@ -180,7 +186,7 @@ def effects_table(cells: dict[str, Group], stem: str) -> Table:
                     "method": effect.method,
                 }
             )
-    title = "Main effects (mean with the factor on minus mean with it off; accuracy in points)"
+    title = "Main effects (mean with the factor on minus mean with it off; accuracy in points; a fraction in the CSV)"
     return Table(stem, title, headers, rows, records)
 
 
@@ -195,6 +201,12 @@ def separation_line(sep: Separation) -> str:
     )
     partial = "" if sep.cells == len(CELL_ORDER) else f" (on {sep.cells} of {len(CELL_ORDER)} cells)"
     return f"{claim}: {verdict}{partial}: {bounds}; {PAPER_SEPARATION}"
+
+
+def format_figure(stat: Stat, figure: str) -> str:
+    """A headline figure as printed: accuracy in percent, the others as recorded."""
+    scale = SHOWN_SCALE[figure]
+    return format_stat(Stat(scale * stat.mean, scale * stat.std, stat.n), DIGITS[figure])
 
 
 def format_stat(stat: Stat, digits: int) -> str:

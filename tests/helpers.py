@@ -1,4 +1,4 @@
-"""Shared helpers: compose the project's Hydra config in-process, and run train.py in a subprocess."""
+"""Test helpers: compose the project's Hydra config in-process, run one cell as train.py does, run train.py."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from callbacks import build_callbacks
+from vit_locality.cell import run_cell
 from vit_locality.config import register_resolvers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +52,6 @@ def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Co
     )
 
 
-@pytest.fixture
-def compose_cfg():
-    return compose_config
+def run_cell_as_train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """One cell in this process with the callbacks train.py gives it (checkpoints, reseeding, statistics)."""
+    return run_cell(cfg, run_dir, build_callbacks(cfg, run_dir))

@@ -1,0 +1,119 @@
+"""The run record's one home: written with status last, read through one checker whose reasons every reader shows."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from vit_locality.report.__main__ import main as report_main
+from vit_locality.report.summary import main as summary_main
+from vit_locality.results import RecordError, read_record, scan_records, write_record
+
+
+def complete_payload(**changes: object) -> dict:
+    payload = {
+        "run_name": "r",
+        "identity_hash": "abc",
+        "seed": 0,
+        "data": {"name": "synthetic"},
+        "protocol": {"autoaug": False, "cutmix": True, "ls": 0.1},
+        "model": {"name": "vit_tiny"},
+        "metrics": {"test/acc1": 0.75},
+        "attention": {"final": {"min_mad_early": 0.4, "mean_entropy_early": 0.9, "early_layers": 2}},
+    }
+    payload.update(changes)
+    return payload
+
+
+def test_status_is_written_last_and_read_back(tmp_path: Path) -> None:
+    path = write_record(tmp_path, {**complete_payload(), "status": "running"}, status="complete")
+    text = path.read_text()
+    assert list(json.loads(text))[-1] == "status" and text.rstrip().endswith('"status": "complete"\n}')
+    record = read_record(tmp_path)
+    assert record is not None and record.complete and record.flags == (False, True, 0.1)
+    headline = record.headline()
+    assert (headline.acc1, headline.min_mad, headline.entropy) == (0.75, 0.4, 0.9)  # accuracy stays a fraction
+    with pytest.raises(ValueError, match="status='done'"):
+        write_record(tmp_path, complete_payload(), status="done")
+
+
+def test_no_record_is_none_not_an_error(tmp_path: Path) -> None:
+    assert read_record(tmp_path) is None
+
+
+BAD_RECORDS = {
+    "a list": (b"[]", "malformed: holds a JSON list"),
+    "a number": (b"3", "malformed: holds a JSON int"),
+    "invalid UTF-8": (b'{"status": "\xff"}', "unreadable: not UTF-8"),
+    "not JSON": (b"{ nope", "unreadable: not JSON"),
+    "no status": (b'{"seed": 0}', "malformed: has status None"),
+    "missing keys": (json.dumps({"status": "complete", "seed": 0}).encode(), "malformed: lacks protocol.autoaug"),
+    "NaN accuracy": (
+        json.dumps({**complete_payload(metrics={"test/acc1": math.nan}), "status": "complete"}).encode(),
+        "not a fraction",
+    ),
+    "NaN statistics": (
+        json.dumps(
+            {
+                **complete_payload(attention={"final": {"min_mad_early": math.nan, "mean_entropy_early": 0.5}}),
+                "status": "complete",
+            }
+        ).encode(),
+        "attention.final.min_mad_early=nan",
+    ),
+    "seed of the wrong type": (
+        json.dumps({**complete_payload(seed="0"), "status": "complete"}).encode(),
+        "seed='0' of the wrong type",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_RECORDS))
+def test_every_malformed_record_has_one_reason(tmp_path: Path, case: str) -> None:
+    content, reason = BAD_RECORDS[case]
+    (tmp_path / "results.json").write_bytes(content)
+    with pytest.raises(RecordError, match=reason.replace("(", r"\(")) as caught:
+        read_record(tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_directory_named_results_json(tmp_path: Path) -> None:
+    (tmp_path / "results.json").mkdir()
+    with pytest.raises(RecordError, match="unreadable: a directory"):
+        read_record(tmp_path)
+
+
+def _sweep_with_every_bad_record(root: Path) -> Path:
+    sweep = root / "sweep"
+    write_record(sweep / "good", complete_payload(), status="complete")
+    for index, (content, _) in enumerate(BAD_RECORDS.values()):
+        (sweep / f"bad{index}").mkdir(parents=True)
+        (sweep / f"bad{index}" / "results.json").write_bytes(content)
+    (sweep / "dir" / "results.json").mkdir(parents=True)
+    return sweep
+
+
+def test_every_reader_skips_and_lists_the_same_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep = _sweep_with_every_bad_record(tmp_path)
+    scan = scan_records([sweep])
+    assert [r.run_dir.name for r in scan.complete] == ["good"]
+    assert len(scan.skipped) == len(BAD_RECORDS) + 1
+    assert summary_main([str(sweep)]) == 0
+    summary = capsys.readouterr().out
+    assert summary.count("skipped ") == len(BAD_RECORDS) + 1 and "75.0000" in summary  # percent only when printed
+    assert report_main(["protocols", str(sweep), "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.count("skipped ") == len(BAD_RECORDS) + 1
+
+
+def test_linked_run_directories_are_followed_once(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere" / "run"
+    write_record(elsewhere, complete_payload(), status="complete")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (sweep / "loop").symlink_to(sweep, target_is_directory=True)  # a cycle must end
+    scan = scan_records([sweep])
+    assert [r.run_dir.name for r in scan.complete] == ["linked"]
