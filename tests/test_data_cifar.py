@@ -336,3 +336,40 @@ def test_python2_pickle_loads(tmp_path: Path) -> None:
     assert b"numpy.core.multiarray" in raw and b"_codecs" not in raw
     loaded = load_pickle(path)
     assert np.array_equal(loaded["data"], rows) and loaded["labels"] == [3, 4]
+
+
+def test_symlinked_folder_is_used_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared layout, data/cifar-10-batches-py -> shared/cifar-10-batches-py: the md5s are checked through the
+    link, and nothing is downloaded or extracted."""
+    fake = write_fake_cifar10(tmp_path / "shared")
+    for path in fake.files:
+        monkeypatch.setitem(CIFAR10DataModule.layout.md5, path.name, md5sum(path))
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "cifar-10-batches-py").symlink_to(fake.folder)
+    dm = _dm(CIFAR10DataModule, root, download=True, verify=True)
+    dm.setup()
+    assert torch.equal(dm.arrays.train_images, _planes(fake.train_rows))
+    assert [p.name for p in root.iterdir()] == ["cifar-10-batches-py"]
+
+
+@pytest.mark.parametrize("target", ["missing", "incomplete"])
+def test_broken_symlinked_folder_names_the_link_and_its_target(tmp_path: Path, target: str) -> None:
+    """The archive at hand is not extracted through the link into the shared copy; the error says what to fix."""
+    archive, _ = _fake_archive(tmp_path)
+    root = tmp_path / "data"
+    root.mkdir()
+    archive.rename(root / archive.name)
+    shared = tmp_path / "shared" / "cifar-10-batches-py"
+    if target == "incomplete":
+        write_fake_cifar10(tmp_path / "shared")
+        (shared / "test_batch").unlink()
+    link = root / "cifar-10-batches-py"
+    link.symlink_to(shared)
+    with pytest.raises(DataError) as err:
+        _dm(CIFAR10DataModule, root).setup()
+    problem = "which does not exist: mount or restore it" if target == "missing" else "which lacks test_batch"
+    assert f"cifar10: {link} is a symlink to {shared}, {problem}" in _one_line(err)
+    assert f"or remove the link to have the data set extracted into {root}" in str(err.value)
+    assert sorted(p.name for p in root.iterdir()) == [link.name, archive.name]
+    assert not (shared / "test_batch").exists()

@@ -221,3 +221,32 @@ def test_unsafe_zip_members_are_refused(tmp_path: Path, kind: str) -> None:
         safe_extract(archive, target)
     assert not target.exists()
     assert not (tmp_path / "evil.txt").exists() and not (tmp_path / "abs_evil.txt").exists()
+
+
+def test_symlinked_folder_is_used_as_it_is(tmp_path: Path) -> None:
+    """A shared layout, data/tiny-imagenet-200 -> shared/tiny-imagenet-200: loaded through the link, with the
+    val file names checked against the link's path, not the target's."""
+    fake = write_fake_tiny_imagenet(tmp_path / "shared", n_classes=2, n_train_per_class=2, n_val_per_class=1)
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "tiny-imagenet-200").symlink_to(fake.folder)
+    dm = _dm(root)
+    dm.setup()
+    assert dm.num_classes == 2 and dm.arrays.train_images.shape == (4, 3, 64, 64)
+    _check_colours(dm.arrays.test_images, dm.arrays.test_labels, fake)  # labels follow sorted wnids, as ever
+    assert [p.name for p in root.iterdir()] == ["tiny-imagenet-200"]
+
+
+def test_dangling_symlinked_folder_names_the_link_and_its_target(tmp_path: Path) -> None:
+    fake = write_fake_tiny_imagenet(tmp_path / "src", n_classes=2, n_train_per_class=1, n_val_per_class=1)
+    root = tmp_path / "data"
+    root.mkdir()
+    _zip_tree(fake.folder, root / "tiny-imagenet-200.zip")  # at hand, but not to be extracted through the link
+    link, target = root / "tiny-imagenet-200", tmp_path / "unmounted" / "tiny-imagenet-200"
+    link.symlink_to(target)
+    with pytest.raises(DataError) as err:
+        _dm(root).setup()
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"tiny_imagenet: {link} is a symlink to {target}, which does not exist: mount or restore it" in message
+    assert sorted(p.name for p in root.iterdir()) == ["tiny-imagenet-200", "tiny-imagenet-200.zip"]

@@ -1,6 +1,7 @@
 """A corrupted data file stops the run with one line naming the file, through the real entry point; the run
 directory records the failure and nothing in it looks complete. (The loaders' own fault cases, e.g. bit flips,
-escaping zip members, a missing val_annotations.txt and malicious pickles, are in tests/test_data_*.py.)"""
+escaping zip members, a missing val_annotations.txt and malicious pickles, are in tests/test_data_*.py; the limits
+on archive bombs, image sizes, val file names and pickle allocations in tests/faults/test_data_limits.py.)"""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 Everything that can fail here (network, a corrupted file, a hostile archive) fails as one DataError whose
 message names the file or URL and says what to do, instead of a traceback from deep inside urllib or tarfile.
 Every member of an archive is checked before the first one is written, so a refused archive writes nothing.
+The checks bound what an archive may unpack to even when its md5 is not checked (`data.verify=false`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,24 @@ _CHUNK = 1 << 20
 # tarfile's "data" extraction filter: Python 3.12+, back-ported to 3.8.17, 3.9.17, 3.10.12 and 3.11.4.
 _TAR_DATA_FILTER = getattr(tarfile, "data_filter", None)
 
+# What one archive may unpack to. The official archives unpack to ~178 MB in under ten members (CIFAR-10 and
+# CIFAR-100) and ~250 MB in ~120k (Tiny-ImageNet): the limits leave a margin of 4x in bytes, 1.6x in members.
+MAX_ARCHIVE_MEMBERS = 200_000
+MAX_EXTRACTED_BYTES = 1 << 30
+# Deflate packs zeros ~1000:1, text ~4:1 and JPEGs ~1:1, so a zip member that unpacks to over MAX_ZIP_RATIO
+# times its packed size is a bomb, not data. Members up to ZIP_RATIO_CHECKED_FROM bytes (the largest official
+# one, words.txt, is 2.7 MB) are not checked: they cannot fill a disk on their own and MAX_EXTRACTED_BYTES caps
+# them all together.
+MAX_ZIP_RATIO = 200
+ZIP_RATIO_CHECKED_FROM = 4 << 20
+_ZIP_METHODS = {
+    zipfile.ZIP_STORED: "stored",
+    zipfile.ZIP_DEFLATED: "deflate",
+    zipfile.ZIP_BZIP2: "bzip2",
+    zipfile.ZIP_LZMA: "lzma",
+}
+_ZIP_ENCRYPTED = 0x1  # general purpose bit 0 of a zip member
+
 
 @dataclass(frozen=True)
 class ArchiveSpec:
@@ -43,8 +62,9 @@ class ArchiveSpec:
 
 
 def one_line(err: BaseException) -> str:
-    """An exception as `Type: message` on a single line, for embedding in a DataError."""
-    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+    """An exception as `Type: message` (or `Type` when it has none) on a single line, for a DataError."""
+    message = " ".join(str(err).split())
+    return f"{type(err).__name__}: {message}" if message else type(err).__name__
 
 
 def md5sum(path: Path) -> str:
@@ -133,6 +153,33 @@ def _refuse(archive: Path, member: str, reason: str) -> NoReturn:
     raise DataError(f"{archive}: refusing to extract member {member!r}: {reason}")
 
 
+class _UnpackedSize:
+    """Counts the members an archive holds and the bytes they unpack to, refusing it past either limit.
+
+    The sizes are those in the member headers: tarfile writes exactly that many bytes (a sparse member's full
+    size, holes included) and zipfile stops a member there, so they bound what extraction writes.
+    """
+
+    def __init__(self, archive: Path) -> None:
+        self.archive = archive
+        self.members = 0
+        self.bytes = 0
+
+    def add(self, size: int) -> None:
+        self.members += 1
+        self.bytes += size
+        if self.members > MAX_ARCHIVE_MEMBERS:
+            self._refuse(f"it holds more than {MAX_ARCHIVE_MEMBERS} members, the limit")
+        if self.bytes > MAX_EXTRACTED_BYTES:
+            self._refuse(f"it unpacks to more than {MAX_EXTRACTED_BYTES} bytes, the limit")
+
+    def _refuse(self, reason: str) -> NoReturn:
+        raise DataError(
+            f"{self.archive}: refusing to extract: {reason} (the official archives unpack to ~250 MB in "
+            "~120k members at most); it is not an official archive: delete it and re-run to download it again"
+        )
+
+
 def _refuse_absolute(archive: Path, name: str) -> None:
     posix = name.replace("\\", "/")
     if posix.startswith("/") or re.match(r"^[A-Za-z]:", posix):
@@ -174,18 +221,42 @@ def _checked_tar_members(archive: Path, tar: tarfile.TarFile, target: Path) -> l
     absolute paths are refused too, where the filter strips the leading / and extracts the rest.
     """
     members = []
-    for member in tar.getmembers():
+    unpacked = _UnpackedSize(archive)
+    for member in tar:  # read header by header, so a refused archive is not read to its end
         if not (member.isreg() or member.isdir()):
             _refuse(archive, member.name, f"it is a {_tar_kind(member)}")
         _refuse_absolute(archive, member.name)
+        unpacked.add(member.size)
         members.append(_inside(archive, member, target))
     return members
+
+
+def _check_zip_member(archive: Path, info: zipfile.ZipInfo) -> None:
+    """Refuse what zipfile would fail on halfway through (encryption, an unknown method) and zip bombs."""
+    if info.flag_bits & _ZIP_ENCRYPTED:
+        _refuse(archive, info.filename, "it is encrypted")
+    if info.compress_type not in _ZIP_METHODS:
+        _refuse(
+            archive,
+            info.filename,
+            f"it uses compression method {info.compress_type}, not one of {', '.join(_ZIP_METHODS.values())}",
+        )
+    if info.file_size > ZIP_RATIO_CHECKED_FROM and info.file_size > MAX_ZIP_RATIO * info.compress_size:
+        _refuse(
+            archive,
+            info.filename,
+            f"it unpacks {info.compress_size} bytes to {info.file_size}, over {MAX_ZIP_RATIO} times as many (the "
+            "limit)",
+        )
 
 
 def _zip_plan(archive: Path, zf: zipfile.ZipFile, target: Path) -> list[tuple[zipfile.ZipInfo, Path]]:
     """zipfile has no extraction filter: check every member ourselves, and say where each one lands."""
     plan = []
+    unpacked = _UnpackedSize(archive)
     for info in zf.infolist():
+        unpacked.add(info.file_size)
+        _check_zip_member(archive, info)
         kind = stat.S_IFMT(info.external_attr >> 16)
         if kind == stat.S_IFLNK:
             _refuse(archive, info.filename, "it is a symlink")
@@ -235,7 +306,8 @@ def safe_extract(archive: Path, target: Path) -> None:
             raise DataError(f"{archive}: not a tar or zip archive; delete it and re-run to download it again")
     except DataError:
         raise
-    except (OSError, EOFError, zlib.error, tarfile.TarError, zipfile.BadZipFile) as err:
+    # RuntimeError: what zipfile raises for a member packed with bzip2 or lzma when Python lacks that module.
+    except (OSError, EOFError, zlib.error, tarfile.TarError, zipfile.BadZipFile, RuntimeError) as err:
         raise DataError(
             f"{archive}: extraction into {target} failed ({one_line(err)}); if the archive is corrupted, "
             "delete it and re-run to download it again"

@@ -6,9 +6,10 @@ is missing, and say how to start over when a file is bad. A subclass names its a
 
 from __future__ import annotations
 
+import os
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from vit_locality.data.base import DataError, ImageDataModule
 from vit_locality.data.download import ArchiveSpec, fetch_and_extract
@@ -37,6 +38,22 @@ class DownloadableDataModule(ImageDataModule):
     def required_files(self) -> tuple[Path, ...]:
         """The files whose absence means the archive has to be (fetched and) extracted."""
 
+    def _refuse_linked_folder(self, missing: Path) -> NoReturn:
+        """A symlinked data set folder (`data/cifar-10-batches-py -> /shared/...`) is used as it is, never
+        extracted into: the archive would write through the link into a copy others share, and tarfile's data
+        filter refuses that anyway as a path that escapes `root`. Say which link and which target is wrong."""
+        link, target = self.folder, os.readlink(self.folder)
+        if not self.folder.exists():
+            problem = "which does not exist: mount or restore it"
+        elif not self.folder.is_dir():
+            problem = "which is not a folder: point the link at the data set folder"
+        else:
+            problem = f"which lacks {missing.relative_to(link)}: complete the shared copy"
+        raise DataError(
+            f"{self.name}: {link} is a symlink to {target}, {problem}, or remove the link to have the data set "
+            f"extracted into {self.root}"
+        )
+
     def redo_hint(self, path: Path | None = None) -> str:
         """How to get a clean copy: delete `path` (a required file, so it is extracted again) or the folder."""
         if path is None:
@@ -52,6 +69,8 @@ class DownloadableDataModule(ImageDataModule):
         missing = [path for path in self.required_files() if not path.is_file()]
         if not missing:
             return
+        if self.folder.is_symlink():
+            self._refuse_linked_folder(missing[0])
         root = Path(self.root)
         fetch_and_extract(
             self.archive, root, dataset=self.name, download=self.download, verify=self.verify, missing=missing[0]

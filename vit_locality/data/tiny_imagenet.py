@@ -16,7 +16,7 @@ import os
 import tempfile
 import warnings
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import numpy as np
 import torch
@@ -162,18 +162,33 @@ class TinyImageNetDataModule(DownloadableDataModule):
         path = self.folder / "val" / "val_annotations.txt"
         if not path.is_file():
             raise DataError(f"{self.name}: {path} is missing, so the val images have no labels; {self.redo_hint()}")
+        images = self.folder / "val" / "images"
         files = []
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             if not line.strip():
                 continue
             fields = line.split("\t")
+            where = f"{path}, line {number}"
             if len(fields) < 2:
-                raise DataError(f"{path}, line {number}: expected 'file<TAB>wnid<TAB>box', got {line!r}")
+                raise DataError(f"{where}: expected 'file<TAB>wnid<TAB>box', got {line!r}")
             filename, wnid = fields[0].strip(), fields[1].strip()
             if wnid not in index:
-                raise DataError(f"{path}, line {number}: wnid {wnid!r} is not in {self.wnids_path}; {self.redo_hint()}")
-            files.append((self.folder / "val" / "images" / filename, index[wnid]))
+                raise DataError(f"{where}: wnid {wnid!r} is not in {self.wnids_path}; {self.redo_hint()}")
+            files.append((self._val_image(images, filename, where), index[wnid]))
         return files
+
+    def _val_image(self, images: Path, filename: str, where: str) -> Path:
+        """`images / filename`, refusing a name that leads out of it (`../../etc/passwd`, an absolute path).
+
+        The check is on the name alone, so images that are symlinks (a shared data layout) still load.
+        """
+        name = PurePosixPath(filename.replace("\\", "/"))
+        if name.is_absolute() or ".." in name.parts or PureWindowsPath(filename).drive:
+            raise DataError(
+                f"{where}: file name {filename!r} leads out of {images}; expected a name such as 'val_0.JPEG': "
+                f"{self.redo_hint()}"
+            )
+        return images / name
 
     def _decode_all(self, files: list[tuple[Path, int]], bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
         size = self.image_size
@@ -186,9 +201,14 @@ class TinyImageNetDataModule(DownloadableDataModule):
         return images, labels
 
     def _decode(self, path: Path) -> np.ndarray:
-        """One image as (H, W, 3) uint8; greyscale, CMYK and palette images are converted to RGB."""
+        """One image as (H, W, 3) uint8; greyscale, CMYK and palette images are converted to RGB.
+
+        `Image.open` reads the header only, so the size is checked before anything is decoded: a header that
+        claims 8000 x 8000 px would otherwise decode to 192 MB for a 64 x 64 slot.
+        """
         try:
             with Image.open(path) as image:
+                self._check_size(path, image.size)
                 rgb = image.convert("RGB")
         except FileNotFoundError:
             raise DataError(f"{self.name}: image {path} is missing; {self.redo_hint()}") from None
@@ -196,9 +216,11 @@ class TinyImageNetDataModule(DownloadableDataModule):
             raise DataError(
                 f"{path}: cannot decode the image ({one_line(err)}); the file is corrupted: {self.redo_hint()}"
             ) from None
-        if rgb.size != (self.image_size, self.image_size):
+        return np.asarray(rgb)
+
+    def _check_size(self, path: Path, size: tuple[int, int]) -> None:
+        if size != (self.image_size, self.image_size):
             raise DataError(
-                f"{path}: image is {rgb.size[0]}x{rgb.size[1]} px, "
+                f"{path}: image is {size[0]}x{size[1]} px, "
                 f"expected {self.image_size}x{self.image_size}; {self.redo_hint()}"
             )
-        return np.asarray(rgb)
