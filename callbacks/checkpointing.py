@@ -1,18 +1,22 @@
-"""The two checkpoints a cell resumes from: `last.ckpt` at every epoch boundary, `interrupted.ckpt` on a signal.
+"""The two checkpoints a cell resumes from: `last.ckpt` at every epoch boundary, `interrupted.ckpt` on a signal;
+and the stamp in each that says which config wrote it.
 
-File names and the choice between them on resume are vit_locality.checkpoints'.
+File names and the choice between them on resume are vit_locality.checkpoints'; writing them whole is
+vit_locality.checkpoint_io's (the Trainer's `AtomicCheckpointIO` plugin).
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vit_locality.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT, interrupted_checkpoint
+from vit_locality.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT, interrupted_checkpoint, stamp_identity
 
 log = logging.getLogger("vit_locality")
 
@@ -36,6 +40,23 @@ class InterruptCheckpoint(Callback):
         self.path = interrupted_checkpoint(run_dir)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, KeyboardInterrupt | SIGTERMException):
-            trainer.save_checkpoint(self.path)
-            log.warning("interrupted at step %d: saved %s", trainer.global_step, self.path)
+        if not isinstance(exception, KeyboardInterrupt | SIGTERMException):
+            return
+        # On a GPU the loss is checked for NaN only every few steps: a signal can arrive after weights went bad,
+        # and such a checkpoint would be resumed. The last epoch's last.ckpt is then the resume point.
+        if not all(torch.isfinite(p).all() for p in pl_module.parameters()):
+            log.warning("interrupted at step %d with non-finite weights: no %s saved", trainer.global_step, self.path)
+            return
+        trainer.save_checkpoint(self.path)
+        log.warning("interrupted at step %d: saved %s", trainer.global_step, self.path)
+
+
+class IdentityStamp(Callback):
+    """Stamp the cell's identity hash into every checkpoint the Trainer saves (`last.ckpt`, `interrupted.ckpt`), so
+    a re-run resumes only a checkpoint its own config wrote (vit_locality.checkpoints.resume_point)."""
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        stamp_identity(checkpoint, self.identity)

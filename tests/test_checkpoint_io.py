@@ -1,0 +1,158 @@
+"""Checkpoints are replaced whole, keep their predecessor, honour the umask and carry the config that wrote them;
+a re-run resumes the furthest one of its own config."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from callbacks.checkpointing import IdentityStamp, last_checkpoint_callback
+from vit_locality.checkpoint_io import AtomicCheckpointIO
+from vit_locality.checkpoints import (
+    ForeignCheckpoint,
+    discard_interrupted,
+    interrupted_checkpoint,
+    last_checkpoint,
+    previous_checkpoint,
+    resume_point,
+)
+
+IDENTITY = "0123456789abcdef"
+
+
+def lightning_checkpoint(step: int, epochs: int, identity: str | None = IDENTITY) -> dict[str, Any]:
+    """The parts of a Lightning checkpoint that resuming reads, with the identity stamp callbacks add."""
+    checkpoint: dict[str, Any] = {
+        "global_step": step,
+        "epoch": max(epochs - 1, 0),
+        "loops": {"fit_loop": {"epoch_progress": {"current": {"processed": epochs}}}},
+        "state_dict": {"weight": torch.full((64, 64), float(step))},
+    }
+    if identity is not None:
+        checkpoint["vit_locality"] = {"identity_hash": identity}
+    return checkpoint
+
+
+def saved_step(path: Path) -> int:
+    return int(torch.load(path, map_location="cpu", weights_only=True)["global_step"])
+
+
+def test_a_save_replaces_the_file_and_keeps_the_one_it_replaced(tmp_path) -> None:
+    target = tmp_path / "checkpoints" / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint(lightning_checkpoint(4, 1), target)
+    first_inode = target.stat().st_ino
+    io.save_checkpoint(lightning_checkpoint(8, 2), target)
+    assert saved_step(target) == 8 and saved_step(previous_checkpoint(target)) == 4
+    # Renamed, never rewritten in place: the replaced file is the predecessor, the new one a new file.
+    assert previous_checkpoint(target).stat().st_ino == first_inode != target.stat().st_ino
+    assert sorted(p.name for p in target.parent.iterdir()) == ["last.ckpt", "last.prev.ckpt"]  # no temporaries
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_checkpoints_are_created_as_the_umask_allows(tmp_path, umask) -> None:
+    previous = os.umask(umask)
+    try:
+        AtomicCheckpointIO().save_checkpoint(lightning_checkpoint(1, 1), tmp_path / "last.ckpt")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "last.ckpt").stat().st_mode) == 0o666 & ~umask
+
+
+def test_leftovers_of_a_killed_write_are_removed_by_the_next_save(tmp_path) -> None:
+    leftover = tmp_path / ".last.ckpt.k1ll3d.tmp"
+    leftover.write_bytes(b"half a checkpoint")
+    other = tmp_path / ".interrupted.ckpt.abc.tmp"  # another file's write is not this save's business
+    other.write_bytes(b"x")
+    AtomicCheckpointIO().save_checkpoint(lightning_checkpoint(1, 1), tmp_path / "last.ckpt")
+    assert not leftover.exists() and other.exists()
+
+
+def test_removing_a_checkpoint_removes_its_predecessor(tmp_path) -> None:
+    io = AtomicCheckpointIO()
+    target = tmp_path / "epoch=1.ckpt"
+    io.save_checkpoint(lightning_checkpoint(1, 1), target)
+    io.save_checkpoint(lightning_checkpoint(2, 2), target)
+    io.remove_checkpoint(target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def write_checkpoints(run_dir: Path, **steps: int) -> None:
+    """`last=8, interrupted=10, last_prev=4`: checkpoints of this identity at those steps (4 steps an epoch)."""
+    paths = {"last": last_checkpoint(run_dir), "interrupted": interrupted_checkpoint(run_dir)}
+    paths |= {f"{name}_prev": previous_checkpoint(path) for name, path in paths.items()}
+    for name, step in steps.items():
+        paths[name].parent.mkdir(parents=True, exist_ok=True)
+        torch.save(lightning_checkpoint(step, step // 4), paths[name])
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected", "epochs"),
+    [
+        ({}, None, 0),
+        ({"last": 8, "last_prev": 4}, "last.ckpt", 2),
+        ({"last": 8, "interrupted": 10}, "interrupted.ckpt", 2),
+        ({"last": 12, "interrupted": 10, "interrupted_prev": 6}, "last.ckpt", 3),
+        ({"last": 8, "interrupted": 8}, "last.ckpt", 2),  # equals: the epoch boundary
+        ({"last_prev": 4}, "last.prev.ckpt", 1),  # killed between the two renames of a save
+    ],
+)
+def test_the_furthest_checkpoint_of_this_config_is_resumed(tmp_path, steps, expected, epochs) -> None:
+    write_checkpoints(tmp_path, **steps)
+    path, done = resume_point(tmp_path, IDENTITY)
+    assert (path.name if path else None, done) == (expected, epochs)
+
+
+def test_a_finished_run_discards_both_interrupted_checkpoints(tmp_path) -> None:
+    write_checkpoints(tmp_path, last=8, interrupted=6, interrupted_prev=2)
+    discard_interrupted(tmp_path)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last.ckpt"]
+
+
+class TinyModule(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        inputs, targets = batch
+        return torch.nn.functional.mse_loss(self.layer(inputs), targets)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def fit_tiny(run_dir: Path, epochs: int, identity: str, resume: Path | None = None) -> L.Trainer:
+    data = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=epochs,
+        plugins=[AtomicCheckpointIO()],
+        callbacks=[IdentityStamp(identity), last_checkpoint_callback(run_dir, 1)],
+        default_root_dir=str(run_dir),
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(TinyModule(), train_dataloaders=data, ckpt_path=resume, weights_only=True)
+    return trainer
+
+
+def test_a_trainer_with_the_plugin_writes_stamped_checkpoints_and_resumes_them(tmp_path) -> None:
+    trainer = fit_tiny(tmp_path, 2, IDENTITY)
+    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+    last = last_checkpoint(tmp_path)
+    assert (saved_step(last), saved_step(previous_checkpoint(last))) == (4, 2)
+    assert torch.load(last, weights_only=True)["vit_locality"] == {"identity_hash": IDENTITY}
+    assert resume_point(tmp_path, IDENTITY) == (last, 2)
+    with pytest.raises(ForeignCheckpoint):
+        resume_point(tmp_path, "fedcba9876543210")
+    resumed = fit_tiny(tmp_path, 3, IDENTITY, resume=last)
+    assert resumed.global_step == 6 and saved_step(previous_checkpoint(last)) == 4
