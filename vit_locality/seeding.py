@@ -1,9 +1,12 @@
-"""Per-epoch seeding, so that a run resumed from an epoch-boundary checkpoint draws the same random numbers
-(shuffle order, AutoAugment, CutMix) as an unbroken run.
+"""Seeds derived from the run's seed, so that a run resumed from an epoch-boundary checkpoint draws the same random
+numbers (shuffle order, AutoAugment, CutMix) as an unbroken run, whatever the number of data workers.
 
-Every epoch e starts from `epoch_seed(seed, e)`; when, is the `EpochReseed` callback's (callbacks/seeding.py): a
-fresh fit seeds epoch 0, each epoch seeds the next as it ends, a resumed fit the epoch it resumes at. With data workers
-(`data.num_workers > 0`) the workers keep their own generators, so exactness holds for `num_workers=0`.
+Two streams, each a pure function of where the run is:
+- the main process's global generators (CutMix, dropout) start epoch e from `epoch_seed(seed, e)`; when, is the
+  `EpochReseed` callback's (callbacks/seeding.py);
+- the training data: the epoch's order is drawn from `epoch_seed(seed, e)` and every sample's augmentation from
+  `sample_seed(seed, e, index)` (vit_locality/data/sampling.py), so it does not matter which worker process, or
+  whether any, transforms a sample, nor what that worker drew before.
 """
 
 from __future__ import annotations
@@ -13,9 +16,19 @@ import random
 import numpy as np
 import torch
 
+# An odd 32-bit multiplier near 2**32 / golden ratio spreads the epochs' blocks of sample seeds: over 1000 epochs any
+# two blocks start at least 1.9 million apart, whatever the run's seed, so no two draws of such a run share a seed.
+_EPOCH_STRIDE = 0x9E3779B1
+
 
 def epoch_seed(seed: int, epoch: int) -> int:
     return (seed * 1_000_003 + epoch) % (2**32)
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """The seed of one training sample's augmentation in one epoch; 32 bits, because torch's CPU generator
+    (a Mersenne Twister) keeps only the low 32 bits of its seed. Within an epoch distinct indices get distinct seeds."""
+    return (epoch_seed(seed, epoch) * _EPOCH_STRIDE + index) % (2**32)
 
 
 def reseed_for_epoch(seed: int, epoch: int) -> None:

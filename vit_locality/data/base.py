@@ -2,20 +2,61 @@
 
 Images stay uint8 from disk to the device: converting every image to float in the workers costs about as much
 as augmenting it, and a uint8 batch is a quarter of the bytes to copy. The LightningModule converts and
-normalises once per batch.
+normalises once per batch. Training samples are drawn as a function of (seed, epoch, index) (sampling.py), so
+the data workers never change a result.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
+import threading
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from lightning.fabric.utilities.seed import pl_worker_init_function
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vit_locality.domain import DATASET_DEFAULT_POLICY
+
+from .sampling import EpochShardSampler, SampleDraw, transform_seeded
+
+# Python's default start method on this platform ('fork' on Linux up to 3.13), named explicitly: a process started by
+# a launcher with its own process class (joblib's loky workers) has that class as its default, and the DataLoader's
+# plain workers cannot be started through it ("'Process' object has no attribute 'env'").
+WORKER_START_METHOD = multiprocessing.get_all_start_methods()[0]
+
+
+def init_data_worker(worker_id: int) -> None:
+    """Leave SIGTERM and SIGINT to the main process, which turns them into an interrupted checkpoint and then shuts
+    the workers down. `timeout`, `kill -- -PGID`, `scancel` and Ctrl-C signal the whole process group (or job): a
+    worker that died of it first would end the cell as "DataLoader worker ... killed by signal" with no checkpoint.
+
+    A worker still ends with its main process: on SIGKILL its watchdog notices the parent gone, and a SIGTERM from
+    the parent itself (what multiprocessing sends daemonic workers as the interpreter exits) ends it, as torch's own
+    worker handler does; ignored, the exit would wait for the worker forever. Telling the sender apart needs
+    `sigwaitinfo` (Linux, not macOS); without it SIGTERM stays torch's.
+    Lightning's worker seeding (`seed_everything(workers=True)`) is kept; training draws do not depend on it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "sigwaitinfo"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # for a thread that would not block it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # inherited by every thread started from here on
+        parent = os.getppid()
+        threading.Thread(target=_exit_on_sigterm_from, args=(parent,), name="parent-sigterm", daemon=True).start()
+    if os.environ.get("PL_SEED_WORKERS") == "1":
+        pl_worker_init_function(worker_id)
+
+
+def _exit_on_sigterm_from(parent: int) -> None:
+    """Take every SIGTERM (blocked, so none is delivered otherwise) and exit on the one its sender is `parent`."""
+    while signal.sigwaitinfo({signal.SIGTERM}).si_pid != parent:
+        pass
+    os._exit(0)
 
 
 class DataError(RuntimeError):
@@ -56,7 +97,10 @@ class ImageArrays:
 
 
 class UInt8ImageDataset(Dataset):
-    """Indexes a uint8 image tensor; the optional transform maps a (3, H, W) uint8 tensor to another."""
+    """Indexes a uint8 image tensor; the optional transform maps a (3, H, W) uint8 tensor to another.
+
+    A `SampleDraw` key (the training sampler's) runs the transform on its own seed; a plain index (the
+    evaluation loaders') draws from whatever the generator holds, which matters only to a random transform."""
 
     def __init__(
         self,
@@ -71,10 +115,11 @@ class UInt8ImageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, key: int | SampleDraw) -> tuple[torch.Tensor, int]:
+        index, seed = (key.index, key.seed) if isinstance(key, SampleDraw) else (key, None)
         image = self.images[index]
         if self.transform is not None:
-            image = self.transform(image)
+            image = self.transform(image) if seed is None else transform_seeded(self.transform, image, seed)
         return image, int(self.labels[index])
 
 
@@ -83,6 +128,7 @@ class ImageDataModule(L.LightningDataModule):
 
     The evaluation split is the official test set unless `val_size` > 0, in which case that many training
     images (a fixed, seeded choice) are held out and evaluated instead; `test_dataloader` is always the test set.
+    `seed` is the run's: the training order and every sample's augmentation derive from it and the epoch.
     """
 
     name: str = "base"
@@ -102,6 +148,7 @@ class ImageDataModule(L.LightningDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = True,
         train_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         self.root = root
@@ -113,6 +160,8 @@ class ImageDataModule(L.LightningDataModule):
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.persistent_workers = persistent_workers
         self.train_transform = train_transform
+        self.seed = seed
+        self.start_epoch = 0  # the epoch a resumed fit's first training loader draws (load_state_dict)
         self.arrays: ImageArrays | None = None
         self._train_index: torch.Tensor | None = None
         self._val_index: torch.Tensor | None = None
@@ -171,28 +220,48 @@ class ImageDataModule(L.LightningDataModule):
         images, _ = self.eval_split()
         return images[:count]
 
-    def _loader(self, dataset: Dataset, shuffle: bool, batch_size: int) -> DataLoader:
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch a fit resumed from this checkpoint trains next (Lightning's `processed` count: an end-of-epoch
+        checkpoint counts its epoch, a mid-epoch one does not), saved because Lightning builds a resumed fit's
+        first training loader before it restores its own epoch counter."""
+        if self.trainer is None:
+            return {}
+        return {"train_epoch": int(self.trainer.fit_loop.epoch_progress.current.processed)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.start_epoch = int(state_dict.get("train_epoch", 0))
+
+    def _loader(self, dataset: Dataset, batch_size: int, sampler: Sampler | None = None) -> DataLoader:
+        """A training loader when given the training sampler (full batches keep CutMix and the per-step schedule
+        uniform), else an evaluation loader in data set order. Iterators draw their workers' base seed from the
+        loader's own generator, never from the global one that CutMix and dropout draw from."""
         workers = self.num_workers
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle,
-            drop_last=shuffle,  # full training batches keep CutMix and the per-step schedule uniform
+            sampler=sampler,
+            drop_last=sampler is not None,
             num_workers=workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.persistent_workers and workers > 0,
+            generator=torch.Generator().manual_seed(self.seed),
+            worker_init_fn=init_data_worker,
+            multiprocessing_context=WORKER_START_METHOD if workers > 0 else None,
         )
 
     def train_dataloader(self) -> DataLoader:
         arrays = self._loaded_arrays()
         images = arrays.train_images[self._train_index] if self.val_size else arrays.train_images
         labels = arrays.train_labels[self._train_index] if self.val_size else arrays.train_labels
-        return self._loader(UInt8ImageDataset(images, labels, self.train_transform), True, self.batch_size)
+        dataset = UInt8ImageDataset(images, labels, self.train_transform)
+        world_size, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
+        sampler = EpochShardSampler(dataset, self.seed, self.start_epoch, num_replicas=world_size, rank=rank)
+        return self._loader(dataset, self.batch_size, sampler)
 
     def val_dataloader(self) -> DataLoader:
         images, labels = self.eval_split()
-        return self._loader(UInt8ImageDataset(images, labels), False, self.eval_batch_size)
+        return self._loader(UInt8ImageDataset(images, labels), self.eval_batch_size)
 
     def test_dataloader(self) -> DataLoader:
         arrays = self._loaded_arrays()
-        return self._loader(UInt8ImageDataset(arrays.test_images, arrays.test_labels), False, self.eval_batch_size)
+        return self._loader(UInt8ImageDataset(arrays.test_images, arrays.test_labels), self.eval_batch_size)

@@ -1,0 +1,134 @@
+"""Training draws as a function of (seed, epoch, sample index): the epoch's order, every sample's augmentation, the
+DDP shards, and data workers that change nothing (vit_locality/data/sampling.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+from torch.utils.data import Dataset, DistributedSampler
+
+from vit_locality.data import SyntheticDataModule
+from vit_locality.data.sampling import EpochShardSampler, SampleDraw
+from vit_locality.seeding import sample_seed
+from vit_locality.transforms import build_train_transform
+
+SIZE = 96
+
+
+def _order(seed: int, epoch: int, **shard: int) -> list[SampleDraw]:
+    return list(EpochShardSampler(range(SIZE), seed, epoch, **shard))
+
+
+def test_the_order_is_a_function_of_seed_and_epoch_only() -> None:
+    sampler = EpochShardSampler(range(SIZE), seed=3)
+    for epoch in (4, 0, 2):  # whatever it drew before, whatever the global generator holds
+        torch.manual_seed(100 + epoch)
+        sampler.set_epoch(epoch)
+        assert list(sampler) == list(sampler) == _order(3, epoch)
+    draws = _order(3, 1)
+    assert sorted(d.index for d in draws) == list(range(SIZE))
+    assert all(d.seed == sample_seed(3, 1, d.index) for d in draws)
+    assert _order(4, 1) != draws
+
+
+def test_every_epoch_has_its_own_order_and_sample_seeds() -> None:
+    epochs = [_order(0, epoch) for epoch in range(5)]
+    orders = {tuple(d.index for d in draws) for draws in epochs}
+    assert len(orders) == 5
+    seeds = [d.seed for draws in epochs for d in draws]
+    assert len(set(seeds)) == len(seeds)
+
+
+def test_sample_seeds_of_a_run_do_not_repeat() -> None:
+    seeds = {sample_seed(7, epoch, index) for epoch in range(40) for index in range(10_000)}
+    assert len(seeds) == 40 * 10_000 and max(seeds) < 2**32  # torch keeps 32 bits of a CPU seed
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ddp_shards_partition_the_epoch_and_make_up_the_one_process_batches(world_size: int) -> None:
+    whole = _order(5, 2)
+    shards = [_order(5, 2, num_replicas=world_size, rank=rank) for rank in range(world_size)]
+    assert sorted(d for shard in shards for d in shard) == sorted(whole)
+    assert all(len(shard) == SIZE // world_size for shard in shards)
+    per_process = 24 // world_size  # a global batch of 24
+    for step in range(SIZE // 24):
+        step_draws = [d for shard in shards for d in shard[step * per_process : (step + 1) * per_process]]
+        assert sorted(step_draws) == sorted(whole[step * 24 : (step + 1) * 24])
+    # a DistributedSampler: Lightning keeps it under DDP instead of wrapping it in a reshuffling one
+    assert isinstance(shards[0][0], SampleDraw) and issubclass(EpochShardSampler, DistributedSampler)
+
+
+def _datamodule(num_workers: int, **options: int) -> SyntheticDataModule:
+    dm = SyntheticDataModule(train_size=128, test_size=32, batch_size=32, num_workers=num_workers, seed=11, **options)
+    dm.setup()
+    dm.train_transform = build_train_transform(32, autoaug=True, policy="cifar10")
+    return dm
+
+
+def _concat(batches: list[list[torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.cat([images for images, _ in batches]), torch.cat([labels for _, labels in batches])
+
+
+def _epochs(dm: SyntheticDataModule, epochs: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every training batch of these epochs, in order: (images, labels)."""
+    loader = dm.train_dataloader()
+    batches = []
+    for epoch in epochs:
+        loader.sampler.set_epoch(epoch)
+        batches += list(loader)
+    return _concat(batches)
+
+
+def _same(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_augmented_batches_do_not_depend_on_the_number_of_workers() -> None:
+    global_state = torch.get_rng_state()
+    in_process = _epochs(_datamodule(0), [0, 1])
+    assert torch.equal(torch.get_rng_state(), global_state)  # CutMix's and dropout's generator is left alone
+    for workers in (1, 2):  # persistent workers, each with its own history
+        assert _same(in_process, _epochs(_datamodule(workers), [0, 1]))
+    images, labels = in_process
+    assert not torch.equal(labels[:128], labels[128:])  # epoch 1 is not epoch 0 again
+    plain = _datamodule(0)
+    plain.train_transform = None
+    raw_images, raw_labels = _epochs(plain, [0])  # the same samples in the same order, unaugmented
+    assert torch.equal(raw_labels, labels[:128])
+    assert sum(torch.equal(raw, augmented) for raw, augmented in zip(raw_images, images, strict=False)) < 16
+
+
+def test_a_resumed_fit_first_loader_draws_the_saved_epoch() -> None:
+    """Lightning builds that loader, and its workers prefetch, before it restores its epoch counter."""
+    images, labels = _epochs(_datamodule(0), [0, 1])
+    resumed = _datamodule(0)
+    resumed.load_state_dict({"train_epoch": 1})
+    assert _same(_concat(list(resumed.train_dataloader())), (images[128:], labels[128:]))
+
+
+def test_evaluation_loaders_stay_in_order_and_unaugmented() -> None:
+    dm = _datamodule(0)
+    assert _same(_concat(list(dm.val_dataloader())), dm.eval_split())
+
+
+class _SignalsFromElsewhere(Dataset):
+    """Sends its own worker SIGTERM and SIGINT, as a group-wide `kill` would, and reports the worker still there."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            os.kill(os.getpid(), sig)
+        time.sleep(0.2)  # time for a signal that would end the process to do so
+        return os.getpid()
+
+
+def test_workers_leave_sigterm_and_sigint_to_the_main_process() -> None:
+    loader = _datamodule(1)._loader(_SignalsFromElsewhere(), batch_size=1)
+    (worker_pid,) = [int(pid) for pid in next(iter(loader))]
+    assert worker_pid != os.getpid()  # it ran in the worker, which lived on to return it
