@@ -69,3 +69,11 @@ def test_options_change_the_convention(finished_run: Path) -> None:
 def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     proc = run_analyze([f"checkpoint={tmp_path / 'nope.ckpt'}"], cwd=REPO)
     assert proc.returncode == 2 and "no such file" in proc.stdout + proc.stderr
+
+
+def test_early_layers_beyond_the_runs_depth(finished_run: Path) -> None:
+    """Only the run knows its depth (vit_tiny: 4), so this is checked once its config is read: one line, exit 2."""
+    checkpoint = finished_run / "checkpoints" / "last.ckpt"
+    proc = run_analyze([f"checkpoint={checkpoint}", "stats.early_layers=5"], cwd=REPO)
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
+    assert proc.stderr.strip() == "error: stats.early_layers=5 is not allowed: an integer in [1, 4]"

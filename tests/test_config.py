@@ -7,7 +7,8 @@ from helpers import CONF, compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from vit_locality.config import ConfigError, identity_hash, validate
+from vit_locality.config import ConfigError, validate
+from vit_locality.identity import identity_hash
 
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
 
@@ -133,3 +134,44 @@ def test_config_checks_load_no_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_trainer_names_are_lightnings() -> None:
+    """The pre-check lists Lightning's names without importing it (2 s); an upgrade that changes them fails here."""
+    import typing
+
+    from lightning.fabric.connector import _PRECISION_INPUT
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    from vit_locality.config import ACCELERATORS, PRECISIONS, STRATEGIES
+
+    assert set(ACCELERATORS) == {"auto", "gpu", *AcceleratorRegistry.available_accelerators()}
+    assert set(STRATEGIES) == {"auto", *StrategyRegistry.available_strategies()}
+    literal = {str(value) for part in typing.get_args(_PRECISION_INPUT) for value in typing.get_args(part)}
+    assert set(PRECISIONS) == {"auto", *literal}  # auto: this project's (builders.resolve_precision)
+
+
+def test_vocabulary_written_out_for_the_check_matches_its_source() -> None:
+    from vit_locality.config import STATS_UNITS, TRAIN_SIZES
+    from vit_locality.domain import DATASETS
+    from vit_locality.metrics import UNITS
+
+    assert STATS_UNITS == UNITS
+    assert {*TRAIN_SIZES, "synthetic"} == set(DATASETS)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["stats.early_layers=9"], "stats.early_layers"),  # vit_paper has 8 layers
+        (["optim.lr=inf"], "optim.lr"),
+        (["data=synthetic", "data.val_size=5000"], "data.val_size"),
+        (["trainer.precision=bogus"], "trainer.precision"),
+        (["sweep_name=a/b"], "sweep_name"),
+    ],
+)
+def test_new_checks_name_the_key(overrides: list[str], key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate(compose_config(overrides))
+    assert str(caught.value).startswith(f"{key}=")

@@ -4,12 +4,15 @@
 
 The run's config comes from its results.json (or .hydra/config.yaml); the data set is rebuilt from it, so
 the probe set is the same first `stats.probe_size` evaluation images that training used.
+
+Exit status: 0 written; 2 bad settings, checkpoint, run directory or data (one line on stderr); 1 anything else.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,12 +20,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from .config import ConfigError, register_resolvers
+from .config import ConfigError, register_resolvers, validate_analysis, validate_stats
 from .console import quiet_library_noise
-from .data import DataError
 from .results import ATTENTION_CSV, RESULTS_FILE, RecordError, atomic_write_text, read_record
 
 log = logging.getLogger("vit_locality")
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CHECKPOINT_KEYS = ("state_dict", "hyper_parameters")  # what every checkpoint train.py writes holds
 
 
 def run_directory(checkpoint: Path) -> Path:
@@ -40,7 +44,10 @@ def run_config(run_dir: Path) -> DictConfig:
         return OmegaConf.create(record.config)
     hydra_cfg = run_dir / ".hydra" / "config.yaml"
     if hydra_cfg.exists():
-        return OmegaConf.load(hydra_cfg)
+        try:
+            return OmegaConf.load(hydra_cfg)
+        except Exception as error:  # YAML syntax, not UTF-8, a directory: the file is unusable whatever the cause
+            raise ConfigError(f"{hydra_cfg} is unreadable: {_first_line(error)}") from None
     raise ConfigError(f"checkpoint's run directory {run_dir} has neither {RESULTS_FILE} nor .hydra/config.yaml")
 
 
@@ -48,35 +55,72 @@ def default_out_dir(run_dir: Path, stats: DictConfig) -> Path:
     return run_dir / "analysis" / f"{'renorm' if stats.renormalize else 'raw'}_{stats.units}"
 
 
-def analyze(cfg: DictConfig) -> dict[str, Any]:
-    """Load, probe, record; returns the analysis record written to analysis.json."""
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _not_ours(checkpoint: Path, why: str) -> ConfigError:
+    return ConfigError(f"checkpoint={str(checkpoint)!r} is not allowed: a checkpoint written by train.py ({why})")
+
+
+def load_checkpoint(checkpoint: Path) -> dict[str, Any]:
+    """The checkpoint's contents (tensors and plain data only, never code), or ConfigError when it is not one of
+    this project's: random bytes, a truncated download or another program's file would fail deep inside Lightning."""
     import torch
 
+    try:
+        meta = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several types (and long texts) for a file that is not a checkpoint
+        why = f"torch cannot read it ({type(error).__name__}): not a checkpoint, a damaged one, or one holding code"
+        raise _not_ours(checkpoint, why) from None
+    missing = [key for key in CHECKPOINT_KEYS if not isinstance(meta, dict) or key not in meta]
+    if missing:
+        raise _not_ours(checkpoint, f"it holds no {' or '.join(missing)}")
+    return meta
+
+
+def load_module(checkpoint: Path, device: str) -> Any:
+    """The trained model; a checkpoint of another model (other hyper-parameters or weights) is a ConfigError."""
+    from .module import ViTClassifier
+
+    try:
+        return ViTClassifier.load_from_checkpoint(checkpoint, map_location=device, weights_only=True)
+    except Exception as error:  # a mismatch surfaces as TypeError, KeyError or RuntimeError from Lightning or torch
+        raise _not_ours(checkpoint, f"its model does not load: {_first_line(error)}") from None
+
+
+def analysis_device(requested: str) -> str:
+    import torch
+
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device='cuda' is not allowed: auto or cpu (this machine has no CUDA GPU)")
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
+def analyze(cfg: DictConfig) -> dict[str, Any]:
+    """Load, probe, record; returns the analysis record written to analysis.json."""
     from .attention_probe import ProbeSettings, probe_attention
     from .attention_records import probe_rows, probe_summary, save_pictures, write_csv
     from .builders import build_datamodule
     from .checkpoints import completed_epochs
-    from .metrics import UNITS
-    from .module import ViTClassifier
 
+    validate_analysis(cfg)
     checkpoint = Path(cfg.checkpoint)
-    if not checkpoint.is_file():
-        raise ConfigError(f"checkpoint={checkpoint}: no such file")
-    if cfg.stats.units not in UNITS:
-        raise ConfigError(f"stats.units={cfg.stats.units!r} is not allowed: one of {', '.join(UNITS)}")
+    meta = load_checkpoint(checkpoint)
     run_dir = run_directory(checkpoint)
+    run_cfg = run_config(run_dir)
+    depth = OmegaConf.select(run_cfg, "model.depth")
+    validate_stats(cfg.stats, depth if isinstance(depth, int) else None)  # early_layers: at most the run's depth
     out_dir = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(run_dir, cfg.stats)
     if (out_dir / "analysis.json").exists() and not cfg.overwrite:
         raise ConfigError(f"{out_dir} holds an analysis already; pass overwrite=true to replace it")
 
-    run_cfg = run_config(run_dir)
     if cfg.data_root:
         run_cfg.data.root = cfg.data_root
     run_cfg.data.num_workers = 0
-    device = "cuda" if cfg.device == "auto" and torch.cuda.is_available() else cfg.device
-    device = "cpu" if device == "auto" else device
-    module = ViTClassifier.load_from_checkpoint(checkpoint, map_location=device, weights_only=True)
-    meta = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    module = load_module(checkpoint, analysis_device(cfg.device))
     datamodule, _ = build_datamodule(run_cfg)
     datamodule.setup("validate")
     settings = ProbeSettings.from_mapping(cfg.stats)
@@ -107,16 +151,34 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     return record
 
 
+def fail(message: str, code: int) -> None:
+    """One line on stderr and the exit status; the log goes to stdout, so an error never hides in it."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="analyze")
 def main(cfg: DictConfig) -> None:
+    from .data import DataError  # torch comes with it: only once the settings have been checked
+
     quiet_library_noise()
     try:
         analyze(cfg)
     except (ConfigError, DataError) as error:
-        log.error("%s", error)
-        sys.exit(2)
+        fail(str(error), 2)
+    except Exception as error:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        fail(f"{type(error).__name__}: {_first_line(error)} (HYDRA_FULL_ERROR=1 shows the traceback)", 1)
 
 
 if __name__ == "__main__":
+    from .preflight import check_command
+
     register_resolvers()
+    problems = check_command(sys.argv[1:], CONF_DIR, config_name="analyze")
+    for problem in problems[:-1]:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        fail(problems[-1], 2)
     main()

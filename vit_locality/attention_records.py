@@ -79,13 +79,21 @@ def probe_summary(result: ProbeResult) -> dict[str, Any]:
     }
 
 
-def attention_section(final: ProbeResult, final_epoch: int, initial: ProbeResult | None) -> dict[str, Any]:
+def headline_of_rows(rows: list[dict[str, Any]], epoch: int, early_layers: int) -> dict[str, float] | None:
+    """The headline pair of one evaluation, from attention_stats.csv rows (a resumed run's initial model)."""
+    early = [row for row in rows if int(row["epoch"]) == epoch and int(row["layer"]) < early_layers]
+    if not early:
+        return None
+    return {
+        "min_mad_early": min(float(row["mad"]) for row in early),
+        "mean_entropy_early": sum(float(row["entropy"]) for row in early) / len(early),
+    }
+
+
+def attention_section(final: ProbeResult, final_epoch: int, initial: dict[str, float] | None) -> dict[str, Any]:
     """The run record's `attention` section: the final model's statistics and the initial headline pair."""
     section: dict[str, Any] = {"final": {"epoch": final_epoch, **probe_summary(final)}}
     if initial is not None:
-        section["initial"] = {
-            "min_mad_early": initial.min_mad_early(),
-            "mean_entropy_early": initial.mean_entropy_early(),
-        }
+        section["initial"] = dict(initial)
     section["csv"] = ATTENTION_CSV
     return {"attention": section}

@@ -6,11 +6,16 @@
 - emergence: minimum early-layer MAD against the epoch (from attention_stats.csv), one line per cell,
   the mean over seeds with the min-max band: when locality appears, which the paper does not show.
 Each run's own `early_layers` (results.json) decides which layers are early.
+
+A run whose statistics a figure cannot use (a damaged attention_stats.csv, a malformed `per_head` table, another
+depth than the other runs of its cell) is left out of that figure and named in the notes the caller prints.
 """
 
 from __future__ import annotations
 
+import csv
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,7 @@ from matplotlib.ticker import MaxNLocator
 from .. import plots
 from ..attention_records import read_csv
 from ..domain import CELL_FLAGS, CELL_ORDER
-from ..results import RunRecord
+from ..results import ATTENTION_CSV, RunRecord
 from .aggregate import Aggregate, Group, slug, summarise
 
 plt = plots.plt
@@ -32,21 +37,54 @@ def cell_style(name: str) -> dict[str, Any]:
     return {"color": colour, "ls": "-" if CELL_FLAGS[name][1] else "--"}
 
 
-def plane_figure(cells: dict[str, Group], title: str) -> plt.Figure:
+def head_stats(run: RunRecord) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The final model's (layers, heads) MAD and entropy tables; None when `per_head` is not two equal numeric
+    tables."""
+    per_head = run.final_attention.get("per_head")
+    try:
+        mad = torch.tensor(per_head["mad"], dtype=torch.float32)
+        entropy = torch.tensor(per_head["entropy"], dtype=torch.float32)
+    except (KeyError, TypeError, ValueError, RuntimeError):
+        return None
+    return (mad, entropy) if mad.ndim == 2 and mad.shape == entropy.shape and mad.numel() else None
+
+
+def plane_runs(group: Group, notes: list[str]) -> list[tuple[RunRecord, torch.Tensor, torch.Tensor]]:
+    """The runs of a cell with usable head statistics, all of the depth most of them have (their heads share one
+    plot, coloured by layer)."""
+    usable: list[tuple[RunRecord, torch.Tensor, torch.Tensor]] = []
+    for run in group.runs:
+        if not run.final_attention.get("per_head"):
+            continue  # statistics off: the panel says so
+        stats = head_stats(run)
+        if stats is None:
+            _left_out(notes, run, "attention.final.per_head is malformed", "plane")
+        else:
+            usable.append((run, *stats))
+    if not usable:
+        return []
+    depth = Counter(mad.shape[0] for _, mad, _ in usable).most_common(1)[0][0]
+    for run, mad, _ in usable:
+        if mad.shape[0] != depth:
+            _left_out(notes, run, f"{mad.shape[0]} layers where the cell's other runs have {depth}", "plane")
+    return [entry for entry in usable if entry[1].shape[0] == depth]
+
+
+def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure:
     """One MAD-entropy panel per cell, all seeds' heads together (head indices do not match across seeds)."""
     names = list(cells)
     cols = min(4, len(names))
     rows = math.ceil(len(names) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names, strict=False):
-        runs = [run for run in cells[name].runs if run.final_attention.get("per_head")]
-        if not runs:
+        usable = plane_runs(cells[name], notes)
+        if not usable:
             ax.set_title(f"{name}: no attention statistics", fontsize=9)
             continue
-        mad = torch.cat([torch.tensor(run.final_attention["per_head"]["mad"]) for run in runs], dim=1)
-        entropy = torch.cat([torch.tensor(run.final_attention["per_head"]["entropy"]) for run in runs], dim=1)
-        units = runs[0].stats_units
-        label = f"{name} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
+        mad = torch.cat([mad for _, mad, _ in usable], dim=1)
+        entropy = torch.cat([entropy for _, _, entropy in usable], dim=1)
+        units = usable[0][0].stats_units
+        label = f"{name} ({len(usable)} seed{'s' if len(usable) > 1 else ''})"
         plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units)
         if ax is not axes.flat[0]:
             ax.get_legend().remove()
@@ -57,22 +95,38 @@ def plane_figure(cells: dict[str, Group], title: str) -> plt.Figure:
     return fig
 
 
-def layers_figure(cells: dict[str, Group], title: str) -> plt.Figure:
+LAYER_PANELS = [("mad", "min"), ("mad", "mean"), ("entropy", "min"), ("entropy", "mean")]
+
+
+def layer_table(run: RunRecord, notes: list[str]) -> list[dict[str, Any]] | None:
+    """The final model's `per_layer` rows when every panel's figure is a number in each; None (noted) otherwise."""
+    table = run.final_attention.get("per_layer")
+    if not table:
+        return None
+    keys = [f"{stat}_{reduce}" for stat, reduce in LAYER_PANELS]
+    rows_ok = isinstance(table, list) and all(isinstance(row, dict) for row in table)
+    if rows_ok and all(_is_number(row.get(key)) for row in table for key in keys):
+        return table
+    _left_out(notes, run, "attention.final.per_layer is malformed", "layers")
+    return None
+
+
+def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure:
     """Per layer: min and mean over heads of MAD and of entropy, averaged over seeds, one line per cell."""
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
-    panels = [("mad", "min"), ("mad", "mean"), ("entropy", "min"), ("entropy", "mean")]
     early = depth = 0
     for name, group in cells.items():
-        tables = [run.final_attention["per_layer"] for run in group.runs if run.final_attention.get("per_layer")]
-        if not tables:
+        usable = [(run, table) for run in group.runs if (table := layer_table(run, notes))]
+        if not usable:
             continue
-        early = max(early, *(run.early_layers for run in group.runs))
+        early = max(early, *(early_layers(run) or 0 for run, _ in usable))
+        tables = [table for _, table in usable]
         layers = list(range(min(len(t) for t in tables)))
         depth = max(depth, len(layers))
-        for ax, (stat, reduce) in zip(axes.flat, panels, strict=True):
+        for ax, (stat, reduce) in zip(axes.flat, LAYER_PANELS, strict=True):
             means = [summarise(t[layer][f"{stat}_{reduce}"] for t in tables).mean for layer in layers]
             ax.plot(layers, means, marker="o", ms=3, label=f"{name} ({len(tables)})", **cell_style(name))
-    for ax, (stat, reduce) in zip(axes.flat, panels, strict=True):
+    for ax, (stat, reduce) in zip(axes.flat, LAYER_PANELS, strict=True):
         ax.set_title(f"{'MAD' if stat == 'mad' else 'normalised entropy'}: {reduce} over heads", fontsize=9)
         if early:
             ax.axvspan(-0.5, early - 0.5, color="grey", alpha=0.12, lw=0)
@@ -84,26 +138,62 @@ def layers_figure(cells: dict[str, Group], title: str) -> plt.Figure:
     return fig
 
 
-def emergence_series(run: RunRecord) -> dict[int, float]:
-    """Epoch -> minimum MAD over the heads of the run's early layers, read from its attention_stats.csv."""
-    early = run.early_layers
+def early_layers(run: RunRecord) -> int | None:
+    """The run's own count of early layers; None when its record holds no usable one."""
+    try:
+        count = run.early_layers
+    except (TypeError, ValueError):
+        return None
+    return count if count >= 1 else None
+
+
+def emergence_series(run: RunRecord, notes: list[str] | None = None) -> dict[int, float]:
+    """Epoch -> minimum MAD over the heads of the run's early layers, read from its attention_stats.csv. Rows that
+    do not parse are left out; `notes` gets one line for a run that had any, or whose file is unreadable."""
+    notes = [] if notes is None else notes
+    early = early_layers(run)
+    try:
+        rows = read_csv(run.attention_csv)
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        _left_out(notes, run, f"{ATTENTION_CSV} is unreadable ({type(error).__name__})", "emergence")
+        return {}
+    if early is None:
+        _left_out(notes, run, "attention.final.early_layers is malformed", "emergence")
+        return {}
     series: dict[int, float] = {}
-    for row in read_csv(run.attention_csv):
-        try:
-            epoch, layer, mad = int(row["epoch"]), int(row["layer"]), float(row["mad"])
-        except (KeyError, TypeError, ValueError):
-            continue
+    points = [_emergence_point(row) for row in rows]
+    for epoch, layer, mad in (point for point in points if point is not None):
         if layer < early:
             series[epoch] = min(series.get(epoch, math.inf), mad)
+    bad = points.count(None)
+    if bad:
+        _left_out(notes, run, f"{bad} of {len(rows)} rows of {ATTENTION_CSV} are unreadable", "emergence", "they are")
     return series
 
 
-def emergence_figure(cells: dict[str, Group], title: str) -> plt.Figure:
+def _emergence_point(row: dict[str, Any]) -> tuple[int, int, float] | None:
+    """(epoch, layer, MAD) of one CSV row; None for a row that is not one (short, garbled, negative, not finite)."""
+    try:
+        epoch, layer, mad = int(row["epoch"]), int(row["layer"]), float(row["mad"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (epoch, layer, mad) if epoch >= 0 and layer >= 0 and math.isfinite(mad) else None
+
+
+def _left_out(notes: list[str], run: RunRecord, why: str, figure: str, subject: str = "the run is") -> None:
+    notes.append(f"{run.run_dir}: {why}; {subject} left out of the {figure} figure")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure:
     """Minimum early-layer MAD per epoch: mean over seeds, band from the lowest to the highest seed."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     units = "unit"
     for name, group in cells.items():
-        series = [s for s in (emergence_series(run) for run in group.runs) if s]
+        series = [s for s in (emergence_series(run, notes) for run in group.runs) if s]
         if not series:
             continue
         units = group.runs[0].stats_units
@@ -130,13 +220,15 @@ def emergence_figure(cells: dict[str, Group], title: str) -> plt.Figure:
 FIGURE_KINDS = {"plane": plane_figure, "layers": layers_figure, "emergence": emergence_figure}
 
 
-def write_figures(agg: Aggregate, out_dir: Path) -> list[Path]:
-    """Every figure for every (data set, model): <kind>_<data>_<model>.png and .pdf; returns the paths."""
+def write_figures(agg: Aggregate, out_dir: Path, notes: list[str] | None = None) -> list[Path]:
+    """Every figure for every (data set, model): <kind>_<data>_<model>.png and .pdf; returns the paths. `notes` gets
+    a line for every run a figure had to leave out."""
+    notes = [] if notes is None else notes
     paths = []
     for data, model in agg.models():
         cells = agg.cells(data, model)
         for kind, make in FIGURE_KINDS.items():
-            fig = make(cells, f"{data}, {model}")
+            fig = make(cells, f"{data}, {model}", notes)
             stem = slug(f"{kind}_{data}_{model}")
             pdf = out_dir / f"{stem}.pdf"
             out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,15 @@
 """Print one line per finished cell of a sweep: name, flags, accuracy, early-layer locality, where it is.
 
 python -m vit_locality.report.summary multirun/demo
+
+Exit status: 0 done (runs it cannot use are listed, one line each); 2 a sweep directory is missing or not one.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +52,48 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(c) for c in cells)])
 
 
+ARCHITECTURE_KEYS = ("depth", "dim", "heads", "mlp_ratio")
+
+
+def sweep_dirs_problem(sweep_dirs: Iterable[Path]) -> str | None:
+    """Why the directories named on the command line cannot be searched, or None."""
+    for path in sweep_dirs:
+        if not path.exists():
+            return f"sweep directory {path} does not exist"
+        if not path.is_dir():
+            return f"sweep directory {path} is not a directory"
+    return None
+
+
+def architecture_warnings(runs: Iterable[RunRecord]) -> list[str]:
+    """One line per (data set, model name) whose runs differ in architecture. Tables and figures pool runs by the
+    model's name, so a depth-4 and a depth-8 model both called vit_paper would be averaged as one."""
+    found: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for run in runs:
+        model = run.data.get("model") or {}
+        values = found.setdefault((run.data_name, run.model_name), {key: set() for key in ARCHITECTURE_KEYS})
+        for key in ARCHITECTURE_KEYS:
+            values[key].add(str(model.get(key)))
+    warnings = []
+    for (data, name), values in sorted(found.items()):
+        differ = [f"{key} {', '.join(sorted(v, key=lambda s: (len(s), s)))}" for key, v in values.items() if len(v) > 1]
+        if differ:
+            warnings.append(
+                f"{data}/{name} pools runs of different architectures ({'; '.join(differ)}): "
+                "give each architecture its own model.name, or report their sweeps separately"
+            )
+    return warnings
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dirs", nargs="+", type=Path, help="sweep directories (searched recursively)")
     args = parser.parse_args(argv)
-    try:
-        runs = scan_records(args.sweep_dirs)
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
+    problem = sweep_dirs_problem(args.sweep_dirs)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
+    runs = scan_records(args.sweep_dirs)
     print(format_table(summary_rows(runs.complete)))
     for run_dir, why in runs.skipped:
         print(f"skipped {run_dir}: {why}")
