@@ -28,7 +28,6 @@ from vit_locality.preflight import check_command
 CHECKOUT = Path(__file__).resolve().parent  # holds conf/ and callbacks/
 CONF_DIR = CHECKOUT / "conf"
 log = logging.getLogger("vit_locality")
-failed_cells: list[str] = []  # cells that failed while sweep.continue_on_error let the sweep go on
 
 register_resolvers()  # before Hydra resolves run_name in the output directory
 
@@ -81,8 +80,7 @@ def main(cfg: DictConfig) -> None:
     if str(CHECKOUT) not in sys.path:
         sys.path.insert(0, str(CHECKOUT))
     from callbacks import build_callbacks
-    from vit_locality.cell import CellInterrupted, check_existing, run_cell
-    from vit_locality.config import identity_hash
+    from vit_locality.cell import CellInterrupted, run_cell
     from vit_locality.console import quiet_library_noise
     from vit_locality.data import DataError
     from vit_locality.module import NonFiniteLossError
@@ -93,13 +91,8 @@ def main(cfg: DictConfig) -> None:
     ddp = str(cfg.trainer.strategy).startswith("ddp") and "spawn" not in str(cfg.trainer.strategy)
     on_slurm = "SLURM_JOB_ID" in os.environ  # SLURM starts one task per rank itself: nothing to re-launch
     if ddp and HydraConfig.get().mode == RunMode.MULTIRUN and not on_slurm:
-        if check_existing(run_dir, identity_hash(cfg)) is not None:
-            log.info("%s is complete already: skipped (results in %s)", cfg.run_name, run_dir)
-            return
-        code = run_ddp_cell_in_own_process(run_dir)
-        if code and cfg.sweep.continue_on_error:
-            failed_cells.append(cfg.run_name)
-        elif code:
+        code = run_ddp_cell_in_own_process(run_dir)  # it skips a complete cell itself
+        if code and not cfg.sweep.continue_on_error:
             sys.exit(code)
         return
     if not on_slurm:
@@ -107,7 +100,7 @@ def main(cfg: DictConfig) -> None:
     child = "LOCAL_RANK" in os.environ  # a DDP rank > 0 started by Lightning: it must not re-point anything
     original_argv = sys.argv if child else point_ddp_children_at_this_cell(run_dir)
     try:
-        run_cell(cfg, run_dir, build_callbacks(cfg, run_dir))
+        run_cell(cfg, run_dir, build_callbacks)
     except CellInterrupted as stop:
         log.error("%s", stop)
         sys.exit(stop.exit_code)
@@ -116,8 +109,7 @@ def main(cfg: DictConfig) -> None:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             log.exception("full traceback")
         if cfg.sweep.continue_on_error:
-            failed_cells.append(cfg.run_name)
-            return
+            return  # recorded as failed; the sweep's verdict reports it
         sys.exit(2 if isinstance(error, ConfigError | DataError) else 3 if isinstance(error, NonFiniteLossError) else 1)
     finally:
         sys.argv = original_argv
@@ -130,6 +122,9 @@ if __name__ == "__main__":
     if problems:
         sys.exit(2)
     main()
-    if failed_cells:
-        print(f"error: {len(failed_cells)} cell(s) failed: {', '.join(failed_cells)}", file=sys.stderr)
+    from vit_locality.sweep_verdict import incomplete_cells
+
+    if incomplete_cells:
+        shown = ", ".join(f"{run_dir.name} ({status})" for run_dir, status in incomplete_cells)
+        print(f"error: {len(incomplete_cells)} cell(s) not complete: {shown}", file=sys.stderr)
         sys.exit(1)

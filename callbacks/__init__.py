@@ -12,9 +12,10 @@ from lightning.pytorch.callbacks import Callback, RichProgressBar, TQDMProgressB
 from omegaconf import DictConfig
 
 from vit_locality.attention_probe import ProbeSettings
+from vit_locality.identity import identity_hash
 
 from .attention_stats import AttentionStatsCallback
-from .checkpointing import InterruptCheckpoint, last_checkpoint_callback
+from .checkpointing import IdentityStamp, InterruptCheckpoint, last_checkpoint_callback
 from .epoch_log import EpochLogCallback
 from .seeding import EpochReseed
 
@@ -30,8 +31,8 @@ def progress_display(style: str) -> Callback:
 
 def build_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     """Everything a cell's Trainer gets besides loggers: progress display, attention statistics (unless
-    `stats.enabled=false`), per-epoch reseeding, `last.ckpt` every `callbacks.checkpoint_every_n_epochs` epochs,
-    and `interrupted.ckpt` on SIGTERM/SIGINT."""
+    `stats.enabled=false`), per-epoch reseeding, the cell's identity in every checkpoint, `last.ckpt` every
+    `callbacks.checkpoint_every_n_epochs` epochs, and `interrupted.ckpt` on SIGTERM/SIGINT."""
     chosen: list[Callback] = [progress_display(cfg.callbacks.progress_bar)]
     if cfg.stats.enabled:
         settings = ProbeSettings.from_mapping(cfg.stats)
@@ -40,6 +41,7 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
         )
     chosen += [
         EpochReseed(int(cfg.seed)),
+        IdentityStamp(identity_hash(cfg)),
         InterruptCheckpoint(run_dir),
         last_checkpoint_callback(run_dir, int(cfg.callbacks.checkpoint_every_n_epochs)),
     ]
@@ -50,6 +52,7 @@ __all__ = [
     "AttentionStatsCallback",
     "EpochLogCallback",
     "EpochReseed",
+    "IdentityStamp",
     "InterruptCheckpoint",
     "build_callbacks",
     "last_checkpoint_callback",

@@ -22,12 +22,14 @@ from vit_locality.attention_probe import ProbeResult, ProbeSettings, probe_atten
 from vit_locality.attention_records import (
     CSV_FIELDS,
     attention_section,
+    headline_of_rows,
     probe_rows,
     read_csv,
     save_pictures,
     scalar_metrics,
     write_csv,
 )
+from vit_locality.checkpoints import completed_epochs
 from vit_locality.results import ATTENTION_CSV
 
 log = logging.getLogger("vit_locality")
@@ -48,26 +50,35 @@ class AttentionStatsCallback(Callback):
         self.settings = settings or ProbeSettings()
         self.pictures = pictures
         self.rows: list[dict[str, Any]] = []
-        self.initial: ProbeResult | None = None
+        self.initial: dict[str, float] | None = None  # the initial model's headline pair
         self.final: ProbeResult | None = None
         self._probe: torch.Tensor | None = None
         self._last_measured_epoch: int | None = None
+        self._resumed_at: int | None = None  # epochs done by the checkpoint the fit resumes from
 
     @property
     def csv_path(self) -> Path:
         return self.run_dir / ATTENTION_CSV
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """After a checkpoint is restored (unlike on_fit_start), so a resumed run knows where it stands."""
-        datamodule = trainer.datamodule
-        self._probe = datamodule.probe_images(self.settings.probe_size)
-        epoch = trainer.current_epoch
-        # On resume, keep the rows measured up to the checkpoint and drop any written after it.
-        self.rows = [row for row in read_csv(self.csv_path) if int(row["epoch"]) <= epoch]
-        if epoch == 0 and trainer.global_step == 0:
-            self.initial = self._measure(trainer, pl_module, epoch=0)
-        elif self.rows:
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        """Called before `on_fit_start` when the fit resumes: the epochs the checkpoint has done."""
+        self._resumed_at = completed_epochs(checkpoint)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A fresh fit starts the CSV anew (rows of an attempt that never reached a checkpoint would double epoch 0)
+        and measures the initial model; a resumed fit keeps the rows up to its checkpoint, and its initial pair."""
+        if self._resumed_at is None:
+            self.rows = []
+            initial = self._measure(trainer, pl_module, epoch=0)
+            self.initial = {
+                "min_mad_early": initial.min_mad_early(),
+                "mean_entropy_early": initial.mean_entropy_early(),
+            }
+            return
+        self.rows = [row for row in read_csv(self.csv_path) if int(row["epoch"]) <= self._resumed_at]
+        if self.rows:
             self._last_measured_epoch = max(int(row["epoch"]) for row in self.rows)
+        self.initial = headline_of_rows(self.rows, epoch=0, early_layers=self.settings.early_layers)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         completed = trainer.current_epoch + 1
@@ -85,14 +96,18 @@ class AttentionStatsCallback(Callback):
             log.info("attention pictures: %s", ", ".join(str(p) for p in paths))
 
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> ProbeResult:
-        assert self._probe is not None
+        if self._probe is None:  # taken when first needed: a fit resumed at its last epoch has no train start
+            self._probe = trainer.datamodule.probe_images(self.settings.probe_size)
         images = pl_module.preprocess(self._probe.to(pl_module.device))
         result = probe_attention(pl_module.model, images, self.settings)
         self.final = result
         self._last_measured_epoch = epoch
         if not trainer.is_global_zero:
             return result
-        self.rows.extend(probe_rows(result, epoch, trainer.global_step))
+        # A measurement replaces any earlier one of the same epoch (a re-run measuring its final model again).
+        self.rows = [row for row in self.rows if int(row["epoch"]) != epoch] + probe_rows(
+            result, epoch, trainer.global_step
+        )
         write_csv(self.csv_path, self.rows)
         metrics = scalar_metrics(result)
         for logger in trainer.loggers:

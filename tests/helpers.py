@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ QUICK = [
     "data.num_workers=0",
     "callbacks.progress_bar=none",
 ]
+# What QUICK adds to a run directory's name: every setting it changes that changes results, sorted by key.
+QUICK_NAME = "_data.batch_size-64_data.test_size-64_data.train_size-256_trainer.max_epochs-1"
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
@@ -54,4 +57,28 @@ def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Co
 
 def run_cell_as_train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """One cell in this process with the callbacks train.py gives it (checkpoints, reseeding, statistics)."""
-    return run_cell(cfg, run_dir, build_callbacks(cfg, run_dir))
+    return run_cell(cfg, run_dir, build_callbacks)
+
+
+def start_train(args: list[str], cwd: Path, log: Path, own_group: bool = False) -> subprocess.Popen:
+    """train.py in the background, output to `log`; `own_group` gives it a process group of its own (and its data
+    workers), as `timeout` or a batch system starts it, so a test can signal the whole group."""
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "WANDB_MODE": "offline"}  # as run_train: the same float sums
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=own_group,
+    )
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Until `path` exists; the process is killed if it never comes, so a failed test leaves nothing running."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"{path} did not appear (training {'ended' if proc.poll() is not None else 'hung'})")
+        time.sleep(0.02)

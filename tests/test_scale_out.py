@@ -51,7 +51,8 @@ def test_ddp_inside_a_multirun_is_not_re_expanded(tmp_path: Path) -> None:
     proc = run_train(["-m", "loss.ls=0,0.1", *DDP, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert cells == ["synthetic_vit_tiny_aa1_cm1_ls0.1_s0", "synthetic_vit_tiny_aa1_cm1_ls0_s0"]
+    named = "_data.batch_size-64_data.test_size-64_data.train_size-256_stats.probe_size-64_trainer.max_epochs-1"
+    assert cells == [f"synthetic_vit_tiny_aa1_cm1_ls0.1_s0{named}", f"synthetic_vit_tiny_aa1_cm1_ls0_s0{named}"]
     assert len(list(tmp_path.rglob("results.json"))) == 2  # no stray run directories anywhere
     assert all(_record(sweep / c)["batch"]["world_size"] == 2 for c in cells)
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, run_train
+from helpers import QUICK, QUICK_NAME, run_train
 
 from vit_locality.results import scan_records
 
@@ -78,7 +78,7 @@ def test_eight_cell_multirun(tmp_path: Path) -> None:
         record = _results(run_dir)
         flags = record["protocol"]
         aa, cm, ls = int(flags["autoaug"]), int(flags["cutmix"]), flags["ls"]
-        assert run_dir.name == f"synthetic_vit_tiny_aa{aa}_cm{cm}_ls{ls:g}_s0"
+        assert run_dir.name == f"synthetic_vit_tiny_aa{aa}_cm{cm}_ls{ls:g}_s0{QUICK_NAME}"
         assert record["status"] == "complete"
         seen.add((aa, cm, ls))
     assert seen == {(a, c, s) for a in (0, 1) for c in (0, 1) for s in (0.0, 0.1)}

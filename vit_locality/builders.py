@@ -6,18 +6,22 @@ these functions, so a benchmark times what a user runs and an analysis sees the 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
+from .checkpoint_io import AtomicCheckpointIO
 from .config import ConfigError
+from .csv_log import ResumableCSVLogger
 from .data import ImageDataModule, datamodule_class
 from .domain import resolve_policy
+from .identity import identity_hash
 from .module import ViTClassifier
 from .transforms import build_train_transform
 
@@ -45,7 +49,7 @@ def build_datamodule(cfg: DictConfig) -> tuple[ImageDataModule, str]:
     With `aug.device=gpu` the workers only crop and flip; AutoAugment then runs batched in the LightningModule."""
     cls = datamodule_class(cfg.data.name)
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "name"}
-    datamodule = cls(**kwargs)
+    datamodule = cls(**kwargs, seed=int(cfg.seed))  # the training draws derive from the run's seed
     policy = resolve_policy(cfg.aug.policy, cfg.data.name)
     per_sample_autoaug = bool(cfg.aug.autoaug) and cfg.aug.device == "cpu"
     datamodule.train_transform = build_train_transform(datamodule.image_size, per_sample_autoaug, policy)
@@ -76,8 +80,10 @@ def build_module(cfg: DictConfig, datamodule: ImageDataModule, policy: str | Non
 
 
 def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
-    """The CSV log always (the offline record beside results.json), W&B on top when `logger=wandb`."""
-    loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="", version="csv")]
+    """The CSV log always (the offline record beside results.json), W&B on top when `logger=wandb`. Both resume
+    with the run: the CSV keeps earlier attempts' rows, W&B continues the run whose id the cell's identity and
+    directory give."""
+    loggers: list[Logger] = [ResumableCSVLogger(save_dir=str(run_dir), name="", version="csv")]
     wandb_cfg = cfg.logger.get("wandb")
     if wandb_cfg:
         mode = wandb_cfg.mode
@@ -97,11 +103,19 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
                     cfg.model.name,
                 ],
                 save_dir=str(run_dir),
+                id=wandb_run_id(cfg, run_dir),
+                resume="allow",
                 mode=mode,
                 config=OmegaConf.to_container(cfg, resolve=True),
             )
         )
     return loggers
+
+
+def wandb_run_id(cfg: DictConfig, run_dir: Path) -> str:
+    """One W&B run per cell and run directory, the same for every attempt: a resumed cell continues its W&B run."""
+    key = f"{identity_hash(cfg)}:{Path(run_dir).resolve()}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def build_trainer(
@@ -125,6 +139,7 @@ def build_trainer(
         enable_progress_bar=cfg.callbacks.progress_bar != "none",
         enable_model_summary=False,
         num_sanity_val_steps=2 if sanity_check else 0,
+        plugins=[AtomicCheckpointIO()],  # checkpoints written whole or not at all, on any file system
         **optional,
     )
 

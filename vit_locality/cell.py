@@ -1,16 +1,22 @@
 """The cell runner: one protocol cell, end to end, into its run directory.
 
-Skip a complete cell with the same identity, refuse a directory that holds another config, resume from the
-furthest checkpoint, record `running`, fit, test, record `complete`. Whatever stops the cell is recorded
+Skip a complete cell with the same identity and data, refuse a directory that holds a complete run of another
+config, set aside an unfinished attempt of another config, resume from the furthest checkpoint, record `running`,
+fit, test, record `complete`. Whatever stops the cell (an error, SIGTERM or Ctrl-C at any point) is recorded
 (`failed` with the error, or `interrupted`) before it propagates. Objects come from builders.py; the Trainer's
-callbacks come from the entry point (callbacks/ builds them), and those that implement `RecordSection` add
-their section to the complete record.
+callbacks come from the entry point's factory (callbacks/ builds them), called inside the recorded region so a
+failure there is recorded too; those that implement `RecordSection` add their section to the complete record.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,26 +35,37 @@ from .builders import (
     split_global_batch,
     trainer_world_size,
 )
-from .checkpoints import interrupted_checkpoint, resume_point
-from .config import ConfigError, identity_hash, register_resolvers, validate
+from .checkpoints import discard_interrupted, resume_point
+from .config import ConfigError, register_resolvers, validate
+from .data import ImageDataModule
+from .identity import data_fingerprint, identity_hash
+from .interrupts import SigtermGate, sigterm_raises
 from .model import count_parameters
-from .results import RecordError, RecordSection, read_record, write_record
+from .results import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_record, write_record
+from .run_lock import RunLock
 from .transforms import describe_protocol
 from .versions import environment_versions
 
 log = logging.getLogger("vit_locality")
+CallbackFactory = Callable[[DictConfig, Path], list[Callback]]
+PREVIOUS_ATTEMPTS = "previous_attempts"
+# What a run leaves in its directory besides Hydra's files: moved together when an attempt is set aside.
+RUN_OUTPUTS = (RESULTS_FILE, "checkpoints", "csv", "wandb", "attention_stats.csv", "*.png")
 
 
 class CellInterrupted(RuntimeError):
-    """SIGTERM (e.g. SLURM preemption) or SIGINT stopped the cell; a resumable checkpoint was saved."""
+    """SIGTERM (e.g. SLURM preemption) or SIGINT stopped the cell; a resumable checkpoint was saved when it could be."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
 
-def check_existing(run_dir: Path, identity: str) -> dict[str, Any] | None:
-    """A complete record with the same identity is returned (skip the cell); a different one is refused.
+def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
+    """The directory's complete record of this identity (a candidate to skip), or None to run the cell.
+
+    A complete record of another identity is refused: a finished result is never overwritten. An unfinished attempt
+    of another identity (failed, interrupted, killed) is set aside, so a corrected command is not blocked by it.
     An unusable record is no verdict either way: the cell runs (resuming from its checkpoint) and rewrites it."""
     try:
         record = read_record(run_dir)
@@ -57,12 +74,40 @@ def check_existing(run_dir: Path, identity: str) -> dict[str, Any] | None:
         return None
     if record is None:
         return None
-    if record.identity_hash != identity:
+    if record.identity_hash == identity:
+        return record if record.complete else None
+    if record.complete:
         raise ConfigError(
-            f"run directory {run_dir} already holds a run with a different config "
-            f"(status {record.status!r}); choose another sweep_name or move that directory away"
+            f"run directory {run_dir} already holds a complete run with a different config; choose another "
+            "sweep_name (or change the command) or move that directory away"
         )
-    return record.data if record.complete else None
+    aside = set_aside_attempt(run_dir)
+    log.warning("%s held an unfinished run of another config (status %r): moved to %s", run_dir, record.status, aside)
+    return None
+
+
+def set_aside_attempt(run_dir: Path) -> Path:
+    """Move what a run left (record, checkpoints, logs, pictures) into previous_attempts/<UTC time>/; never delete."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    aside = run_dir / PREVIOUS_ATTEMPTS / stamp
+    aside.mkdir(parents=True)
+    for pattern in RUN_OUTPUTS:
+        for path in run_dir.glob(pattern):
+            shutil.move(str(path), str(aside / path.name))
+    return aside
+
+
+def fingerprint_of(datamodule: ImageDataModule) -> dict[str, Any]:
+    """The data a cell reads: its training, evaluation and test labels (set up already)."""
+    arrays = datamodule.arrays
+    assert arrays is not None, "fingerprint_of needs a set-up datamodule"
+    return data_fingerprint(arrays.train_labels, datamodule.eval_split()[1], arrays.test_labels)
+
+
+def same_data(record: RunRecord, datamodule: ImageDataModule) -> bool:
+    """Whether a complete record was measured on this data. Records from before fingerprints count as the same."""
+    recorded = record.data.get("data_fingerprint")
+    return recorded is None or recorded == fingerprint_of(datamodule)
 
 
 def protocol_record(cfg: DictConfig, policy: str) -> dict[str, Any]:
@@ -83,26 +128,39 @@ def is_rank_zero() -> bool:
     return rank_zero_only.rank == 0
 
 
-def run_cell(cfg: DictConfig, run_dir: Path, callbacks: list[Callback]) -> dict[str, Any]:
+def run_cell(cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory) -> dict[str, Any]:
     """Train and test one cell into `run_dir`; return its record (an existing one if complete).
 
-    `callbacks` are everything the Trainer gets besides loggers (callbacks.build_callbacks): progress display,
-    statistics, checkpointing and per-epoch reseeding, on which resume and its exactness depend."""
+    `make_callbacks(cfg, run_dir)` gives everything the Trainer gets besides loggers (callbacks.build_callbacks):
+    progress display, statistics, checkpointing and per-epoch reseeding, on which resume and its exactness depend."""
     register_resolvers()
     validate(cfg)
     run_dir = Path(run_dir)
     identity = identity_hash(cfg)
-    finished = check_existing(run_dir, identity)
-    if finished is not None:
-        log.info("%s is complete already: skipped (results in %s)", cfg.run_name, run_dir)
-        return finished
+    # One process per run directory: DDP ranks > 0 (and other nodes) share rank 0's directory, and its lock.
+    holds_lock = is_rank_zero() and os.environ.get("NODE_RANK", "0") == "0"
+    with RunLock(run_dir) if holds_lock else nullcontext(), sigterm_raises() as gate:
+        return _run_locked(cfg, run_dir, make_callbacks, identity, gate)
+
+
+def _run_locked(
+    cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory, identity: str, gate: SigtermGate
+) -> dict[str, Any]:
+    candidate = existing_record(run_dir, identity)
     record: dict[str, Any] = {"run_name": cfg.run_name, "identity_hash": identity, "seed": int(cfg.seed)}
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule, policy = build_datamodule(cfg)
+    if candidate is not None:
+        return _skip_or_refuse(cfg, run_dir, candidate, datamodule)
+    # Before anything is recorded: a checkpoint of another config is refused without writing over its directory.
+    resume = resume_point(run_dir, identity)
     try:
-        return _train_and_test(cfg, run_dir, callbacks, record)
+        return _train_and_test(cfg, run_dir, make_callbacks, record, datamodule, policy, gate, resume)
     except (KeyboardInterrupt, SIGTERMException, SystemExit) as stop:
         sigterm = isinstance(stop, SIGTERMException)
         if is_rank_zero():
-            write_record(run_dir, {**record, "error": "SIGTERM" if sigterm else "interrupted"}, status="interrupted")
+            error = "SIGTERM" if sigterm else "interrupted"
+            write_record(run_dir, {**record, "error": error}, status="interrupted")
         raise CellInterrupted(
             f"{cfg.run_name} interrupted ({'SIGTERM' if sigterm else 'SIGINT'}); run the same command to resume",
             143 if sigterm else 130,
@@ -113,12 +171,31 @@ def run_cell(cfg: DictConfig, run_dir: Path, callbacks: list[Callback]) -> dict[
         raise
 
 
+def _skip_or_refuse(cfg: DictConfig, run_dir: Path, record: RunRecord, datamodule: ImageDataModule) -> dict[str, Any]:
+    """A complete record of this identity is reused only if it was measured on the same data."""
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    if not same_data(record, datamodule):
+        raise ConfigError(
+            f"run directory {run_dir} holds a complete run of this config measured on other data (its data "
+            f"fingerprint {record.data.get('data_fingerprint')} differs from {fingerprint_of(datamodule)}); "
+            "move that directory away or choose another sweep_name"
+        )
+    log.info("%s is complete already: skipped (results in %s)", cfg.run_name, run_dir)
+    return record.data
+
+
 def _train_and_test(
-    cfg: DictConfig, run_dir: Path, callbacks: list[Callback], record: dict[str, Any]
+    cfg: DictConfig,
+    run_dir: Path,
+    make_callbacks: CallbackFactory,
+    record: dict[str, Any],
+    datamodule: ImageDataModule,
+    policy: str,
+    gate: SigtermGate,
+    resume_at: tuple[Path | None, int],
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    datamodule, policy = build_datamodule(cfg)
     datamodule.prepare_data()
     datamodule.setup("fit")
     module = build_module(cfg, datamodule, policy)
@@ -131,6 +208,7 @@ def _train_and_test(
                 "num_train": datamodule.num_train,
                 "eval_split": "val" if cfg.data.val_size else "test",
             },
+            "data_fingerprint": fingerprint_of(datamodule),
             "protocol": protocol_record(cfg, policy),
             "model": {
                 **OmegaConf.to_container(cfg.model, resolve=True),
@@ -142,29 +220,27 @@ def _train_and_test(
         }
     )
     log.info("%s | protocol: %s", cfg.run_name, record["protocol"]["description"])
-    log.info(
-        "model %s: %s parameters, patch %d",
-        cfg.model.name,
-        f"{record['model']['num_params']:,}",
-        module.model.patch_size,
-    )
+    parameters = f"{record['model']['num_params']:,}"
+    log.info("model %s: %s parameters, patch %d", cfg.model.name, parameters, module.model.patch_size)
 
-    loggers = build_loggers(cfg, run_dir)
     world_size = trainer_world_size(cfg)
     global_batch = datamodule.batch_size
     split_global_batch(datamodule, world_size)
     record["batch"] = {"global": global_batch, "per_device": datamodule.batch_size, "world_size": world_size}
-    resume, start_epoch = resume_point(run_dir)
-    # A resumed run skips the sanity-check validation: its loader would draw from the generator that the resumed
-    # epoch must start from, and the run was checked when it first started.
-    trainer = build_trainer(cfg, run_dir, loggers, callbacks, sanity_check=resume is None)
+    resume, start_epoch = resume_at
+    loggers = build_loggers(cfg, run_dir)
+    # A resumed run skips the sanity-check validation: the run was checked when it first started.
+    trainer = build_trainer(cfg, run_dir, loggers, make_callbacks(cfg, run_dir), sanity_check=resume is None)
     if trainer.is_global_zero:
         write_record(run_dir, record, status="running")
     if resume:
         log.info("resuming %s from %s (%d epochs done)", cfg.run_name, resume, start_epoch)
     try:
         fit_start = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+        with gate.deferring():
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+        if trainer.received_sigterm:  # the signal came too late in fit for Lightning to raise it
+            raise SIGTERMException()
         fit_seconds = time.perf_counter() - fit_start
         val_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         test_start = time.perf_counter()
@@ -183,7 +259,7 @@ def _train_and_test(
             record.update(callback.record_section())
     if trainer.is_global_zero:
         path = write_record(run_dir, record, status="complete")
-        interrupted_checkpoint(run_dir).unlink(missing_ok=True)  # superseded by the finished run
+        discard_interrupted(run_dir)  # superseded by the finished run
         log.info("%s: test acc1 %.4f -> %s", cfg.run_name, record["metrics"].get("test/acc1", float("nan")), path)
     return {**record, "status": "complete"}
 

@@ -37,11 +37,19 @@ class RecordSection(Protocol):
     def record_section(self) -> dict[str, Any]: ...
 
 
+def umask_mode() -> int:
+    """The mode `open()` gives a new file (0o666 less the umask): mkstemp's 0o600 would hide results from the team."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename over `path`."""
+    """Write to a temporary file in the same directory, fsync, then rename over `path`; readable as the umask says."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, umask_mode())
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()
@@ -219,6 +227,12 @@ def record_problem(data: Any) -> str | None:
             value = final.get(key)
             if not isinstance(value, int | float) or not math.isfinite(value):
                 return f"has attention.final.{key}={value!r}, not a finite number"
+        early = final.get("early_layers", 2)
+        if not isinstance(early, int) or isinstance(early, bool) or early < 1:
+            return f"has attention.final.early_layers={early!r}, not an integer >= 1"
+        for key, kind in (("per_head", dict), ("per_layer", list)):
+            if key in final and not isinstance(final[key], kind):
+                return f"has attention.final.{key} that is not a JSON {'object' if kind is dict else 'list'}"
     return None
 
 

@@ -1,0 +1,226 @@
+"""Every state a cell can be left in ends complete on the next run, and no record says more than happened.
+
+In-process runs of one tiny cell (the same runner and callbacks as train.py), with real signals where a signal is
+what users send.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import QUICK, compose_config, run_cell_as_train
+
+from vit_locality import builders
+from vit_locality.cell import CellInterrupted, run_cell
+from vit_locality.config import ConfigError
+from vit_locality.data import synthetic
+from vit_locality.identity import settings_suffix
+from vit_locality.module import ViTClassifier
+from vit_locality.results import read_record
+
+CELL = [*QUICK, "trainer.max_epochs=2", "stats.pictures=false"]
+
+
+def _status(run_dir: Path) -> str:
+    return json.loads((run_dir / "results.json").read_text())["status"]
+
+
+def _complete_twice(run_dir: Path, args: list[str] = CELL) -> dict:
+    """Run the cell again and check it ends complete with both epochs' statistics, once each."""
+    record = run_cell_as_train(compose_config(args), run_dir)
+    assert record["status"] == "complete" and _status(run_dir) == "complete"
+    epochs = [int(row["epoch"]) for row in csv.DictReader((run_dir / "attention_stats.csv").open())]
+    assert sorted(set(epochs)) == [0, 1, 2] and len(epochs) == 3 * 4 * 4  # no evaluation doubled or lost
+    assert "initial" in record["attention"]
+    return record
+
+
+def test_a_cell_whose_record_was_lost_after_its_last_checkpoint_finishes(tmp_path: Path) -> None:
+    """Killed during the final probe or the test phase: last.ckpt is at max_epochs and the record says running."""
+    run_dir = tmp_path / "run"
+    first = run_cell_as_train(compose_config(CELL), run_dir)
+    record = json.loads((run_dir / "results.json").read_text())
+    record["status"] = "running"
+    (run_dir / "results.json").write_text(json.dumps(record))
+    again = _complete_twice(run_dir)
+    assert again["metrics"]["test/acc1"] == first["metrics"]["test/acc1"]
+    assert again["attention"]["initial"] == pytest.approx(first["attention"]["initial"])
+
+
+def test_a_damaged_record_is_rewritten_by_finishing_the_cell(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_cell_as_train(compose_config(CELL), run_dir)
+    (run_dir / "results.json").write_text('{"status": "comp')
+    _complete_twice(run_dir)
+
+
+def test_sigterm_between_fit_and_test_is_recorded_and_resumes(tmp_path: Path, monkeypatch) -> None:
+    run_dir = tmp_path / "run"
+    real = ViTClassifier.on_test_start
+
+    def terminated(self) -> None:  # the signal a scheduler sends, delivered as the test phase starts
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(ViTClassifier, "on_test_start", terminated, raising=False)
+    with pytest.raises(CellInterrupted) as stopped:
+        run_cell_as_train(compose_config(CELL), run_dir)
+    assert stopped.value.exit_code == 143 and _status(run_dir) == "interrupted"
+    monkeypatch.setattr(ViTClassifier, "on_test_start", real, raising=False)
+    _complete_twice(run_dir)
+
+
+def test_sigterm_before_the_trainer_exists_leaves_a_record(tmp_path: Path, monkeypatch) -> None:
+    run_dir = tmp_path / "run"
+    real = builders.build_module
+
+    def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("vit_locality.cell.build_module", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(CellInterrupted):
+        run_cell_as_train(compose_config(CELL), run_dir)
+    assert _status(run_dir) == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) == before  # the cell's handler does not outlive the cell
+
+
+def test_no_training_batches_still_completes(tmp_path: Path) -> None:
+    """`trainer.limit_train_batches=0`: fit has no training start; the statistics come from the final probe."""
+    run_dir = tmp_path / "run"
+    record = run_cell_as_train(compose_config([*CELL, "trainer.limit_train_batches=0"]), run_dir)
+    assert record["status"] == "complete" and record["steps"] == 0
+
+
+def test_a_failure_building_the_callbacks_is_recorded(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+
+    def broken(cfg, run_dir):
+        raise RuntimeError("callback construction failed")
+
+    with pytest.raises(RuntimeError):
+        run_cell(compose_config(CELL), run_dir, broken)
+    record = json.loads((run_dir / "results.json").read_text())
+    assert record["status"] == "failed" and "callback construction failed" in record["error"]
+
+
+def test_a_quick_check_is_never_taken_for_the_full_run(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_cell_as_train(compose_config([*CELL, "trainer.limit_train_batches=1"]), run_dir)
+    with pytest.raises(ConfigError, match="complete run with a different config"):
+        run_cell_as_train(compose_config(CELL), run_dir)
+    assert read_record(run_dir).data["steps"] == 2  # the quick check's record is kept, untouched
+
+
+def test_the_identity_covers_every_setting_that_changes_numbers() -> None:
+    from vit_locality.identity import identity_hash
+
+    base = identity_hash(compose_config(CELL))
+    for change in (
+        "trainer.gradient_clip_val=1.0",
+        "stats.probe_size=32",
+        "stats.early_layers=1",
+        "trainer.limit_val_batches=1",
+        "aug.device=gpu",
+        "data.val_size=32",
+    ):
+        assert identity_hash(compose_config([*CELL, change])) != base, change
+    for same in ("data.num_workers=3", "callbacks.progress_bar=tqdm", "stats.pictures=true", "model.compile=true"):
+        assert identity_hash(compose_config([*CELL, same])) == base, same
+
+
+def test_a_complete_run_on_other_data_is_not_reused(tmp_path: Path, monkeypatch) -> None:
+    run_dir = tmp_path / "run"
+    run_cell_as_train(compose_config(CELL), run_dir)
+    real = synthetic.generate_synthetic
+
+    def other_labels(*args, **kwargs):
+        images, labels = real(*args, **kwargs)
+        return images, labels.roll(1)
+
+    monkeypatch.setattr(synthetic, "generate_synthetic", other_labels)
+    with pytest.raises(ConfigError, match="measured on other data"):
+        run_cell_as_train(compose_config(CELL), run_dir)
+    assert _status(run_dir) == "complete"
+
+
+def test_an_unfinished_attempt_of_another_config_is_set_aside_not_deleted(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_cell_as_train(compose_config([*CELL, "optim.lr=0.01"]), run_dir)
+    record = json.loads((run_dir / "results.json").read_text())
+    record["status"] = "failed"
+    (run_dir / "results.json").write_text(json.dumps(record))
+    (run_dir / "checkpoints" / "last.ckpt").unlink()  # its checkpoint would be refused as foreign
+    _complete_twice(run_dir)
+    kept = list((run_dir / "previous_attempts").glob("*/results.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["config"]["optim"]["lr"] == 0.01
+
+
+def test_run_files_are_readable_by_the_team(tmp_path: Path) -> None:
+    previous = os.umask(0o022)
+    try:
+        run_dir = tmp_path / "run"
+        run_cell_as_train(compose_config(CELL), run_dir)
+    finally:
+        os.umask(previous)
+    for name in ("results.json", "attention_stats.csv", "csv/metrics.csv"):
+        assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o644, name
+
+
+def test_resume_keeps_every_metrics_row_once(tmp_path: Path, monkeypatch) -> None:
+    """SIGTERM in epoch 2 (a real signal, handled by Lightning: interrupted.ckpt), then the same cell again: every
+    step's training row of metrics.csv is there exactly once, those logged before the interruption included."""
+    run_dir = tmp_path / "run"
+    args = [*CELL, "trainer.log_every_n_steps=1"]
+    real = ViTClassifier.training_step
+
+    def terminated_at_step_6(self, batch, batch_idx):
+        if self.global_step == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, batch, batch_idx)
+
+    monkeypatch.setattr(ViTClassifier, "training_step", terminated_at_step_6)
+    with pytest.raises(CellInterrupted):
+        run_cell_as_train(compose_config(args), run_dir)
+    assert (run_dir / "checkpoints" / "interrupted.ckpt").exists()
+    logged = [int(r["step"]) for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open()) if r.get("train/loss")]
+    assert 0 in logged  # epoch 1's rows were on disk before the interruption
+    monkeypatch.setattr(ViTClassifier, "training_step", real)
+    _complete_twice(run_dir, args)
+    steps = [int(r["step"]) for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open()) if r.get("train/loss")]
+    assert sorted(steps) == list(range(8))
+
+
+def test_run_directory_names_show_every_setting_the_command_changes() -> None:
+    suffix = settings_suffix(["optim.lr=0.003", "data=synthetic", "aug.cutmix=true", "seed=1", "data.num_workers=4"])
+    assert suffix == "_optim.lr-0.003"
+    assert settings_suffix(["aug.policy=svhn", "aug.cutmix_alpha=0.5"]) == "_aug.cutmix_alpha-0.5_aug.policy-svhn"
+    assert "/" not in settings_suffix(["data.root=/a/b"]) + settings_suffix(["optim.betas=[0.9,0.99]"])
+    assert "=" not in settings_suffix(["optim.betas=[0.9,0.99]"])
+
+
+def test_an_interruption_never_checkpoints_non_finite_weights(tmp_path: Path, monkeypatch) -> None:
+    """On a GPU a NaN is noticed only every 25 steps: a signal in between must not save the poisoned weights."""
+    run_dir = tmp_path / "run"
+    real = ViTClassifier.training_step
+
+    def poisoned_then_terminated(self, batch, batch_idx):
+        if self.global_step == 6:
+            with torch.no_grad():
+                self.model.head.weight.fill_(float("nan"))
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, batch, batch_idx)
+
+    monkeypatch.setattr(ViTClassifier, "training_step", poisoned_then_terminated)
+    monkeypatch.setattr(ViTClassifier, "_note_nonfinite", lambda self, loss: None)  # as on a GPU between checks
+    with pytest.raises(CellInterrupted):
+        run_cell_as_train(compose_config(CELL), run_dir)
+    assert not (run_dir / "checkpoints" / "interrupted.ckpt").exists()
+    assert (run_dir / "checkpoints" / "last.ckpt").exists()  # epoch 1's, the resume point

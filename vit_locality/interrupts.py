@@ -1,0 +1,52 @@
+"""SIGTERM at any point of a cell becomes an interruption the cell runner records, not a silent death.
+
+`timeout`, `kill -- -PGID`, `scancel` and SLURM preemption send SIGTERM. Inside `Trainer.fit`, Lightning's own
+handler turns it into a checkpoint at the next step (`interrupted.ckpt`); outside fit (building the data, between
+fit and test, during test) Python's default action would end the process without a record. While a cell runs,
+`sigterm_raises()` makes SIGTERM raise Lightning's `SIGTERMException` there, and stays quiet during fit, where
+Lightning calls it after its own handler (it chains the handler it found).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+
+class SigtermGate:
+    """The installed handler: raises unless `deferred` (set while Lightning's fit loop owns the signal)."""
+
+    def __init__(self) -> None:
+        self.deferred = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if not self.deferred:
+            raise SIGTERMException()
+
+    @contextmanager
+    def deferring(self) -> Iterator[None]:
+        """While fitting: Lightning checkpoints at the next step and raises SIGTERMException itself."""
+        self.deferred = True
+        try:
+            yield
+        finally:
+            self.deferred = False
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[SigtermGate]:
+    """Install the gate for the duration of a cell (main thread only; elsewhere signals cannot be handled)."""
+    gate = SigtermGate()
+    if threading.current_thread() is not threading.main_thread():
+        yield gate
+        return
+    previous = signal.signal(signal.SIGTERM, gate)
+    try:
+        yield gate
+    finally:
+        signal.signal(signal.SIGTERM, previous)
