@@ -224,3 +224,13 @@ def test_an_interruption_never_checkpoints_non_finite_weights(tmp_path: Path, mo
         run_cell_as_train(compose_config(CELL), run_dir)
     assert not (run_dir / "checkpoints" / "interrupted.ckpt").exists()
     assert (run_dir / "checkpoints" / "last.ckpt").exists()  # epoch 1's, the resume point
+
+
+def test_every_attempt_of_a_cell_continues_one_wandb_run(tmp_path: Path) -> None:
+    """The W&B run id comes from the cell's identity and directory: a resumed cell logs into the same run."""
+    from vit_locality.builders import wandb_run_id
+
+    cfg = compose_config(CELL)
+    assert wandb_run_id(cfg, tmp_path / "a") == wandb_run_id(compose_config(CELL), tmp_path / "a")
+    assert wandb_run_id(cfg, tmp_path / "a") != wandb_run_id(cfg, tmp_path / "b")
+    assert wandb_run_id(cfg, tmp_path / "a") != wandb_run_id(compose_config([*CELL, "seed=1"]), tmp_path / "a")
