@@ -16,11 +16,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from vit_locality.bench.common import autocast, bench_config, build_vit
-from vit_locality.bench.flops import counted_flops, linear_flops, model_flops
-from vit_locality.bench.report import make_row
-from vit_locality.bench.suite import SECTIONS, main, parse_sections
-from vit_locality.bench.timing import interleaved, paired_ratios, timed
+from vit_locality.bench.common import autocast, bench_config, build_vit, interleaved, per_round, timed
+from vit_locality.bench.sections import counted_flops, linear_flops, model_flops
+from vit_locality.bench.suite import SECTIONS, main, make_row, parse_sections
 from vit_locality.model import count_parameters
 
 CPU = torch.device("cpu")
@@ -36,15 +34,20 @@ def test_quick_suite_writes_every_section(tmp_path, capsys) -> None:
         for key, value in figures["ratios"].items():
             assert isinstance(value, float) and math.isfinite(value) and value > 0, (section, key, value)
     # one judged row per target: ours/timm, tiny ms and paper %, two headrooms, probe in steps and per epoch, FLOPs
-    assert len(record["targets"]) == 8 and all(isinstance(t["met"], bool) for t in record["targets"])
+    judged = [row for row in record["rows"] if row["target"]]
+    assert len(judged) == 8 and all(row["status"] in ("met", "NOT met") for row in judged)
+    assert all(row["status"] == "" for row in record["rows"] if not row["target"])
+    cases = record["sections"]["framework"]["cases"]
+    for low, high in [record["sections"]["model"]["per_round_ratio"], *(c["per_round_ratio"] for c in cases.values())]:
+        assert 0 < low <= high
     meta = record["meta"]
     assert meta["quick"] and meta["machine"]["torch_threads"] >= 1 and meta["precision"] == "32-true"
     assert meta["machine"]["versions"]["torch"] == torch.__version__.split("+")[0]
-    tiny = record["sections"]["framework"]["cases"]["tiny"]
+    tiny = cases["tiny"]
     parts = tiny["attribution_ms_per_step"]
     assert set(parts) == {"lightning_loop", "module_step_logging_metrics", "progress_bar_and_csv_logger"}
     assert sum(parts.values()) == pytest.approx(tiny["added_ms_per_step"])
-    assert "attribution_ms_per_step" not in record["sections"]["framework"]["cases"]["paper"]
+    assert "attribution_ms_per_step" not in cases["paper"]
     text = rows.read_text()
     assert "| section | quantity | value | target | status |" in text and "Targets met:" in text
     assert text.count("\n| ") == len(record["rows"]) + 1  # every row, plus the title row
@@ -59,12 +62,12 @@ def test_sections_are_checked() -> None:
 
 
 def test_targets_compare_the_right_way() -> None:
-    assert make_row("model", "q", "v", "ours_over_timm", 1.0).met
-    assert not make_row("model", "q", "v", "ours_over_timm", 0.99).met
-    assert make_row("framework", "q", "v", "tiny_added_ms", 1.0).met
-    assert not make_row("framework", "q", "v", "tiny_added_ms", 1.01).met
-    assert make_row("stats", "q", "v", "probe_in_steps", 1.6).target == "<= 1.5 steps"
-    assert make_row("data", "q", "v").met is None
+    assert make_row("model", "q", "v", "ours_over_timm", 1.0)["status"] == "met"
+    assert make_row("model", "q", "v", "ours_over_timm", 0.99)["status"] == "NOT met"
+    assert make_row("framework", "q", "v", "tiny_added_ms", 1.0)["status"] == "met"
+    assert make_row("framework", "q", "v", "tiny_added_ms", 1.01)["status"] == "NOT met"
+    assert make_row("stats", "q", "v", "probe_in_steps", 1.6)["target"] == "<= 1.5 steps"
+    assert make_row("data", "q", "v") == {"section": "data", "quantity": "q", "value": "v", "target": "", "status": ""}
 
 
 def test_hand_written_steps_use_the_trainers_precision() -> None:
@@ -123,7 +126,8 @@ def test_interleaved_timer_alternates_and_takes_medians() -> None:
     a, b = samples["a"], samples["b"]
     assert len(a) == len(b) == 4
     assert statistics.median(a) >= 0.0095 and statistics.median(b) >= 0.0295  # sleep never returns early
-    assert paired_ratios(b, a)["paired_ratio_min"] > 1
+    assert per_round(b, a)[0][0] > 1
+    assert per_round([2.0, 3.0], [1.0, 2.0]) == ([1.5, 2.0], "(per-round ratio 1.500..2.000)")
     with pytest.raises(ValueError):
         interleaved({"a": sleeper("a", 0.0)}, repeats=0)
 

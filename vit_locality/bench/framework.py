@@ -1,32 +1,22 @@
 """Framework section: what `Trainer.fit`, as a user runs it, adds per step over a plain PyTorch loop.
 
-Both sides train the project's ViTClassifier, built by `build_datamodule` and `build_module` from the composed
-config, on the same synthetic in-memory batches (no workers, no per-sample transform: the data section measures
-those); the plain loop's AdamW and warm-up + cosine schedule come from `adamw_with_decay_groups` and
-`warmup_cosine_schedule`, as in `configure_optimizers`. The Trainer as a user runs it is `build_loggers` (CSV) +
-`build_trainer` with `callbacks.progress_bar=tqdm`, so Lightning adds its TQDMProgressBar (drawn into /dev/null),
-+ the StepClock. A run's other callbacks (`callbacks.build_callbacks`: last.ckpt, interrupt checkpoint, per-epoch
-reseeding) act at the start of the fit, at epoch ends and on exceptions, outside the timed window; the attention
-statistics have their own section.
-
-On the tiny model two more Trainers split the added time by cause: "bare" (no bar, no logger) and "loss only"
-(bare, and a training step that returns the loss alone: no accuracy, no `self.log`, no finiteness check).
-
-The clock reads the time at the start of batch `first` and of batch `first + steps` (batch fetched, step not yet
-run) on every side: Trainer construction, the warm-up steps and the epoch end lie outside that window. Every
-round builds a new Trainer or optimizer, and the sides alternate round by round.
+Both sides train the ViTClassifier that `build_datamodule` and `build_module` make from the composed config, with
+the project's AdamW and warm-up + cosine schedule, on the same in-memory synthetic batches (no workers or per-sample
+transform: the data section times those). The user's Trainer is `build_trainer` with a tqdm bar (into /dev/null)
+and the CSV log of `build_loggers`; on the tiny model, a "bare" one (no bar, no logger) and a "loss only" one (bare,
+and a training step that returns the loss alone) split the added time by cause. Every side reads the clock at the
+start of batches `first` and `first + steps`: construction, warm-up steps and the epoch end are not timed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import logging
 import os
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -34,16 +24,13 @@ from typing import Any
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ..builders import build_datamodule, build_loggers, build_module, build_trainer
 from ..data import ImageDataModule
 from ..module import ViTClassifier, adamw_with_decay_groups, warmup_cosine_schedule
-from .common import Result, autocast, bench_config, model_info
-from .report import spread
-from .timing import interleaved, paired_ratios, sync
+from .common import Result, autocast, bench_config, interleaved, optimizer_step, per_round, sync
 
 TIMED = {
     "plain": "plain loop ms/step",
@@ -62,16 +49,10 @@ class FrameworkCase:
     steps: int
     repeats: int
     warmup: int  # untimed rounds
-    target: str  # report.TARGETS: "tiny_added_ms" (and the added time split by cause) or "paper_overhead_pct"
-
-    @property
-    def attribute(self) -> bool:
-        return self.target == "tiny_added_ms"
+    target: str  # "tiny_added_ms" (and the added time split by cause) or "paper_overhead_pct"
 
 
 class LossOnlyClassifier(ViTClassifier):
-    """Our module with a training step that only returns the loss."""
-
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         return self.training_loss(*batch)[0]
 
@@ -83,37 +64,37 @@ class StepClock(Callback):
     """Reads the clock at the start of batches `first` and `first + steps` of the first epoch."""
 
     def __init__(self, first: int, steps: int, device: torch.device) -> None:
-        self.marks, self.steps, self.device = (first, first + steps), steps, device
+        self.marks, self.device = (first, first + steps), device
         self.times: dict[int, float] = {}
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
-        if idx in self.marks and trainer.current_epoch == 0:
+        if trainer.current_epoch == 0:
             self.mark(idx)
 
-    def mark(self, idx: int) -> None:
-        sync(self.device)
-        self.times[idx] = time.perf_counter()
+    def mark(self, idx: int) -> bool:
+        """Read the clock if batch `idx` opens or closes the window; whether the window has closed."""
+        if idx in self.marks:
+            sync(self.device)
+            self.times[idx] = time.perf_counter()
+        return idx == self.marks[1]
 
     def per_step(self) -> float:
         first, last = self.marks
-        if last not in self.times:
-            raise RuntimeError(f"the fit ended before batch {last}: raise trainer.limit_train_batches")
-        return (self.times[last] - self.times[first]) / self.steps
+        return (self.times[last] - self.times[first]) / (last - first)
 
 
-@contextlib.contextmanager
+@contextmanager
 def quiet() -> Iterator[None]:
     """Lightning's info lines and its warnings about small data and no workers are expected here."""
-    lightning_log = logging.getLogger("lightning.pytorch")
-    level = lightning_log.level
-    lightning_log.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), open(os.devnull, "w") as null:
-            warnings.simplefilter("ignore")
-            with contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
-                yield
-    finally:
-        lightning_log.setLevel(level)
+    log = logging.getLogger("lightning.pytorch")  # its handler holds the real stderr: redirecting does not reach it
+    level = log.level
+    with warnings.catch_warnings(), open(os.devnull, "w") as null, redirect_stdout(null), redirect_stderr(null):
+        warnings.simplefilter("ignore")
+        log.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            log.setLevel(level)
 
 
 def plain_loop(cfg: DictConfig, module: ViTClassifier, datamodule: ImageDataModule, clock: StepClock) -> float:
@@ -125,23 +106,18 @@ def plain_loop(cfg: DictConfig, module: ViTClassifier, datamodule: ImageDataModu
     schedule = warmup_cosine_schedule(optimizer, total, epochs, hp.warmup_epochs, hp.min_lr_ratio)
     amp = autocast(cfg)
     for idx, (images, labels) in enumerate(datamodule.train_dataloader()):
-        if idx in clock.marks:
-            clock.mark(idx)
-            if idx == clock.marks[1]:
-                break
+        if clock.mark(idx):
+            break
         images, labels = images.to(clock.device, non_blocking=True), labels.to(clock.device, non_blocking=True)
-        optimizer.zero_grad(set_to_none=True)
-        with amp:
-            loss = F.cross_entropy(module(images), labels)
-        loss.backward()
-        optimizer.step()
+        optimizer_step(module, optimizer, amp, images, labels)
         schedule.step()
     return clock.per_step()
 
 
 def measure(case: FrameworkCase, device: torch.device, run_dir: Path) -> Result:
+    """One case's sides, interleaved; with `target` tiny_added_ms, the added time split by cause."""
     L.seed_everything(0, verbose=False)
-    batches = case.first + case.steps + 1
+    batches, attribute = case.first + case.steps + 1, case.target == "tiny_added_ms"
     trainer = ["trainer.max_epochs=1", f"trainer.limit_train_batches={batches}", "trainer.limit_val_batches=0"]
     data = [f"data.batch_size={case.batch}", "data.num_workers=0", f"data.train_size={case.batch * batches}"]
     rest = ["data.test_size=64", "protocol=baseline", "stats.enabled=false", "callbacks.progress_bar=tqdm"]
@@ -151,9 +127,7 @@ def measure(case: FrameworkCase, device: torch.device, run_dir: Path) -> Result:
         datamodule.train_transform = None
         datamodule.setup("fit")
         module = build_module(cfg, datamodule)
-
-    bare_cfg = copy.deepcopy(cfg)
-    bare_cfg.callbacks.progress_bar = "none"
+    bare_cfg = OmegaConf.merge(cfg, {"callbacks": {"progress_bar": "none"}})
 
     def fit(chosen: ViTClassifier, bare: bool) -> float:
         """One `Trainer.fit` as a user runs it, or `bare`: no progress bar, no logger."""
@@ -168,46 +142,41 @@ def measure(case: FrameworkCase, device: torch.device, run_dir: Path) -> Result:
         "plain": lambda: plain_loop(cfg, module, datamodule, StepClock(case.first, case.steps, device)),
         "lightning": lambda: fit(module, bare=False),
     }
-    if case.attribute:
+    if attribute:
         with quiet():
             loss_only = LossOnlyClassifier(**module.hparams)
         loss_only.load_state_dict(module.state_dict())
-        runs |= {
-            "lightning_bare": lambda: fit(module, bare=True),
-            "lightning_loss_only": lambda: fit(loss_only, bare=True),
-        }
+        runs["lightning_bare"] = lambda: fit(module, bare=True)
+        runs["lightning_loss_only"] = lambda: fit(loss_only, bare=True)
     samples = interleaved(runs, repeats=case.repeats, warmup=case.warmup)
     ms = {name: 1000 * median(s) for name, s in samples.items()}
     plain, fit_ms = ms["plain"], ms["lightning"]
     added, pct = fit_ms - plain, 100 * (fit_ms / plain - 1)
-    paired = paired_ratios(samples["lightning"], samples["plain"])
+    extremes, spread = per_round(samples["lightning"], samples["plain"])
     where = f"{case.label}: {case.model}, batch {case.batch}, {case.steps} steps"
     rows: list[tuple] = [(f"{where}: {TIMED[name]}", f"{value:.2f}") for name, value in ms.items()]
-    figures = {"model": model_info(cfg), "ms_per_step": ms, "added_ms_per_step": added, "overhead_pct": pct, **paired}
+    figures = {"ms_per_step": ms, "added_ms_per_step": added, "overhead_pct": pct, "per_round_ratio": extremes}
     figures["ratios"] = {f"{name}_over_plain": value / plain for name, value in ms.items() if name != "plain"}
-    if case.attribute:
-        bare_ms, loss_only_ms = ms["lightning_bare"], ms["lightning_loss_only"]
+    if attribute:
         figures["attribution_ms_per_step"] = parts = {
-            "lightning_loop": loss_only_ms - plain,
-            "module_step_logging_metrics": bare_ms - loss_only_ms,
-            "progress_bar_and_csv_logger": fit_ms - bare_ms,
+            "lightning_loop": ms["lightning_loss_only"] - plain,
+            "module_step_logging_metrics": ms["lightning_bare"] - ms["lightning_loss_only"],
+            "progress_bar_and_csv_logger": fit_ms - ms["lightning_bare"],
         }
         split = "loop {:+.2f}, module logging/metrics {:+.2f}, bar+logger {:+.2f}".format(*parts.values())
         rows.append((f"{case.label}: added ms per step, by cause", split))
-    quantity, value, measured = (
-        ("added ms per step", f"{added:+.2f} ms ({pct:+.1f}%)", added)
-        if case.target == "tiny_added_ms"
-        else ("Trainer overhead", f"{pct:+.1f}% ({added:+.1f} ms)", pct)
-    )
-    rows.append((f"{case.label}: {quantity}", f"{value} {spread(paired)}", case.target, measured))
-    return {**figures, "samples_ms": {name: [1000 * x for x in s] for name, s in samples.items()}}, rows
+        quantity, value, measured = "added ms per step", f"{added:+.2f} ms ({pct:+.1f}%)", added
+    else:
+        quantity, value, measured = "Trainer overhead", f"{pct:+.1f}% ({added:+.1f} ms)", pct
+    rows.append((f"{case.label}: {quantity}", f"{value} {spread}", case.target, measured))
+    return figures, rows
 
 
 def run(cases: tuple[FrameworkCase, ...], device: torch.device) -> Result:
     figures, rows = {}, []
-    with tempfile.TemporaryDirectory(prefix="vit-bench-") as tmp:
-        for case in cases:
-            figures[case.label], case_rows = measure(case, device, Path(tmp, case.label))
-            rows += case_rows
+    for case in cases:
+        with tempfile.TemporaryDirectory(prefix="vit-bench-") as run_dir:
+            figures[case.label], case_rows = measure(case, device, Path(run_dir))
+        rows += case_rows
     ratios = {f"{label}_{k}": v for label, c in figures.items() for k, v in c["ratios"].items()}
     return {"cases": figures, "ratios": ratios}, rows

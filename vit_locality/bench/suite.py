@@ -1,10 +1,7 @@
 """The bench suite: every section measured in one process, a table printed, JSON and Markdown rows written.
 
-    python -m vit_locality.bench [--quick] [--out bench_results.json] [--markdown bench_rows.md]
-                                 [--device cpu|cuda] [--sections model,framework,data,stats,flops] [--threads N]
-
-The full settings end within about 5 minutes on a 2-core CPU; `--quick` runs every section on the tiny model
-with a handful of images, for tests. report.py states the targets.
+The full settings end within about 5 minutes on a 2-core CPU; `--quick` runs every section on the tiny model with
+a handful of images, for tests. TARGETS are set for the CPU: on a GPU they are figures to read, not verdicts.
 """
 
 from __future__ import annotations
@@ -13,83 +10,102 @@ import argparse
 import datetime as dt
 import importlib.util
 import json
+import os
+import platform
 import shlex
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import flops, framework
-from .common import Result, bench_config, precision
+from ..builders import resolve_precision
+from . import framework
+from .common import bench_config
 from .framework import FrameworkCase
-from .report import Row, format_table, make_row, markdown
-from .sections import data_headroom, model_vs_timm, probe_cost
-from .timing import load_average, machine
-
-Settings = dict[str, dict[str, Any]]  # section: its keyword arguments
+from .sections import data_headroom, flops_check, model_vs_timm, probe_cost
 
 TINY = FrameworkCase("tiny", "vit_tiny", 32, first=3, steps=30, repeats=5, warmup=1, target="tiny_added_ms")
 PAPER = FrameworkCase("paper", "vit_paper", 128, first=2, steps=5, repeats=3, warmup=0, target="paper_overhead_pct")
-QUICK_CASES = tuple(
-    replace(c, model="vit_tiny", batch=16, first=1, steps=3, repeats=2, warmup=0) for c in (TINY, PAPER)
-)
-# section: {argument: (full, quick)}
-SETTINGS = {
-    "model": {"model": ("vit_paper", "vit_tiny"), "batch": (128, 16), "repeats": (7, 2)},
-    "framework": {"cases": ((TINY, PAPER), QUICK_CASES)},
+QUICK = tuple(replace(c, model="vit_tiny", batch=16, first=1, steps=3, repeats=2, warmup=0) for c in (TINY, PAPER))
+MODELS = ("vit_paper", "vit_tiny")
+SETTINGS = {  # section: {argument: (full, quick)}
+    "model": {"model": MODELS, "batch": (128, 16), "repeats": (7, 2)},
+    "framework": {"cases": ((TINY, PAPER), QUICK)},
     "data": {
-        "model": ("vit_paper", "vit_tiny"),
+        "model": MODELS,
         "samples": (2048, 64),
         "loader_images": (2560, 128),
         "batch": (128, 32),
         "model_batch": (128, 16),
         "repeats": (3, 2),
     },
-    "stats": {
-        "model": ("vit_paper", "vit_tiny"),
-        "batch": (128, 16),
-        "probe_size": (512, 32),
-        "repeats": (5, 2),
-    },
-    "flops": {"model": ("vit_paper", "vit_tiny")},
+    "stats": {"model": MODELS, "batch": (128, 16), "probe_size": (512, 32), "repeats": (5, 2)},
+    "flops": {"model": MODELS},
 }
-
-
-def settings_for(quick: bool) -> Settings:
-    return {section: {name: values[quick] for name, values in args.items()} for section, args in SETTINGS.items()}
-
-
-Section = Callable[[dict[str, Any], torch.device, dict[str, Any]], Result]
-SECTIONS: dict[str, Section] = {  # in the order they run: flops reads the rate the model section measured
-    "model": lambda kwargs, device, done: model_vs_timm(device=device, **kwargs),
-    "framework": lambda kwargs, device, done: framework.run(device=device, **kwargs),
-    "data": lambda kwargs, device, done: data_headroom(device=device, **kwargs),
-    "stats": lambda kwargs, device, done: probe_cost(device=device, **kwargs),
-    "flops": lambda kwargs, device, done: flops.run(
-        train_img_s=done["model"]["img_s"]["ours"] if "model" in done else None, **kwargs
-    ),
+# in the order they run: flops reads the rate the model section measured
+SECTIONS = dict(model=model_vs_timm, framework=framework.run, data=data_headroom, stats=probe_cost, flops=flops_check)
+TARGETS = {  # name: (comparison, threshold, unit)
+    "ours_over_timm": (">=", 1.0, ""),
+    "tiny_added_ms": ("<=", 1.0, " ms"),
+    "paper_overhead_pct": ("<=", 5.0, "%"),
+    "headroom": (">=", 20.0, "x"),
+    "probe_in_steps": ("<=", 1.5, " steps"),
+    "probe_pct_of_epoch": ("<=", 1.0, "%"),
+    "flops_apart_pct": ("<=", 3.0, "% apart"),
 }
+VERSIONED = ("torch", "torchvision", "lightning", "timm", "torchmetrics", "numpy")  # what a figure depends on
+COLUMNS = ("section", "quantity", "value", "target", "status")
+Row = dict[str, str]  # keyed by COLUMNS
+
+
+def make_row(section: str, quantity: str, value: str, target: str | None = None, measured: float = 0.0) -> Row:
+    """A table row; with `target` (a key of TARGETS), its text and whether `measured` meets it."""
+    text = status = ""
+    if target is not None:
+        op, threshold, unit = TARGETS[target]
+        met = measured >= threshold if op == ">=" else measured <= threshold
+        text, status = f"{op} {threshold:g}{unit}", "met" if met else "NOT met"
+    return dict(zip(COLUMNS, (section, quantity, value, text, status), strict=True))
+
+
+def load_average() -> list[float] | None:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def render(rows: list[Row], meta: dict[str, Any], markdown: bool = False) -> str:
+    """The table under a header that says where and how it was measured, then the targets met: columns padded
+    for a terminal, or rows for BENCHMARKS.md."""
+    m = meta["machine"]
+    gpu = f" ({m['gpu']})" if m["gpu"] else ""
+    header = [
+        f"Command: `{meta['command']}`",
+        f"Date: {meta['date']}; machine: {m['processor']}, {m['usable_cores']} usable cores, "
+        f"{m['torch_threads']} torch threads, device {m['device']}{gpu}",
+        f"Precision: {meta['precision']}; load average (1, 5, 15 min) at start {meta['load_start']}, "
+        f"at end {meta['load_end']}; elapsed {meta['elapsed_s']:.0f} s",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
+    ] + (["The targets are set for the CPU: on a GPU read them as figures, not verdicts."] if gpu else [])
+    cells = [COLUMNS, *(tuple(r.values()) for r in rows)]
+    if markdown:
+        header = [f"## Bench suite ({m['device']})", "", *(f"{line}  " for line in header)]
+        table = ["| " + " | ".join(c) + " |" for c in cells]
+        table.insert(1, "|---" * len(COLUMNS) + "|")
+    else:
+        widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+        table = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    judged = [r for r in rows if r["status"]]
+    missed = ["{section}: {quantity} ({value}, target {target})".format(**r) for r in judged if r["status"] != "met"]
+    summary = [f"Targets met: {len(judged) - len(missed)} of {len(judged)}."]
+    summary += ["Not met: " + "; ".join(missed) + "."] if missed else []
+    return "\n".join([*header, "", *table, "", *summary]) + ("\n" if markdown else "")
 
 
 def say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-def run_suite(settings: Settings, sections: list[str], device: torch.device) -> tuple[dict[str, Any], list[Row]]:
-    """Run the chosen sections in order; return the figures by section and the table's rows."""
-    done: dict[str, Any] = {}
-    rows: list[Row] = []
-    for name in sections:
-        say(f"{name} ... (load average {load_average()})")
-        start = time.perf_counter()
-        done[name], section_rows = SECTIONS[name](settings[name], device, done)
-        done[name] |= {"elapsed_s": time.perf_counter() - start, "load_average_after": load_average()}
-        rows += [make_row(name, *row) for row in section_rows]
-    return done, rows
 
 
 def parse_sections(text: str) -> list[str]:
@@ -101,9 +117,7 @@ def parse_sections(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        prog="python -m vit_locality.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(prog="python -m vit_locality.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny settings, seconds (for tests)")
     parser.add_argument("--out", type=Path, default=Path("bench_results.json"), help="JSON record")
     parser.add_argument("--markdown", type=Path, default=None, help="write BENCHMARKS.md-ready rows here")
@@ -117,28 +131,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("the model section compares against timm: `pip install timm`, or leave `model` out of --sections")
     if args.threads:
         torch.set_num_threads(args.threads)
-    device, settings = torch.device(args.device), settings_for(args.quick)
+    device = torch.device(args.device)
+    settings = {name: {arg: values[args.quick] for arg, values in SETTINGS[name].items()} for name in args.sections}
     started, load_start = time.perf_counter(), load_average()
-    sections, rows = run_suite(settings, args.sections, device)
+    sections: dict[str, Any] = {}
+    rows: list[Row] = []
+    for name in args.sections:
+        say(f"{name} ... (load average {load_average()})")
+        if name == "flops":  # counts on the CPU, and turns the model section's images/s into FLOP/s
+            kwargs = {"train_img_s": sections["model"]["img_s"]["ours"] if "model" in sections else None}
+        else:
+            kwargs = {"device": device}
+        sections[name], section_rows = SECTIONS[name](**settings[name], **kwargs)
+        rows += [make_row(name, *row) for row in section_rows]
+    cfg = bench_config(MODELS[args.quick], device)
     meta = {
         "command": shlex.join(["python", "-m", "vit_locality.bench", *(sys.argv[1:] if argv is None else argv)]),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(device),
-        "precision": precision(bench_config(settings["model"]["model"], device)),
+        "machine": {
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "device": str(device),
+            "python": platform.python_version(),
+            "versions": {name: metadata.version(name) for name in VERSIONED if importlib.util.find_spec(name)},
+        },
+        "precision": resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator),
         "quick": args.quick,
-        "settings": {name: settings[name] for name in args.sections},
+        "settings": settings,
         "load_start": load_start,
         "load_end": load_average(),
         "elapsed_s": time.perf_counter() - started,
     }
-    judged = [vars(r) for r in rows if r.met is not None]
-    record = {"meta": meta, "sections": sections, "targets": judged, "rows": [vars(r) for r in rows]}
-    print(format_table(rows, meta))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2, default=vars) + "\n")
-    say(f"JSON -> {args.out}")
+    record = {"meta": meta, "sections": sections, "rows": rows}
+    print(render(rows, meta))
+    outputs = {args.out: json.dumps(record, indent=2, default=vars) + "\n"}
     if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(rows, meta))
-        say(f"Markdown rows -> {args.markdown}")
+        outputs[args.markdown] = render(rows, meta, markdown=True)
+    for path, text in outputs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        say(f"wrote {path}")
     return record
