@@ -20,7 +20,7 @@ from vit_locality.report.__main__ import main
 from vit_locality.report.aggregate import Aggregate, aggregate
 from vit_locality.report.factorial import main_effects, separation, t_quantile
 from vit_locality.report.figures import emergence_series
-from vit_locality.report.tables import ablation_table, protocols_table
+from vit_locality.report.tables import Table, ablation_table, protocols_table
 from vit_locality.results import read_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,13 +138,16 @@ def write_run(
     model: str = "vit_paper",
     status: str = "complete",
     early: int = 2,
+    config: dict | None = None,
+    name: str = "",
 ) -> Path:
     """A run directory as the training pipeline leaves it: results.json and attention_stats.csv.
 
     Depth 3, 2 heads. The early layers' smallest MAD is `mad` (layer 0, head 0); the last layer holds a smaller
-    value, which a correct reader never counts. In the CSV, epoch e adds (2 - e) * 0.2 to every head."""
+    value, which a correct reader never counts. In the CSV, epoch e adds (2 - e) * 0.2 to every head. `config` is
+    recorded as the run's resolved config; `name` is added to the directory's name (runs of one cell and seed)."""
     aa, cm, ls_on = FLAGS[cell]
-    run_dir = root / f"{data}_{model}_aa{aa}_cm{cm}_ls{0.1 * ls_on:g}_s{seed}"
+    run_dir = root / f"{data}_{model}_aa{aa}_cm{cm}_ls{0.1 * ls_on:g}_s{seed}{name}"
     run_dir.mkdir(parents=True)
     depth, heads = 3, 2
     per_mad = [[mad + 0.05 * layer + 0.01 * head for head in range(heads)] for layer in range(depth)]
@@ -195,6 +198,8 @@ def write_run(
         },
         "status": status,
     }
+    if config is not None:
+        record = {**record, "config": config}
     (run_dir / "results.json").write_text(json.dumps(record))
     return run_dir
 
@@ -286,18 +291,32 @@ def test_ablation_table_every_cell(agg: Aggregate) -> None:
     assert table.rows[1][6] == "+6.00"
 
 
+def part(table: Table, suffix: str) -> Table:
+    """The part of an ablation table whose file stem ends in `suffix` (`_claims`, `_effects`)."""
+    return next(p for p in table.parts if p.stem.endswith(suffix))
+
+
 def test_separation_verdicts(agg: Aggregate) -> None:
-    yes = separation(agg.cells("cifar100", "vit_paper"))
+    # Cell means (the only judgement before seeds were judged run by run).
+    yes = separation(agg.cells("cifar100", "vit_paper"), per="mean")
     assert yes.verdict is True
     assert (yes.max_cutmix_cell, yes.min_other_cell) == ("+CM", "-CM")
     assert yes.max_cutmix == pytest.approx((0.020 + 0.024 + 0.016) / 3)
     assert yes.min_other == pytest.approx((0.210 + 0.250 + 0.230) / 3)
-    no = separation(agg.cells("cifar10", "vit_paper"))
+    no = separation(agg.cells("cifar10", "vit_paper"), per="mean")
     assert no.verdict is False
     assert (no.max_cutmix_cell, no.min_other_cell) == ("+CM", "+AA")
     assert no.max_cutmix == pytest.approx(0.025) and no.min_other == pytest.approx(0.017)
-    notes = ablation_table(agg, "cifar10", "vit_paper").notes
-    assert "in min MAD): no: highest CutMix cell +CM 0.025, lowest other cell +AA 0.017" in notes[0]
+    # Every run (the default): the highest CutMix run against the lowest run without CutMix.
+    yes = separation(agg.cells("cifar100", "vit_paper"))
+    assert (yes.verdict, yes.max_cutmix, yes.min_other) == (True, 0.024, 0.210)
+    assert (yes.max_cutmix_cell, yes.min_other_cell) == ("+CM", "-CM")
+    no = separation(agg.cells("cifar10", "vit_paper"))
+    assert (no.verdict, no.max_cutmix, no.min_other) == (False, 0.030, 0.015)
+    assert (no.max_cutmix_cell, no.min_other_cell) == ("+CM", "+AA")
+    rows = {row[0]: row for row in part(ablation_table(agg, "cifar10", "vit_paper"), "_claims").rows}
+    separated = next(row for name, row in rows.items() if "separates" in name)
+    assert separated[2:] == ["0.030 (+CM) vs 0.015 (+AA)", "fails", "0.025 (+CM) vs 0.017 (+AA)", "fails"]
 
 
 @pytest.mark.parametrize("figure, values", [("min_mad", MAD100), ("acc1", ACC100)])
@@ -326,14 +345,13 @@ def test_main_effects_paired_by_seed(agg: Aggregate, figure: str, values: dict[s
 def test_main_effects_welch(agg: Aggregate, figure: str, values: dict[str, list[float]]) -> None:
     effects = {e.factor: e for e in main_effects(agg.cells("cifar10", "vit_paper"), figure)}
     values = {cell: [v * IN_FILES[figure] for v in per_seed] for cell, per_seed in values.items()}
+    # Baseline and Modern ran 3 seeds, the others 2: the effect is the contrast of the cell means (each cell 1/4),
+    # its variance sum_c (1/4)^2 s_c^2 / n_c with Welch-Satterthwaite degrees of freedom.
     for index, factor in enumerate(("AA", "CM", "LS")):
         on = [c for c in ORDER if FLAGS[c][index]]
         off = [c for c in ORDER if not FLAGS[c][index]]
-        estimate = mean([v for c in on for v in values[c]]) - mean([v for c in off for v in values[c]])
-        terms = []
-        for side in (on, off):
-            total = sum(len(values[c]) for c in side)
-            terms += [(len(values[c]) * var(values[c]) / total**2, len(values[c]) - 1) for c in side]
+        estimate = mean([mean(values[c]) for c in on]) - mean([mean(values[c]) for c in off])
+        terms = [(var(values[c]) / len(values[c]) / 16, len(values[c]) - 1) for c in ORDER]
         variance = sum(a for a, _ in terms)
         df = variance**2 / sum(a**2 / k for a, k in terms)
         effect = effects[factor]
@@ -350,7 +368,7 @@ def test_one_seed_gives_effects_without_intervals(agg: Aggregate) -> None:
     assert effects["AA"].estimate == pytest.approx(((33 + 38 + 34 + 37) / 4 - (30 + 35 + 31 + 36) / 4) / 100)
     assert math.isnan(effects["AA"].low) and math.isnan(effects["AA"].high)
     table = ablation_table(agg, "tiny_imagenet", "vit_paper")
-    assert all(row[3] == "n/a" for row in table.parts[0].rows)
+    assert all(row[3] == "n/a" for row in part(table, "_effects").rows)
     assert table.rows[0][5] == "30.00"  # one seed: the value alone, no ± and no count
 
 
@@ -359,8 +377,11 @@ def test_missing_cells_are_dashes(agg: Aggregate) -> None:
     rows = {row[0]: row for row in table.rows}
     assert rows["+AA"][4:] == ["-"] * 5
     assert rows["Modern"][7] == "0.100" and rows["Modern"][6] == "+0.00"
-    assert all(row[2] == "-" and row[3] == "n/a" for row in table.parts[0].rows)
-    assert "yes (on 2 of 8 cells)" in table.notes[0]
+    assert all(row[2] == "-" and row[3] == "n/a" for row in part(table, "_effects").rows)
+    # Two of the 8 cells ran: no claim about all 8, nor about +AA, +CM or +LS, gets a verdict.
+    claims = part(table, "_claims")
+    assert all(row[3] == row[5] == "not enough runs" for row in claims.rows)
+    assert claims.rows[0][2] == "missing +AA, +CM, +LS, -AA, -CM, -LS"
 
 
 def test_protocols_table(agg: Aggregate) -> None:
@@ -374,11 +395,13 @@ def test_protocols_table(agg: Aggregate) -> None:
             m, s = mean(values[cell]), math.sqrt(var(values[cell]))
             expected.append(f"{m:.{digits}f} ± {s:.{digits}f} (3)")
     assert c100[2:8] == expected
-    assert c100[8:] == ["yes", "0.316 -> 0.008"]
+    # Claim (b): the highest Modern run 0.010 lies below the lowest Baseline run 0.290, and so do the means.
+    assert c100[8:] == ["holds", "holds", "0.316 -> 0.008"]
     assert rows["cifar10"][-1] == "-" and rows["synthetic"][2:4] == ["20.00", "20.00"]
     record = next(r for r in table.records if r["data"] == "cifar100")
     assert record["modern_min_mad_mean"] == pytest.approx(0.008)
     assert record["baseline_acc1_std"] == pytest.approx(math.sqrt(var(ACC100["Baseline"])) / 100)
+    assert (record["modern_more_local_run"], record["modern_more_local_mean"]) == ("holds", "holds")
 
 
 def test_files_round_trip(agg: Aggregate, tmp_path: Path) -> None:
@@ -386,7 +409,7 @@ def test_files_round_trip(agg: Aggregate, tmp_path: Path) -> None:
     paths = table.write(tmp_path)
     names = sorted(p.name for p in paths)
     stem = "ablation_cifar100_vit_paper"
-    assert names == sorted([f"{stem}.md", f"{stem}.tex", f"{stem}.csv", f"{stem}_effects.csv"])
+    assert names == sorted([f"{stem}.md", f"{stem}.tex", f"{stem}.csv", f"{stem}_claims.csv", f"{stem}_effects.csv"])
     assert all(p.stat().st_size > 0 for p in paths)
     with (tmp_path / f"{stem}.csv").open() as handle:
         rows = list(csv.DictReader(handle))

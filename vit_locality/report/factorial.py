@@ -1,29 +1,38 @@
-"""The paper's ablation claims, tested on the 8 cells as a 2 x 2 x 2 factorial design (AA, CM, LS).
+"""The 8 cells as a 2 x 2 x 2 factorial design (AA, CM, LS): main effects with intervals, and the separation.
 
-Main effect of a factor on a figure = mean over the runs with the factor on minus mean over the runs with it
-off; each side holds every seed of its 4 cells (with equal seeds per cell this equals the difference of the
-mean cell means). The 95% interval over seeds is chosen by what the runs allow:
+Main effect of a factor on a figure = a contrast of CELL MEANS: the mean of the 4 cell means with the factor on
+minus the mean of the 4 cell means with it off. Each cell weighs 1/4 on its side whatever its number of seeds, so
+a cell that ran more seeds does not pull its side towards its own value, and the other two factors stay balanced
+(each is on in 2 of the 4 cells of either side). Pooling the runs of a side instead would let an unbalanced
+design leak one factor's effect into another's.
 
-- paired, when every seed has exactly one run in each of the 8 cells and there are n >= 2 seeds: one effect
-  per seed (the same difference within that seed), then mean +- t(0.975, n - 1) * sd / sqrt(n). Pairing by
-  seed removes whatever a seed shares across cells.
-- Welch, when the seeds do not line up but every cell has >= 2 runs: the variance of each side's mean is
-  sum_c n_c s_c^2 / N_side^2 from the cells' own sample variances s_c^2, the two sides' variances add, and
-  the degrees of freedom come from the Welch-Satterthwaite formula, each cell contributing n_c - 1.
-- none (NaN, shown "n/a"), with one seed, or when some cell has a single run.
+The 95% interval is chosen by what the runs allow:
+
+- paired, when every seed has exactly one run in each of the 8 cells and there are n >= 2 seeds: the contrast
+  within each seed, then mean +- t(0.975, n - 1) * sd / sqrt(n). Pairing by seed removes whatever a seed shares
+  across cells. (The cells then hold the same seeds, so the mean of these contrasts is the contrast of the means.)
+- Welch, when the seeds do not line up but every cell has n_c >= 2 runs: the contrast's variance is
+  sum over the 8 cells of (1/4)^2 * s_c^2 / n_c, from each cell's sample variance s_c^2, with the
+  Welch-Satterthwaite degrees of freedom (sum a_c)^2 / sum(a_c^2 / (n_c - 1)), a_c = (1/4)^2 * s_c^2 / n_c.
+- none (NaN, shown "n/a"), with one seed, or when some cell has a single run and the seeds are not paired.
 
 scipy is not a dependency, so the t quantile is computed here (`t_quantile`).
-The separation verdict compares cell means: does every CutMix cell lie strictly below every other cell?
+
+The separation asks whether every CutMix value lies strictly below every non-CutMix value, judged on every run
+(`per="run"`: the highest CutMix run against the lowest other run) or on cell means (`per="mean"`). The two can
+differ: a CutMix cell with runs at 0.02, 0.02 and 0.50 has a mean of 0.18, below non-CutMix runs all at 0.21,
+while its third run lies above them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 
 from ..domain import CELL_FLAGS, CELL_ORDER
-from .aggregate import Group, summarise
+from .aggregate import Group, Level, cell_values, summarise
 
 FACTORS = ("AA", "CM", "LS")
 
@@ -43,11 +52,12 @@ class Effect:
 @dataclass(frozen=True)
 class Separation:
     verdict: bool | None  # None when one side has no cell
-    max_cutmix: float  # the highest CutMix cell mean
-    max_cutmix_cell: str | None
-    min_other: float  # the lowest cell mean without CutMix
+    max_cutmix: float  # the highest CutMix value: run or cell mean, as `per` says
+    max_cutmix_cell: str | None  # the cell it belongs to
+    min_other: float  # the lowest value without CutMix
     min_other_cell: str | None
     cells: int  # how many cells had a value
+    per: Level = "run"
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -90,38 +100,33 @@ def t_quantile(p: float, df: float) -> float:
 
 
 def main_effect(cells: dict[str, Group], factor: str, figure: str) -> Effect:
-    """Main effect of `factor` (AA, CM or LS) on `figure` over the 8 cells of one (data set, model)."""
+    """Main effect of `factor` (AA, CM or LS) on `figure` over the 8 cells of one (data set, model): the contrast
+    of cell means, with the interval the module docstring describes."""
     index = FACTORS.index(factor)
     values = {name: cells[name].values(figure) if name in cells else [] for name in CELL_ORDER}
     missing = [name for name, pairs in values.items() if not pairs]
     if missing:
         return Effect(factor, figure, *(math.nan,) * 4, 0, f"no value in cells {', '.join(missing)}")
-    on = [name for name in CELL_ORDER if CELL_FLAGS[name][index]]
-    off = [name for name in CELL_ORDER if not CELL_FLAGS[name][index]]
-    side_mean = lambda names: summarise(v for name in names for _, v in values[name]).mean
-    estimate = side_mean(on) - side_mean(off)
+    weights = {name: (1.0 if CELL_FLAGS[name][index] else -1.0) / 4 for name in CELL_ORDER}
+    stats = {name: summarise(v for _, v in pairs) for name, pairs in values.items()}
+    estimate = sum(weights[name] * stats[name].mean for name in CELL_ORDER)
 
     seeds = _common_seeds(values)
     if seeds is not None and len(seeds) >= 2:
         per_seed = []
         for seed in seeds:
             at = {name: next(v for s, v in values[name] if s == seed) for name in CELL_ORDER}
-            per_seed.append(sum(at[n] for n in on) / len(on) - sum(at[n] for n in off) / len(off))
+            per_seed.append(sum(weights[name] * at[name] for name in CELL_ORDER))
         stat = summarise(per_seed)
         df = len(per_seed) - 1
         half = t_quantile(0.975, df) * stat.std / math.sqrt(stat.n)
         return Effect(factor, figure, estimate, estimate - half, estimate + half, df, stat.n, "paired by seed")
-    n_runs = sum(len(pairs) for pairs in values.values())
+    n_runs = sum(stat.n for stat in stats.values())
     if seeds is not None:
         return Effect(factor, figure, estimate, math.nan, math.nan, math.nan, 1, "one seed: no interval")
-    if any(len(pairs) < 2 for pairs in values.values()):
+    if any(stat.n < 2 for stat in stats.values()):
         return Effect(factor, figure, estimate, math.nan, math.nan, math.nan, n_runs, "a cell has one run: no interval")
-    terms = []  # (variance contribution a_c, its degrees of freedom n_c - 1)
-    for names in (on, off):
-        total = sum(len(values[name]) for name in names)
-        for name in names:
-            stat = summarise(v for _, v in values[name])
-            terms.append((stat.n * stat.std**2 / total**2, stat.n - 1))
+    terms = [(weights[name] ** 2 * stat.std**2 / stat.n, stat.n - 1) for name, stat in stats.items()]
     variance = sum(a for a, _ in terms)
     if variance == 0:
         return Effect(factor, figure, estimate, estimate, estimate, math.nan, n_runs, "Welch (no spread)")
@@ -134,17 +139,16 @@ def main_effects(cells: dict[str, Group], figure: str) -> list[Effect]:
     return [main_effect(cells, factor, figure) for factor in FACTORS]
 
 
-def separation(cells: dict[str, Group], figure: str = "min_mad") -> Separation:
-    """Does every CutMix cell's mean lie below every non-CutMix cell's mean (the paper's 0.024 vs 0.210)?"""
-    means = {name: group.stat(figure).mean for name, group in cells.items()}
-    means = {name: value for name, value in means.items() if math.isfinite(value)}
-    cutmix = {name: v for name, v in means.items() if CELL_FLAGS[name][1]}
-    other = {name: v for name, v in means.items() if not CELL_FLAGS[name][1]}
-    top = max(cutmix, key=cutmix.__getitem__) if cutmix else None
-    bottom = min(other, key=other.__getitem__) if other else None
-    if top is None or bottom is None:
-        return Separation(None, cutmix.get(top, math.nan), top, other.get(bottom, math.nan), bottom, len(means))
-    return Separation(cutmix[top] < other[bottom], cutmix[top], top, other[bottom], bottom, len(means))
+def separation(cells: Mapping[str, Group], figure: str = "min_mad", per: Level = "run") -> Separation:
+    """Does every CutMix value lie below every non-CutMix value? Runs or cell means, as `per` says (see the module
+    docstring); ties go to the first cell in the paper's order."""
+    values = cell_values(cells, figure, per)
+    cutmix = [(v, name) for name, vs in values.items() if CELL_FLAGS[name][1] for v in vs]
+    other = [(v, name) for name, vs in values.items() if not CELL_FLAGS[name][1] for v in vs]
+    top = max(cutmix, key=lambda pair: pair[0], default=(math.nan, None))
+    bottom = min(other, key=lambda pair: pair[0], default=(math.nan, None))
+    verdict = None if not cutmix or not other else top[0] < bottom[0]
+    return Separation(verdict, top[0], top[1], bottom[0], bottom[1], len(values), per)
 
 
 def _common_seeds(values: dict[str, list[tuple[object, float]]]) -> list[object] | None:
