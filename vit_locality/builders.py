@@ -66,6 +66,7 @@ def build_module(cfg: DictConfig, datamodule: ImageDataModule, policy: str | Non
         model=OmegaConf.to_container(cfg.model, resolve=True),
         cutmix=bool(cfg.aug.cutmix),
         cutmix_alpha=float(cfg.aug.cutmix_alpha),
+        cutmix_prob=float(cfg.aug.cutmix_prob),
         label_smoothing=float(cfg.loss.ls),
         lr=float(cfg.optim.lr),
         weight_decay=float(cfg.optim.weight_decay),

@@ -110,6 +110,19 @@ def same_data(record: RunRecord, datamodule: ImageDataModule) -> bool:
     return recorded is None or recorded == fingerprint_of(datamodule)
 
 
+def measured_on(cfg: DictConfig, datamodule: ImageDataModule) -> dict[str, Any]:
+    """How many images the figures beside it come from: val/* and test/* accuracy, and the attention statistics."""
+    arrays = datamodule.arrays
+    assert arrays is not None
+    evaluated = len(datamodule.eval_split()[1])
+    return {
+        "eval_split": "val" if cfg.data.val_size else "test",
+        "eval_images": evaluated,
+        "test_images": len(arrays.test_labels),
+        "probe_images": min(int(cfg.stats.probe_size), evaluated) if cfg.stats.enabled else 0,
+    }
+
+
 def protocol_record(cfg: DictConfig, policy: str) -> dict[str, Any]:
     """The record's `protocol` section: the three flags, the effective policy and the one-line description."""
     autoaug, cutmix, ls = bool(cfg.aug.autoaug), bool(cfg.aug.cutmix), float(cfg.loss.ls)
@@ -119,7 +132,10 @@ def protocol_record(cfg: DictConfig, policy: str) -> dict[str, Any]:
         "ls": ls,
         "policy": policy if autoaug else None,
         "cutmix_alpha": float(cfg.aug.cutmix_alpha) if cutmix else None,
-        "description": describe_protocol(autoaug, policy, cutmix, float(cfg.aug.cutmix_alpha), ls, cfg.aug.device),
+        "cutmix_prob": float(cfg.aug.cutmix_prob) if cutmix else None,
+        "description": describe_protocol(
+            autoaug, policy, cutmix, float(cfg.aug.cutmix_alpha), ls, cfg.aug.device, float(cfg.aug.cutmix_prob)
+        ),
         "autoaug_device": cfg.aug.device if autoaug else None,
     }
 
@@ -250,6 +266,7 @@ def _train_and_test(
         finish_wandb(loggers)
 
     record["metrics"] = {**val_metrics, **{k: float(v) for k, v in test_metrics.items()}}
+    record["measured_on"] = measured_on(cfg, datamodule)
     record["epochs"] = trainer.current_epoch
     record["steps"] = trainer.global_step
     record["precision"] = str(trainer.precision)

@@ -156,6 +156,8 @@ def _check_aug(aug: DictConfig, dataset: str) -> None:
         colorjitter = resolve_policy(aug.policy, dataset) == COLORJITTER
         _check(not colorjitter, "aug.device", aug.device, "cpu when the policy is colorjitter (Tiny-ImageNet)")
     _check(_is_finite(aug.cutmix_alpha) and aug.cutmix_alpha > 0, "aug.cutmix_alpha", aug.cutmix_alpha, "> 0, finite")
+    prob = aug.get("cutmix_prob", 1.0)
+    _check(_is_finite(prob) and 0 <= prob <= 1, "aug.cutmix_prob", prob, "a number in [0, 1]")
 
 
 def _check_data(data: DictConfig, cutmix: bool) -> None:

@@ -34,7 +34,13 @@ def build_train_transform(image_size: int, autoaug: bool, policy: str) -> v2.Com
 
 
 def describe_protocol(
-    autoaug: bool, policy: str, cutmix: bool, cutmix_alpha: float, ls: float, autoaug_device: str = "cpu"
+    autoaug: bool,
+    policy: str,
+    cutmix: bool,
+    cutmix_alpha: float,
+    ls: float,
+    autoaug_device: str = "cpu",
+    cutmix_prob: float = 1.0,
 ) -> str:
     """One line stating the effective protocol: `crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0)`."""
     parts = ["crop+flip"]
@@ -42,7 +48,9 @@ def describe_protocol(
         where = ", batched on gpu" if autoaug_device == "gpu" else ""
         parts.append("colorjitter(0.4,0.4,0.4)" if policy == COLORJITTER else f"autoaugment({policy}{where})")
     if cutmix:
-        parts.append(f"cutmix(alpha={cutmix_alpha})")
+        parts.append(
+            f"cutmix(alpha={cutmix_alpha})" if cutmix_prob >= 1 else f"cutmix(alpha={cutmix_alpha}, p={cutmix_prob})"
+        )
     if ls:
         parts.append(f"ls={ls}")
     return " | ".join(parts)

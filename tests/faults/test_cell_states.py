@@ -234,3 +234,44 @@ def test_every_attempt_of_a_cell_continues_one_wandb_run(tmp_path: Path) -> None
     assert wandb_run_id(cfg, tmp_path / "a") == wandb_run_id(compose_config(CELL), tmp_path / "a")
     assert wandb_run_id(cfg, tmp_path / "a") != wandb_run_id(cfg, tmp_path / "b")
     assert wandb_run_id(cfg, tmp_path / "a") != wandb_run_id(compose_config([*CELL, "seed=1"]), tmp_path / "a")
+
+
+def test_the_record_says_what_was_measured_on_and_cutmix_prob(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = [*CELL, "data.val_size=32", "stats.probe_size=48", "aug.cutmix_prob=0.5", "trainer.max_epochs=1"]
+    record = run_cell_as_train(compose_config(args), run_dir)
+    # 256 training images, 32 of them held out for validation; 64 test images; the probe takes 32 of the 32.
+    assert record["measured_on"] == {"eval_split": "val", "eval_images": 32, "test_images": 64, "probe_images": 32}
+    assert record["attention"]["final"]["probe_images"] == 32
+    assert record["protocol"]["cutmix_prob"] == 0.5
+    assert "cutmix(alpha=1.0, p=0.5)" in record["protocol"]["description"]
+
+
+def test_cutmix_prob_mixes_about_that_share_of_batches(monkeypatch) -> None:
+    """p=0.5: of 400 batches about half are mixed (binomial: 200 +- 3 sd = 170..230); p=1 draws nothing at all."""
+    import vit_locality.module as module
+
+    mixed = []
+    real = module.cutmix_batch
+
+    def counting(*args, **kwargs):
+        mixed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "cutmix_batch", counting)
+    cfg = compose_config([*CELL, "aug.cutmix_prob=0.5"])
+    from vit_locality.builders import build_datamodule, build_module
+
+    datamodule, policy = build_datamodule(cfg)
+    datamodule.setup("fit")
+    classifier = build_module(cfg, datamodule, policy)
+    images = torch.zeros(4, 3, 32, 32, dtype=torch.uint8)
+    labels = torch.arange(4)
+    torch.manual_seed(0)
+    for _ in range(400):
+        classifier.training_loss(images, labels)
+    assert 170 <= len(mixed) <= 230
+    always = build_module(compose_config([*CELL, "aug.cutmix_prob=1.0"]), datamodule, policy)
+    state = torch.random.get_rng_state()
+    always._mix_this_batch()
+    assert torch.equal(state, torch.random.get_rng_state())
