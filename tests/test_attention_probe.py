@@ -3,12 +3,13 @@ fp32 under autocast, train mode restored, and near-uniform attention at initiali
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from vit_locality.attention_probe import ProbeSettings, central_query_index, probe_attention
+from vit_locality.attention_probe import ProbeSettings, probe_attention
 from vit_locality.attention_records import CSV_FIELDS, probe_rows, read_csv, scalar_metrics, write_csv
-from vit_locality.metrics import attention_summary
 from vit_locality.model import VisionTransformer
 
 
@@ -22,21 +23,57 @@ def tiny_model() -> VisionTransformer:
     return model
 
 
-def test_probe_matches_metric_functions(tiny_model: VisionTransformer) -> None:
-    images = torch.randn(20, 3, 32, 32)
-    result = probe_attention(tiny_model, images, ProbeSettings(batch_size=8))
-    _, maps = tiny_model.forward_with_attention(images)
+def _brute_force_stats(attn: torch.Tensor) -> dict[str, list[float]]:
+    """docs/metrics.md's definitions for one layer's (B, heads, 65, 65) maps, written out as float64 loops over
+    images, heads, patch queries and patch keys: renormalise each query's weights over the 64 patch keys, MAD with
+    patch-centre distances in the unit square, entropy / log 64 (0 log 0 = 0), CLS mass of the raw row; per head
+    the mean over queries and images, and the population sd of the per-image means."""
+    maps = attn.double().tolist()
+    per_image: dict[str, list[list[float]]] = {"mad": [], "entropy": [], "cls_mass": []}
+    for image in maps:
+        for key in per_image:
+            per_image[key].append([])
+        for head in image:
+            mad_sum = entropy_sum = cls_sum = 0.0
+            for k in range(64):
+                row = head[1 + k]
+                mass = sum(row[1:])
+                a = [w / mass if mass > 0 else 0.0 for w in row[1:]]
+                mad_sum += sum(a[j] * math.hypot(k % 8 - j % 8, k // 8 - j // 8) / 8 for j in range(64))
+                entropy_sum -= sum(x * math.log(x) for x in a if x > 0) / math.log(64)
+                cls_sum += row[0]
+            for key, total in (("mad", mad_sum), ("entropy", entropy_sum), ("cls_mass", cls_sum)):
+                per_image[key][-1].append(total / 64)
+    heads = range(len(maps[0]))
+    stats = {key: [sum(img[h] for img in values) / len(maps) for h in heads] for key, values in per_image.items()}
+    for key in ("mad", "entropy"):
+        stats[f"{key}_std"] = [
+            math.sqrt(sum((img[h] - stats[key][h]) ** 2 for img in per_image[key]) / len(maps)) for h in heads
+        ]
+    return stats
+
+
+def test_probe_matches_the_definitions_by_brute_force(tiny_model: VisionTransformer) -> None:
+    """The probe, in batches of 2 over 5 images, against a float64 loop over queries and keys written from
+    docs/metrics.md alone: a skipped renormalisation, a wrong distance unit or divisor, a Bessel-corrected sd, or
+    a chunk counted twice all show at this tolerance (the fp32 probe is good to ~1e-6)."""
+    images = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    result = probe_attention(tiny_model, images, ProbeSettings(batch_size=2))
+    with torch.no_grad():
+        _, maps = tiny_model.forward_with_attention(images)
+    assert result.stats["mad"].shape == (4, 4) and result.num_images == 5
     for layer, attn in enumerate(maps):
-        expected = attention_summary(attn.detach())
+        expected = _brute_force_stats(attn)
         for key in ("mad", "entropy", "cls_mass", "mad_std", "entropy_std"):
-            torch.testing.assert_close(result.stats[key][layer], expected[key], atol=1e-5, rtol=1e-4)
-    assert result.stats["mad"].shape == (4, 4) and result.num_images == 20
+            want = torch.tensor(expected[key], dtype=torch.float64)
+            torch.testing.assert_close(result.stats[key][layer].double(), want, atol=2e-6, rtol=1e-5)
+    assert float(result.stats["cls_mass"].min()) > 0.005  # renormalising moves MAD by > 0.5%, far above rtol
     assert result.min_mad_early() == pytest.approx(float(result.stats["mad"][:2].min()))
     assert result.mean_entropy_early() == pytest.approx(float(result.stats["entropy"][:2].mean()))
-    # The central-query map is the mean attention of patch (4, 4) over the 64 patch keys.
-    centre = 1 + central_query_index(8)
+    # The central-query map is the mean raw attention of patch (4, 4) over the 64 patch keys.
+    centre = 1 + 4 * 8 + 4
     expected_map = maps[1][:, 2, centre, 1:].mean(0).view(8, 8)
-    torch.testing.assert_close(result.central_maps[1, 2], expected_map.detach(), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(result.central_maps[1, 2], expected_map, atol=1e-6, rtol=1e-5)
 
 
 def test_batch_size_does_not_change_the_answer(tiny_model: VisionTransformer) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from helpers import compose_config
 from torchvision.transforms import v2
 
+import vit_locality.batched_autoaugment as batched
 from vit_locality.builders import build_datamodule, build_module
 from vit_locality.cell import protocol_record
 from vit_locality.domain import cell_name
@@ -61,55 +62,53 @@ def test_policy_override() -> None:
     assert policy == "svhn" and datamodule.train_transform.transforms[-1].policy == v2.AutoAugmentPolicy.SVHN
 
 
-class _CrossEntropySpy:
-    def __init__(self) -> None:
-        self.calls: list[dict] = []
-
-    def __call__(self, logits, target, **kwargs):
-        self.calls.append({"target": target.detach().clone(), **kwargs})
-        return _REAL_CE(logits, target, **kwargs)
+# Logits with a different value for every class of a row, so that the loss depends on where the target mass goes.
+LOGITS = torch.tensor([[float((3 * i + 7 * c) % 10) / 2 - 1 for c in range(10)] for i in range(8)])
 
 
-_REAL_CE = F.cross_entropy
+def _cross_entropy_by_hand(logits: torch.Tensor, targets: list[list[float]]) -> float:
+    """Mean over rows of -sum_c t_c log softmax(z)_c, the log-softmax written out in float64."""
+    total = 0.0
+    for z, t in zip(logits.double().tolist(), targets, strict=True):
+        log_norm = math.log(sum(math.exp(v) for v in z))
+        total -= sum(tc * (v - log_norm) for v, tc in zip(z, t, strict=True))
+    return total / len(targets)
 
 
 @pytest.mark.parametrize(("autoaug", "cutmix", "ls"), CELLS)
 def test_cell_loss(autoaug: bool, cutmix: bool, ls: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loss of every cell is the cross-entropy against exactly the cell's soft targets: one-hot, or under
+    CutMix kept share x own label + pasted share x partner's label, then smoothed once, (1 - eps) y + eps / C.
+
+    CutMix's box and partners are read off the pixels the model saw (each image is one constant value that names
+    its label), not from the CutMix code, so a wrong share, partner, or smoothing applied twice or not at all moves
+    the loss away from the hand-computed value."""
     cfg = _cell_cfg(autoaug, cutmix, ls)
     datamodule, _ = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
-    spy = _CrossEntropySpy()
-    monkeypatch.setattr(F, "cross_entropy", spy)
     torch.manual_seed(0)
-    # Distinct constant images and distinct labels make the partner of each image visible in its targets.
     images = (torch.arange(8, dtype=torch.uint8) * 30).view(8, 1, 1, 1).expand(8, 3, 32, 32).contiguous()
     labels = torch.arange(8)
     seen: list[torch.Tensor] = []
-    monkeypatch.setattr(module.model, "forward", lambda x: (seen.append(x), torch.zeros(len(x), 10))[1])
+    monkeypatch.setattr(module.model, "forward", lambda x: (seen.append(x), LOGITS.clone())[1])
 
     loss, _, reference, acc_name = module.training_loss(images, labels)
 
-    (call,) = spy.calls
-    assert call["label_smoothing"] == ls  # applied once, in the loss; exactly 0.0 when off
+    raw = (seen[0] * module.std + module.mean).round()  # back to the uint8 values the model saw
+    mixed = []  # per image: {label: share of the image}
+    for i in range(8):
+        values, counts = raw[i].flatten().unique(return_counts=True)
+        mixed.append({int(v) // 30: n / raw[i].numel() for v, n in zip(values.tolist(), counts.tolist(), strict=True)})
     if cutmix:
-        target = call["target"]
-        assert target.shape == (8, 10) and torch.allclose(target.sum(1), torch.ones(8))
-        raw = (seen[0] * module.std + module.mean).round()  # back to the uint8 values the model saw
-        changed = (raw != images.float()).any(dim=1).flatten(1)  # (B, H*W): the pasted pixels
-        pasted = changed.float().mean(1)
-        for i in range(8):
-            own = target[i, labels[i]]
-            assert torch.isclose(own, 1 - pasted[i], atol=1e-6)  # own mass = share of the image kept
-            if pasted[i] > 0:
-                partner = int(raw[i, 0].flatten()[changed[i]][0]) // 30  # the image value encodes its label
-                assert torch.isclose(target[i, partner], pasted[i], atol=1e-6)  # partner mass = pasted area
-        assert acc_name == "train/acc1_dominant" and torch.equal(reference, target.argmax(1))
+        assert any(0 < share < 1 for shares in mixed for share in shares.values())  # a box was really pasted
+        assert all(len(shares) <= 2 and labels[i].item() in shares for i, shares in enumerate(mixed))
+        assert acc_name == "train/acc1_dominant"
+        assert reference.tolist() == [max(shares, key=shares.get) for shares in mixed]
     else:
-        assert torch.equal(call["target"], labels)  # hard labels, no mixing
-        assert torch.equal(seen[0], module.preprocess(images))  # the batch reaches the model untouched
-        assert acc_name == "train/acc1"
-    # With zero logits the loss is log(C) whatever the targets: a check that the spy saw the real call.
-    assert torch.isclose(loss, torch.log(torch.tensor(10.0)))
+        assert mixed == [{i: 1.0} for i in range(8)]  # the batch reaches the model untouched
+        assert acc_name == "train/acc1" and torch.equal(reference, labels)
+    targets = [[(1 - ls) * shares.get(c, 0.0) + ls / 10 for c in range(10)] for shares in mixed]
+    assert float(loss) == pytest.approx(_cross_entropy_by_hand(LOGITS, targets), rel=1e-6)
 
 
 @pytest.mark.parametrize(("autoaug", "cutmix", "ls"), CELLS)
@@ -143,22 +142,38 @@ def test_cell_names_follow_the_paper() -> None:
     assert len(set(names.values())) == 8
 
 
-def test_autoaugment_on_the_device_moves_it_out_of_the_workers() -> None:
+def test_autoaugment_on_the_device_moves_it_out_of_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With aug.device=gpu the workers only crop and flip, and the training step augments every image of the
+    batch with its own sub-policy: 256 copies of one image must come out as many different images, and the
+    recorded choices must span the policy. One sub-policy for the whole batch gives at most 9 different images
+    (each op applied or not, with either sign) and a single choice."""
     cfg = compose_config(["data=synthetic", "model=vit_tiny", "aug.autoaug=true", "aug.device=gpu"])
     datamodule, policy = build_datamodule(cfg)
     assert [type(t) for t in datamodule.train_transform.transforms] == [v2.RandomCrop, v2.RandomHorizontalFlip]
     module = build_module(cfg, datamodule, policy)
     assert module.device_autoaugment is not None
     assert "autoaugment(cifar10, batched on gpu)" in protocol_record(cfg, policy)["description"]
-    # The batch the model sees is augmented (AutoAugment changes some images), the labels are not.
-    images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
+
+    recorded: list[batched.AutoAugmentDraws] = []
+    real_apply = batched.apply
+    monkeypatch.setattr(batched, "apply", lambda images, draws: (recorded.append(draws), real_apply(images, draws))[1])
     seen: list[torch.Tensor] = []
-    module.model.forward = lambda x: (seen.append(x), torch.zeros(len(x), 10))[1]
+    monkeypatch.setattr(module.model, "forward", lambda x: (seen.append(x), torch.zeros(len(x), 10))[1])
+    image = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    images = image.expand(256, 3, 32, 32).contiguous()
+    labels = torch.arange(256) % 10
     torch.manual_seed(0)
     module.hparams.cutmix = False
-    module.training_loss(images, torch.arange(64) % 10)
-    raw = (seen[0] * module.std + module.mean).round()
-    assert (raw != images.float()).flatten(1).any(1).sum() > 0
+    module.training_loss(images, labels)
+
+    (draws,) = recorded
+    assert draws.policy == "cifar10" and len(draws) == 256
+    assert len(set(draws.sub_policy.tolist())) >= 20  # of the policy's 25; one per batch would give 1
+    patterns = {(s, *a) for s, a in zip(draws.sub_policy.tolist(), draws.applied.tolist(), strict=True)}
+    assert len(patterns) >= 40
+    raw = (seen[0] * module.std + module.mean).round().to(torch.uint8)
+    assert len({bytes(x.flatten().tolist()) for x in raw}) >= 40
+    assert (raw != image).flatten(1).any(1).float().mean() > 0.5  # most images are changed
 
 
 def test_autoaugment_off_builds_no_device_augmentation() -> None:

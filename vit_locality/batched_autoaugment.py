@@ -134,8 +134,9 @@ def apply(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
     """Apply each image's drawn sub-policy, one batched torchvision op call per (op, magnitude, sign) group.
 
     The ops run with `v2.AutoAugment(policy)`'s own interpolation and fill (nearest, black), the ones the
-    per-sample transform uses, so both paths produce the same pixels. Images whose op is not applied stay as they
-    are; the input batch is not modified.
+    per-sample transform uses, and with autocast off, as in the data workers, so both paths produce the same pixels
+    even when called inside a mixed-precision training step. Images whose op is not applied stay as they are; the
+    input batch is not modified.
     """
     if images.ndim != 4:
         raise ValueError(f"expected a (B, C, H, W) batch, got shape {tuple(images.shape)}")
@@ -147,18 +148,22 @@ def apply(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
 
     out = images.clone()
     sub = draws.sub_policy
-    for k in range(_NUM_OPS):
-        rows = draws.applied[:, k].nonzero().squeeze(1)
-        if rows.numel() == 0:
-            continue
-        negative = draws.negative[:, k] & table.signed[sub, k]
-        keys = (table.op_id[sub, k] * 2 + negative.long())[rows]
-        keys, order = keys.sort(stable=True)
-        group_keys, counts = torch.unique_consecutive(keys, return_counts=True)
-        for key, idx in zip(group_keys.tolist(), rows[order].split(counts.tolist()), strict=True):
-            name, bin_ = table.specs[key // 2]
-            magnitude = _magnitude(name, bin_, bool(key % 2), height, width)
-            out[idx] = apply_autoaugment_op(table.augment, out[idx], name, magnitude)
+    # The training step calls this inside bf16 autocast, where torchvision's affine grid (a bmm: Rotate, Shear)
+    # and sharpness kernel (a conv2d) would run in bf16 and pick neighbouring pixels or levels; the data workers
+    # run them in fp32. Autocast off keeps the two paths pixel-identical.
+    with torch.autocast(device_type=images.device.type, enabled=False):
+        for k in range(_NUM_OPS):
+            rows = draws.applied[:, k].nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            negative = draws.negative[:, k] & table.signed[sub, k]
+            keys = (table.op_id[sub, k] * 2 + negative.long())[rows]
+            keys, order = keys.sort(stable=True)
+            group_keys, counts = torch.unique_consecutive(keys, return_counts=True)
+            for key, idx in zip(group_keys.tolist(), rows[order].split(counts.tolist()), strict=True):
+                name, bin_ = table.specs[key // 2]
+                magnitude = _magnitude(name, bin_, bool(key % 2), height, width)
+                out[idx] = apply_autoaugment_op(table.augment, out[idx], name, magnitude)
     return out
 
 
