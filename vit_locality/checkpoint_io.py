@@ -23,6 +23,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from .checkpoints import previous_checkpoint
+from .results import umask_mode
 
 TEMPORARY_SUFFIX = ".tmp"
 # Errors of fsync on a directory from file systems that cannot sync one: their renames are as durable as they get.
@@ -56,7 +57,7 @@ def replace_atomically(target: Path, write: Callable[[BinaryIO], None], keep_pre
     descriptor, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX)
     temporary = Path(name)
     try:
-        os.fchmod(descriptor, 0o666 & ~current_umask())  # mkstemp's 0600 would hide checkpoints from colleagues
+        os.fchmod(descriptor, umask_mode())  # mkstemp's 0600 would hide checkpoints from colleagues
         with os.fdopen(descriptor, "wb") as stream:
             write(stream)
             stream.flush()
@@ -76,20 +77,6 @@ def remove_leftovers(target: Path) -> None:
     pattern = f".{glob.escape(target.name)}.*{TEMPORARY_SUFFIX}"
     for leftover in target.parent.glob(pattern):
         leftover.unlink(missing_ok=True)
-
-
-def current_umask() -> int:
-    """The process's umask. `os.umask` can only read it by setting it, for every thread at once; Linux reports it in
-    /proc/self/status without that, so the set-and-restore is the fallback."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def fsync_directory(directory: Path) -> None:

@@ -38,8 +38,16 @@ class RecordSection(Protocol):
 
 
 def umask_mode() -> int:
-    """The mode `open()` gives a new file (0o666 less the umask): mkstemp's 0o600 would hide results from the team."""
-    mask = os.umask(0)
+    """The mode `open()` gives a new file (0o666 less the umask): mkstemp's 0o600 would hide results from the team.
+    Linux reports the umask in /proc/self/status; `os.umask` can only read it by setting it for every thread at
+    once, so that is the fallback."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return 0o666 & ~mask
 
