@@ -12,12 +12,12 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from callbacks import build_callbacks
+from vit_locality.callbacks import build_callbacks
 from vit_locality.cell import run_cell
 from vit_locality.config import register_resolvers
 
 REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "conf"
+CONF = REPO / "vit_locality" / "conf"
 
 # Small and fast settings for runs in tests: a tiny model on a small synthetic set, no progress bars.
 QUICK = [

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from callbacks.checkpointing import IdentityStamp, last_checkpoint_callback
+from vit_locality.callbacks.checkpointing import IdentityStamp, last_checkpoint_callback
 from vit_locality.checkpoint_io import AtomicCheckpointIO
 from vit_locality.checkpoints import (
     ForeignCheckpoint,

@@ -25,7 +25,7 @@ from .console import quiet_library_noise
 from .results import ATTENTION_CSV, RESULTS_FILE, RecordError, atomic_write_text, read_record
 
 log = logging.getLogger("vit_locality")
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 CHECKPOINT_KEYS = ("state_dict", "hyper_parameters")  # what every checkpoint train.py writes holds
 
 
@@ -157,7 +157,7 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="analyze")
+@hydra.main(version_base="1.3", config_path="conf", config_name="analyze")
 def main(cfg: DictConfig) -> None:
     from .data import DataError  # torch comes with it: only once the settings have been checked
 
@@ -172,7 +172,8 @@ def main(cfg: DictConfig) -> None:
         fail(f"{type(error).__name__}: {_first_line(error)} (HYDRA_FULL_ERROR=1 shows the traceback)", 1)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`python -m vit_locality.analyze` and the installed `vit-locality-analyze`."""
     from .preflight import check_command
 
     register_resolvers()
@@ -182,3 +183,7 @@ if __name__ == "__main__":
     if problems:
         fail(problems[-1], 2)
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -3,7 +3,7 @@ numbers (shuffle order, AutoAugment, CutMix) as an unbroken run, whatever the nu
 
 Two streams, each a pure function of where the run is:
 - the main process's global generators (CutMix, dropout) start epoch e from `epoch_seed(seed, e)`; when, is the
-  `EpochReseed` callback's (callbacks/seeding.py);
+  `EpochReseed` callback's (vit_locality/callbacks/seeding.py);
 - the training data: the epoch's order is drawn from `epoch_seed(seed, e)` and every sample's augmentation from
   `sample_seed(seed, e, index)` (vit_locality/data/sampling.py), so it does not matter which worker process, or
   whether any, transforms a sample, nor what that worker drew before.

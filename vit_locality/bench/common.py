@@ -24,7 +24,7 @@ from ..config import register_resolvers
 from ..model import VisionTransformer
 from ..module import adamw_with_decay_groups
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 # What a section returns: its figures for the JSON record, and its table rows: (quantity, value) or, for a figure
 # with a target, (quantity, value, target name in suite.TARGETS, the measured figure).
 Result = tuple[dict[str, Any], list[tuple]]

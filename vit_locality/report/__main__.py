@@ -85,5 +85,10 @@ def out_problem(out: Path) -> str | None:
     return None
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The installed console script."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

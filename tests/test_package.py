@@ -1,0 +1,108 @@
+"""The wheel a user installs with `pip install .` (not editable) works from any directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = (
+    "vit-locality-train",
+    "vit-locality-report",
+    "vit-locality-summary",
+    "vit-locality-analyze",
+    "vit-locality-bench",
+)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+    )
+    (built,) = out.glob("vit_locality-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    """A new venv holding only the wheel; the heavy dependencies come from this venv through a .pth file."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = Path(
+        subprocess.check_output(
+            [venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
+    (purelib / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return venv
+
+
+def test_wheel_ships_configs_entry_points_and_license(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "vit_locality/conf/train.yaml" in names and "vit_locality/conf/experiment/demo.yaml" in names
+    assert "vit_locality/callbacks/__init__.py" in names
+    assert not any(name.startswith("callbacks/") for name in names)  # no generic top-level package
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    assert "License-Expression: MIT" in meta
+    assert any(name.endswith("licenses/LICENSE") for name in names)
+    entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    for script in SCRIPTS:
+        assert f"{script} = " in entry
+
+
+def test_installed_train_runs_a_cell_from_any_directory(fresh_venv: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run_dir = tmp_path / "run"
+    args = ["data=synthetic", "model=vit_tiny", "trainer=cpu", "data.train_size=128", "data.test_size=64",
+            "data.batch_size=64", "data.num_workers=0", "trainer.max_epochs=1", "callbacks.progress_bar=none",
+            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [fresh_venv / "bin" / "vit-locality-train", *args], cwd=elsewhere, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((run_dir / "results.json").read_text())["status"] == "complete"
+    report = subprocess.run(
+        [fresh_venv / "bin" / "vit-locality-summary", str(run_dir.parent)],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert report.returncode == 0 and "synthetic" in report.stdout, report.stderr
+    bad = subprocess.run(
+        [fresh_venv / "bin" / "vit-locality-train", "data=imagenet"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "data=imagenet is not allowed" in bad.stderr
