@@ -4,7 +4,7 @@ Skip a complete cell with the same identity and data, refuse a directory that ho
 config, set aside an unfinished attempt of another config, resume from the furthest checkpoint, record `running`,
 fit, test, record `complete`. Whatever stops the cell (an error, SIGTERM or Ctrl-C at any point) is recorded
 (`failed` with the error, or `interrupted`) before it propagates. Objects come from builders.py; the Trainer's
-callbacks come from the entry point's factory (vit_locality/callbacks builds them), called inside the recorded region so a
+callbacks come from the entry point's factory (vit_locality.callbacks), called inside the recorded region so a
 failure there is recorded too; those that implement `RecordSection` add their section to the complete record.
 """
 

@@ -1,7 +1,7 @@
 """Where a cell's checkpoints live, which one a re-run resumes from, and which config wrote them.
 
 `last.ckpt` is rewritten at every epoch boundary and `interrupted.ckpt` is written when SIGTERM or SIGINT stops
-a cell mid-epoch (both by callbacks in vit_locality/callbacks/checkpointing.py). Each replacement keeps the checkpoint it
+a cell mid-epoch (both by callbacks in callbacks/checkpointing.py). Each replacement keeps the checkpoint it
 replaces as `<name>.prev.ckpt` (checkpoint_io.AtomicCheckpointIO), so one found damaged has a predecessor. A re-run
 resumes from the furthest readable one, and only if its own config wrote it: every checkpoint carries the cell's
 identity hash, and a checkpoint of another config (or of no known config) is refused rather than trained on.

@@ -112,7 +112,7 @@ def main(cfg: DictConfig) -> None:
 
 
 def cli() -> None:
-    """`python train.py` in a checkout and the installed `vit-locality-train`: check every cell, run, give the verdict."""
+    """`python train.py` and the installed `vit-locality-train`: check every cell, run, give the verdict."""
     problems = check_command(sys.argv[1:], CONF_DIR)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
