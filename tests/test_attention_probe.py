@@ -29,12 +29,13 @@ def _brute_force_stats(attn: torch.Tensor) -> dict[str, list[float]]:
     patch-centre distances in the unit square, entropy / log 64 (0 log 0 = 0), CLS mass of the raw row; per head
     the mean over queries and images, and the population sd of the per-image means."""
     maps = attn.double().tolist()
-    per_image: dict[str, list[list[float]]] = {"mad": [], "entropy": [], "cls_mass": []}
+    keys = ("mad", "entropy", "cls_mass", "self_mass", "neighbour_mass", "far_mass")
+    per_image: dict[str, list[list[float]]] = {key: [] for key in keys}
     for image in maps:
         for key in per_image:
             per_image[key].append([])
         for head in image:
-            mad_sum = entropy_sum = cls_sum = 0.0
+            mad_sum = entropy_sum = cls_sum = self_sum = near_sum = far_sum = 0.0
             for k in range(64):
                 row = head[1 + k]
                 mass = sum(row[1:])
@@ -42,7 +43,16 @@ def _brute_force_stats(attn: torch.Tensor) -> dict[str, list[float]]:
                 mad_sum += sum(a[j] * math.hypot(k % 8 - j % 8, k // 8 - j // 8) / 8 for j in range(64))
                 entropy_sum -= sum(x * math.log(x) for x in a if x > 0) / math.log(64)
                 cls_sum += row[0]
-            for key, total in (("mad", mad_sum), ("entropy", entropy_sum), ("cls_mass", cls_sum)):
+                for j in range(64):  # itself, one step in row and column (diagonals too), or further
+                    steps = max(abs(k % 8 - j % 8), abs(k // 8 - j // 8))
+                    if steps == 0:
+                        self_sum += a[j]
+                    elif steps == 1:
+                        near_sum += a[j]
+                    else:
+                        far_sum += a[j]
+            sums = (mad_sum, entropy_sum, cls_sum, self_sum, near_sum, far_sum)
+            for key, total in zip(keys, sums, strict=True):
                 per_image[key][-1].append(total / 64)
     heads = range(len(maps[0]))
     stats = {key: [sum(img[h] for img in values) / len(maps) for h in heads] for key, values in per_image.items()}
@@ -64,7 +74,7 @@ def test_probe_matches_the_definitions_by_brute_force(tiny_model: VisionTransfor
     assert result.stats["mad"].shape == (4, 4) and result.num_images == 5
     for layer, attn in enumerate(maps):
         expected = _brute_force_stats(attn)
-        for key in ("mad", "entropy", "cls_mass", "mad_std", "entropy_std"):
+        for key in expected:  # the five original statistics and the three masses
             want = torch.tensor(expected[key], dtype=torch.float64)
             torch.testing.assert_close(result.stats[key][layer].double(), want, atol=2e-6, rtol=1e-5)
     assert float(result.stats["cls_mass"].min()) > 0.005  # renormalising moves MAD by > 0.5%, far above rtol
@@ -133,3 +143,20 @@ def test_rows_metrics_and_csv_roundtrip(tiny_model: VisionTransformer, tmp_path)
     back = read_csv(path)
     assert len(back) == 16 and float(back[6]["mad"]) == pytest.approx(rows[6]["mad"])
     assert not list(tmp_path.glob(".*tmp"))  # the atomic write leaves no temporary file
+
+
+def test_csv_keeps_the_old_columns_first_and_old_rows_readable(tiny_model: VisionTransformer, tmp_path) -> None:
+    """A run resumed from a file written before the locality masses existed: its rows are rewritten with empty mass
+    fields, and the nine original columns keep their names and order for readers that know only them."""
+    old_header = ["epoch", "step", "layer", "head", "mad", "entropy", "cls_mass", "mad_std", "entropy_std"]
+    assert list(CSV_FIELDS[:9]) == old_header
+    assert list(CSV_FIELDS[9:]) == ["self_mass", "neighbour_mass", "far_mass"]
+    path = tmp_path / "attention_stats.csv"
+    path.write_text(",".join(old_header) + "\n0,0,0,0,0.5,0.99,0.01,0.0,0.0\n")
+    result = probe_attention(tiny_model, torch.randn(2, 3, 32, 32), ProbeSettings())
+    write_csv(path, read_csv(path) + probe_rows(result, epoch=1, step=8))
+    back = read_csv(path)
+    assert back[0]["mad"] == "0.5" and back[0]["self_mass"] == ""
+    new = back[1]
+    total = float(new["self_mass"]) + float(new["neighbour_mass"]) + float(new["far_mass"])
+    assert total == pytest.approx(1.0, abs=1e-5)  # renormalised: the patch mass splits into the three

@@ -12,7 +12,9 @@ from vit_locality.metrics import (
     attention_entropy,
     attention_summary,
     cls_mass,
+    locality_masses,
     mean_attention_distance,
+    neighbourhood_masks,
     patch_distance_matrix,
 )
 
@@ -313,7 +315,8 @@ def test_mean_and_std_over_images() -> None:
     assert cls_mass(a).shape == (2,)
 
     s = attention_summary(a)
-    assert set(s) == {"mad", "entropy", "cls_mass", "mad_std", "entropy_std"}
+    masses = {"self_mass", "neighbour_mass", "far_mass"}
+    assert set(s) == {"mad", "entropy", "cls_mass", "mad_std", "entropy_std", *masses}
     for value in s.values():
         assert value.shape == (2,)
     assert s["mad"].tolist() == pytest.approx([mean(per_image_mad), 0.0], abs=1e-6)
@@ -375,3 +378,73 @@ def test_float64_input_stays_float64() -> None:
     assert mad.item() == pytest.approx(_loop_uniform_mad(8), abs=1e-12)
     for key, value in attention_summary(a).items():
         assert value.dtype == torch.float64, key
+
+
+# ---- self / neighbourhood / far ------------------------------------------------------------------------------
+
+
+def _masses(a: torch.Tensor, renormalize: bool = True) -> tuple[float, float, float]:
+    m = locality_masses(a, renormalize)
+    return m["self_mass"].item(), m["neighbour_mass"].item(), m["far_mass"].item()
+
+
+def test_neighbourhood_masks_count_by_hand() -> None:
+    """8 neighbours inside, 5 on an edge, 3 in a corner; never the patch itself, never two steps away."""
+    own, near = neighbourhood_masks(8)
+    assert torch.equal(own, torch.eye(64, dtype=torch.bool))
+    assert near.sum(dim=1)[0].item() == 3 and near.sum(dim=1)[1].item() == 5 and near.sum(dim=1)[9].item() == 8
+    assert near.sum().item() == 4 * 3 + 24 * 5 + 36 * 8
+    assert near[9, 0] and near[9, 18] and not near[9, 11] and not near[9, 9] and not near[0, 2]
+
+
+def test_pure_self_map_is_all_self() -> None:
+    assert _masses(_stack(_attn(_self_rows(8))).float()) == (1.0, 0.0, 0.0)
+
+
+def test_neighbourhood_map_by_hand() -> None:
+    """Uniform over the clipped 3 x 3 block: the own patch gets 1/n, so self = (4/4 + 24/6 + 36/9) / 64 = 9/64, the
+    neighbours the rest, nothing far (MAD 0.1276 reads as "a small neighbourhood", not "itself")."""
+    own, near, far = _masses(_stack(_attn(_neighbourhood_rows(8))).double())
+    assert own == pytest.approx(9 / 64, abs=1e-12)
+    assert near == pytest.approx(55 / 64, abs=1e-12)
+    assert far == pytest.approx(0.0, abs=1e-12)
+
+
+def test_uniform_map_by_hand() -> None:
+    """1/64 on each patch: self 1/64, neighbours (4 x 3 + 24 x 5 + 36 x 8) / 64^2 = 420/4096, far the rest."""
+    own, near, far = _masses(_stack(_attn(_uniform_rows(8))).double())
+    assert own == pytest.approx(1 / 64, abs=1e-12)
+    assert near == pytest.approx(420 / 4096, abs=1e-12)
+    assert far == pytest.approx(1 - 1 / 64 - 420 / 4096, abs=1e-12)
+
+
+def test_one_step_and_two_steps_away() -> None:
+    """All weight on the right-hand neighbour (or the left one in the last column) is all neighbour; on the patch
+    two columns over it is all far."""
+    one, two = torch.zeros(64, 64), torch.zeros(64, 64)
+    for k in range(64):
+        c = k % 8
+        one[k, k + 1 if c < 7 else k - 1] = 1.0
+        two[k, k + 2 if c < 6 else k - 2] = 1.0
+    assert _masses(_stack(_attn(one)).float()) == (0.0, 1.0, 0.0)
+    assert _masses(_stack(_attn(two)).float()) == (0.0, 0.0, 1.0)
+
+
+def test_masses_raw_weights_leave_out_the_cls_share() -> None:
+    """Self-attention with 0.25 on the CLS key: renormalised the patch mass is all self, raw it is 0.75."""
+    a = _stack(_attn(_self_rows(8) * 0.75, cls_weight=0.25)).float()
+    assert _masses(a) == pytest.approx((1.0, 0.0, 0.0))
+    assert _masses(a, renormalize=False) == pytest.approx((0.75, 0.0, 0.0))
+    assert cls_mass(a).item() == pytest.approx(0.25)
+
+
+def test_masses_in_the_summary_and_accumulator_per_head() -> None:
+    """One head per known map, in order, through the summary and through a two-batch accumulator."""
+    a = _stack(_attn(_self_rows(8)), _attn(_neighbourhood_rows(8)), _attn(_uniform_rows(8))).double()
+    summary = attention_summary(a)
+    assert summary["self_mass"].tolist() == pytest.approx([1.0, 9 / 64, 1 / 64])
+    assert summary["far_mass"].tolist() == pytest.approx([0.0, 0.0, 1 - 1 / 64 - 420 / 4096])
+    acc = AttentionStatsAccumulator()
+    acc.update(a)
+    acc.update(a)
+    assert acc.compute()["neighbour_mass"].tolist() == pytest.approx([0.0, 55 / 64, 420 / 4096])

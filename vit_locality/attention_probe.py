@@ -14,7 +14,9 @@ import torch
 from .metrics import AttentionStatsAccumulator
 from .model import VisionTransformer
 
-STAT_KEYS = ("mad", "entropy", "cls_mass", "mad_std", "entropy_std")
+# The first five are the original columns; the locality masses (docs/metrics.md) come after them, so readers that
+# index the old columns keep working.
+STAT_KEYS = ("mad", "entropy", "cls_mass", "mad_std", "entropy_std", "self_mass", "neighbour_mass", "far_mass")
 
 
 @dataclass(frozen=True)

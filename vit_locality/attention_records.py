@@ -15,7 +15,7 @@ from . import plots
 from .attention_probe import STAT_KEYS, ProbeResult
 from .results import ATTENTION_CSV, atomic_write_text
 
-CSV_FIELDS = ("epoch", "step", "layer", "head", "mad", "entropy", "cls_mass", "mad_std", "entropy_std")
+CSV_FIELDS = ("epoch", "step", "layer", "head", *STAT_KEYS)
 PLANE_PNG = "attention_mad_entropy.png"
 MAPS_PNG = "attention_central_maps.png"
 

@@ -6,7 +6,9 @@ from vit_locality.metrics.attention import (
     attention_entropy,
     attention_summary,
     cls_mass,
+    locality_masses,
     mean_attention_distance,
+    neighbourhood_masks,
     patch_distance_matrix,
 )
 
@@ -16,6 +18,8 @@ __all__ = [
     "attention_entropy",
     "attention_summary",
     "cls_mass",
+    "locality_masses",
     "mean_attention_distance",
+    "neighbourhood_masks",
     "patch_distance_matrix",
 ]

@@ -11,6 +11,9 @@ the default; the CLS key's share is reported apart as ``cls_mass``), or used as 
     MAD(k)      = sum_l a(k, l) d(k, l)
     entropy(k)  = -sum_l a(k, l) log a(k, l) / log(g * g)        (0 log 0 = 0)
     cls_mass(k) = share of the raw row on the CLS key
+    self_mass(k), neighbour_mass(k), far_mass(k)
+                = sum of a(k, l) over l = k, over the (up to 8) patches one step away (diagonals included),
+                  and over every other patch: a MAD near 0 read as "itself" or "a small neighbourhood"
 
 A head's value is the mean over every patch query and every image; ``mad_std`` and ``entropy_std`` are the
 population spread of the per-image means over the images.
@@ -33,7 +36,9 @@ __all__ = [
     "attention_entropy",
     "attention_summary",
     "cls_mass",
+    "locality_masses",
     "mean_attention_distance",
+    "neighbourhood_masks",
     "patch_distance_matrix",
 ]
 
@@ -80,6 +85,14 @@ def patch_distance_matrix(
     elif units == "pixels":
         dist = dist * float(patch_size)  # type: ignore[arg-type]
     return dist.to(dtype)
+
+
+def neighbourhood_masks(grid_size: int, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(self, neighbour) boolean (g*g, g*g) masks: the diagonal, and the patches at most one step away in row and
+    column (the 8-neighbourhood, clipped at the border) without the diagonal. The rest of a row is "far"."""
+    steps = patch_distance_matrix(grid_size, "grid", device=device, dtype=torch.float64)
+    own = steps == 0
+    return own, (steps < 1.5) & ~own  # sqrt(2) = 1.414 is the farthest neighbour, 2 the nearest non-neighbour
 
 
 def _patch_rows(attn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -131,6 +144,30 @@ def _entropy_per_image(weights: torch.Tensor, mass: torch.Tensor | None) -> torc
     return (raw / math.log(num_keys)).mean(dim=-1)
 
 
+def _masses_per_image(weights: torch.Tensor, g: int, mass: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """(B, H) means over the queries of the (renormalised) weight on the query itself, its neighbours, the rest."""
+    own, near = neighbourhood_masks(g, device=weights.device)
+    on_self = torch.diagonal(weights, dim1=-2, dim2=-1)
+    on_near = (weights * near.to(weights.dtype)).sum(dim=-1)
+    total = weights.sum(dim=-1)
+    shares = {"self_mass": on_self, "neighbour_mass": on_near, "far_mass": (total - on_self - on_near).clamp_min(0)}
+    if mass is not None:
+        safe = mass.clamp_min(torch.finfo(weights.dtype).tiny)
+        shares = {key: torch.where(mass > 0, value / safe, 0.0) for key, value in shares.items()}
+    return {key: value.mean(dim=-1) for key, value in shares.items()}
+
+
+def locality_masses(attn: torch.Tensor, renormalize: bool = True) -> dict[str, torch.Tensor]:
+    """Per head (heads,): the patch-key weight on the query's own patch, its 8 neighbours and the rest.
+
+    With renormalisation the three sum to 1 per head; with raw weights to 1 - cls_mass."""
+    _, weights, g = _patch_rows(attn)
+    return {
+        key: value.mean(dim=0)
+        for key, value in _masses_per_image(weights, g, _renormalizer(weights, renormalize)).items()
+    }
+
+
 def mean_attention_distance(
     attn: torch.Tensor, renormalize: bool = True, units: str = "unit", patch_size: float | None = None
 ) -> torch.Tensor:
@@ -151,13 +188,15 @@ def cls_mass(attn: torch.Tensor) -> torch.Tensor:
 
 
 def _per_image(attn: torch.Tensor, renormalize: bool, units: str, patch_size: float | None) -> dict[str, torch.Tensor]:
-    """Per-image means over the patch queries, {"mad", "entropy", "cls_mass"} each (B, heads)."""
+    """Per-image means over the patch queries, {"mad", "entropy", "cls_mass", "self_mass", "neighbour_mass",
+    "far_mass"} each (B, heads)."""
     cls, weights, g = _patch_rows(attn)
     mass = _renormalizer(weights, renormalize)
     return {
         "mad": _mad_per_image(weights, g, mass, units, patch_size),
         "entropy": _entropy_per_image(weights, mass),
         "cls_mass": cls.mean(dim=-1),
+        **_masses_per_image(weights, g, mass),
     }
 
 
@@ -176,7 +215,8 @@ def _summarize(per_image: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def attention_summary(
     attn: torch.Tensor, renormalize: bool = True, units: str = "unit", patch_size: float | None = None
 ) -> dict[str, torch.Tensor]:
-    """One call per layer: {"mad", "entropy", "cls_mass", "mad_std", "entropy_std"}, each (heads,)."""
+    """One call per layer: {"mad", "entropy", "cls_mass", "self_mass", "neighbour_mass", "far_mass", "mad_std",
+    "entropy_std"}, each (heads,)."""
     return _summarize(_per_image(attn, renormalize, units, patch_size))
 
 
