@@ -36,6 +36,7 @@ __all__ = [
     "attention_entropy",
     "attention_summary",
     "cls_mass",
+    "cross_border_mass",
     "locality_masses",
     "mean_attention_distance",
     "neighbourhood_masks",
@@ -166,6 +167,23 @@ def locality_masses(attn: torch.Tensor, renormalize: bool = True) -> dict[str, t
         key: value.mean(dim=0)
         for key, value in _masses_per_image(weights, g, _renormalizer(weights, renormalize)).items()
     }
+
+
+def cross_border_mass(attn: torch.Tensor, inside: torch.Tensor, renormalize: bool = True) -> torch.Tensor:
+    """Per head (heads,), for a set of patches `inside` (a (g*g,) boolean mask, e.g. a pasted CutMix box): over
+    the patch queries inside it and the images, the mean share of the query's patch-key attention on patches
+    outside it (renormalised over the patch keys, as MAD is). Attention across a pasted box's border mixes two
+    images' evidence."""
+    _, weights, g = _patch_rows(attn)
+    if inside.shape != (g * g,):
+        raise ValueError(f"the box mask has shape {tuple(inside.shape)}, not ({g * g},) for the {g} x {g} grid")
+    inside = inside.to(weights.device)
+    rows = weights[:, :, inside, :]
+    outside = rows[..., ~inside].sum(dim=-1)
+    mass = _renormalizer(rows, renormalize)
+    if mass is not None:
+        outside = torch.where(mass > 0, outside / mass.clamp_min(torch.finfo(outside.dtype).tiny), 0.0)
+    return outside.mean(dim=(0, 2))
 
 
 def mean_attention_distance(

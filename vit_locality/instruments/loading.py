@@ -1,0 +1,61 @@
+"""A run's trained model and probe images without Lightning or Hydra: the report's instruments need only the
+weights in `checkpoints/last.ckpt`, the hyper-parameters saved beside them, and the run's recorded config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..model import VisionTransformer
+
+CHECKPOINT = Path("checkpoints") / "last.ckpt"
+ARCH_KEYS = ("depth", "dim", "heads", "mlp_ratio", "stem")
+
+
+def read_checkpoint(run_dir: Path) -> dict[str, Any] | None:
+    """The run's last checkpoint (tensors and plain data only, never code); None when it has none."""
+    path = Path(run_dir) / CHECKPOINT
+    if not path.is_file():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def model_from_checkpoint(checkpoint: dict[str, Any]) -> VisionTransformer:
+    """The ViT the checkpoint's LightningModule held, weights loaded, in eval mode."""
+    hparams = checkpoint["hyper_parameters"]
+    arch = {key: hparams["model"][key] for key in ARCH_KEYS if key in hparams["model"]}
+    model = VisionTransformer(num_classes=int(hparams["num_classes"]), image_size=int(hparams["image_size"]), **arch)
+    prefix = "model."
+    model.load_state_dict({k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
+    return model.eval()
+
+
+def position_embedding(checkpoint: dict[str, Any]) -> torch.Tensor:
+    """The learned (1, 1 + g*g, dim) position embedding, straight from the weights."""
+    return checkpoint["state_dict"]["model.pos_embed"].float()
+
+
+def normalise(images: torch.Tensor, checkpoint: dict[str, Any]) -> torch.Tensor:
+    """uint8 (N, 3, H, W) -> the float input the model was trained on (the module's per-channel mean and std)."""
+    hparams = checkpoint["hyper_parameters"]
+    mean = torch.tensor(hparams["mean"]).view(1, 3, 1, 1) * 255.0
+    std = torch.tensor(hparams["std"]).view(1, 3, 1, 1) * 255.0
+    return (images.float() - mean) / std
+
+
+def probe_images(config: dict[str, Any], count: int) -> torch.Tensor:
+    """The run's first `count` evaluation images, unaugmented (the probe set), rebuilt from its recorded config.
+    Raises whatever the data layer raises when the data set is not on this machine."""
+    from omegaconf import OmegaConf
+
+    from ..builders import build_datamodule
+
+    cfg = OmegaConf.create(config)
+    cfg.data.num_workers = 0
+    if "download" in cfg.data:
+        cfg.data.download = False  # a report never fetches data
+    datamodule, _ = build_datamodule(cfg)
+    datamodule.setup("validate")
+    return datamodule.probe_images(count).cpu()

@@ -1,0 +1,84 @@
+"""Locality against accuracy during training: each epoch's minimum early-layer MAD beside its validation top-1.
+
+Heads grow local as a model learns, and strong augmentation slows learning, so two cells compared at the same
+epoch can be at different stages. Read along the accuracy axis instead: the MAD a cell had when it first reached
+a given validation accuracy, next to its MAD at the final epoch.
+
+Epochs: `attention_stats.csv` counts completed epochs (0 = initialisation, 1 = after the first epoch), while the
+CSV log's validation rows carry Lightning's 0-based index of the epoch just finished. A validation row of epoch
+e therefore pairs with the statistics of epoch e + 1.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+VAL_METRIC = "val/acc1"
+METRICS_CSV = Path("csv") / "metrics.csv"
+
+
+def val_accuracy_by_epoch(run_dir: Path) -> dict[int, float]:
+    """Completed epochs -> validation top-1 (a fraction) from the run's CSV log; a later row of the same epoch (a
+    resumed run) wins. Empty when the log is missing or holds no validation row."""
+    path = Path(run_dir) / METRICS_CSV
+    if not path.is_file():
+        return {}
+    found: dict[int, float] = {}
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            try:
+                epoch, value = int(row["epoch"]), float(row[VAL_METRIC])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if math.isfinite(value):
+                found[epoch + 1] = value
+    return found
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One run's (completed epoch, validation top-1, minimum early-layer MAD), in epoch order."""
+
+    epochs: list[int]
+    accuracy: list[float]
+    min_mad: list[float]
+
+    @classmethod
+    def pair(cls, accuracy: dict[int, float], min_mad: dict[int, float]) -> Trajectory:
+        """The epochs where both were measured (epoch 0, before any validation, drops out)."""
+        epochs = sorted(set(accuracy) & set(min_mad))
+        return cls(epochs, [accuracy[e] for e in epochs], [min_mad[e] for e in epochs])
+
+    def mad_at_accuracy(self, level: float) -> float:
+        """The minimum MAD when validation top-1 first reached `level`, interpolated linearly in accuracy between
+        the epoch before and the epoch it was reached; NaN when never reached, or already exceeded at the first
+        measured epoch (the crossing was not observed)."""
+        for i, acc in enumerate(self.accuracy):
+            if acc >= level:
+                if i == 0:
+                    return math.nan
+                a0, a1 = self.accuracy[i - 1], acc
+                m0, m1 = self.min_mad[i - 1], self.min_mad[i]
+                return m1 if a1 == a0 else m0 + (m1 - m0) * (level - a0) / (a1 - a0)
+        return math.nan
+
+    @property
+    def final(self) -> tuple[int, float, float] | None:
+        """(epoch, top-1, min MAD) at the last epoch measured, or None for an empty trajectory."""
+        return (self.epochs[-1], self.accuracy[-1], self.min_mad[-1]) if self.epochs else None
+
+
+def matched_levels(trajectories: list[Trajectory], count: int = 3) -> list[float]:
+    """`count` accuracy levels every trajectory crosses: evenly inside the range from the highest starting
+    accuracy to the lowest best accuracy (the span all of them cover). Empty when they share no span."""
+    usable = [t for t in trajectories if len(t.epochs) >= 2]
+    if not usable:
+        return []
+    low = max(t.accuracy[0] for t in usable)
+    high = min(max(t.accuracy) for t in usable)
+    if high <= low:
+        return []
+    return [low + (high - low) * (i + 1) / (count + 1) for i in range(count)]
