@@ -20,6 +20,7 @@ from .checkpoint_io import AtomicCheckpointIO
 from .config import ConfigError
 from .csv_log import ResumableCSVLogger
 from .data import ImageDataModule, datamodule_class
+from .data.on_device import BatchAugment, resolve_on_device
 from .domain import resolve_policy
 from .identity import identity_hash
 from .module import ViTClassifier
@@ -46,18 +47,27 @@ def compile_wanted(cfg: DictConfig) -> bool:
 def build_datamodule(cfg: DictConfig) -> tuple[ImageDataModule, str]:
     """The configured datamodule with the protocol's per-sample transform, and the effective policy.
 
-    With `aug.device=gpu` the workers only crop and flip; AutoAugment then runs batched in the LightningModule."""
+    With `aug.device=gpu` the workers only crop and flip; AutoAugment then runs batched in the LightningModule.
+    With on-device data (`data.on_device`, auto: on CUDA) there are no workers: the datamodule augments whole
+    batches on the device, AutoAugment or ColorJitter included, whatever `aug.device` says."""
     cls = datamodule_class(cfg.data.name)
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "name"}
+    kwargs["on_device"] = data_on_device(cfg)
     datamodule = cls(**kwargs, seed=int(cfg.seed))  # the training draws derive from the run's seed
     policy = resolve_policy(cfg.aug.policy, cfg.data.name)
     per_sample_autoaug = bool(cfg.aug.autoaug) and cfg.aug.device == "cpu"
     datamodule.train_transform = build_train_transform(datamodule.image_size, per_sample_autoaug, policy)
+    datamodule.batch_augment = BatchAugment(datamodule.image_size, bool(cfg.aug.autoaug), policy)
     return datamodule, policy
 
 
+def data_on_device(cfg: DictConfig) -> bool:
+    """`data.on_device`: auto is on when the cell trains on CUDA."""
+    return resolve_on_device(cfg.data.get("on_device", False), uses_cuda(cfg.trainer.accelerator))
+
+
 def build_module(cfg: DictConfig, datamodule: ImageDataModule, policy: str | None = None) -> ViTClassifier:
-    on_device = bool(cfg.aug.autoaug) and cfg.aug.device == "gpu"
+    on_device = bool(cfg.aug.autoaug) and cfg.aug.device == "gpu" and not data_on_device(cfg)
     return ViTClassifier(
         num_classes=datamodule.num_classes,
         image_size=datamodule.image_size,

@@ -168,6 +168,8 @@ def _check_data(data: DictConfig, cutmix: bool) -> None:
     allowed = "an integer >= 1, or null (the training batch size)"
     _check(eval_batch is None or (_is_int(eval_batch) and eval_batch >= 1), "data.eval_batch_size", eval_batch, allowed)
     _integer(data, "data", "num_workers", 0)
+    on_device = data.get("on_device", False)
+    _check(on_device in ("auto", True, False), "data.on_device", on_device, "auto (on with CUDA), true or false")
     _integer(data, "data", "split_seed", 0)
     if "root" in data:
         _check(isinstance(data.root, str) and data.root != "", "data.root", data.root, "a directory path")

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vit_locality.domain import DATASET_DEFAULT_POLICY
 
+from .on_device import BatchAugment, DeviceArrays, DeviceEvalLoader, DeviceTrainLoader, resolve_on_device
 from .sampling import EpochShardSampler, SampleDraw, transform_seeded
 
 # Python's default start method on this platform ('fork' on Linux up to 3.13), named explicitly: a process started by
@@ -129,6 +130,8 @@ class ImageDataModule(L.LightningDataModule):
     The evaluation split is the official test set unless `val_size` > 0, in which case that many training
     images (a fixed, seeded choice) are held out and evaluated instead; `test_dataloader` is always the test set.
     `seed` is the run's: the training order and every sample's augmentation derive from it and the epoch.
+    `on_device` (`data.on_device`; auto: with CUDA) keeps the splits on the training device and augments whole
+    batches there with `batch_augment` instead of running `train_transform` in workers (on_device.py).
     """
 
     name: str = "base"
@@ -149,6 +152,7 @@ class ImageDataModule(L.LightningDataModule):
         persistent_workers: bool = True,
         train_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
         seed: int = 0,
+        on_device: bool | str = False,
     ) -> None:
         super().__init__()
         self.root = root
@@ -161,6 +165,9 @@ class ImageDataModule(L.LightningDataModule):
         self.persistent_workers = persistent_workers
         self.train_transform = train_transform
         self.seed = seed
+        self.on_device = resolve_on_device(on_device, torch.cuda.is_available())  # builders: by the accelerator
+        self.batch_augment: BatchAugment | None = None
+        self._device_arrays: DeviceArrays | None = None
         self.start_epoch = 0  # the epoch a resumed fit's first training loader draws (load_state_dict)
         self.arrays: ImageArrays | None = None
         self._train_index: torch.Tensor | None = None
@@ -217,8 +224,31 @@ class ImageDataModule(L.LightningDataModule):
 
     def probe_images(self, count: int) -> torch.Tensor:
         """The first `count` images of the evaluation split, unaugmented: the same for every protocol cell."""
-        images, _ = self.eval_split()
+        images, _ = self.device_arrays().evaluation if self.on_device else self.eval_split()
         return images[:count]
+
+    def _placement(self) -> tuple[torch.device, int, int]:
+        """The training device, the number of processes and this one's rank (one CPU process without a Trainer)."""
+        if self.trainer is None:
+            return torch.device("cpu"), 1, 0
+        return self.trainer.strategy.root_device, self.trainer.world_size, self.trainer.global_rank
+
+    def device_arrays(self, device: torch.device | None = None) -> DeviceArrays:
+        """The splits on `device` (default: the training device), copied there on first use and kept."""
+        device = self._placement()[0] if device is None else device
+        if self._device_arrays is None or self._device_arrays.device != device:
+            arrays = self._loaded_arrays()
+            self._device_arrays = DeviceArrays(
+                device, self._train_split(), self.eval_split(), (arrays.test_images, arrays.test_labels)
+            )
+        return self._device_arrays
+
+    def _train_split(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training images and labels: all of the training set, or what `val_size` leaves of it."""
+        arrays = self._loaded_arrays()
+        if self.val_size:
+            return arrays.train_images[self._train_index], arrays.train_labels[self._train_index]
+        return arrays.train_images, arrays.train_labels
 
     def state_dict(self) -> dict[str, Any]:
         """The epoch a fit resumed from this checkpoint trains next (Lightning's `processed` count: an end-of-epoch
@@ -249,19 +279,25 @@ class ImageDataModule(L.LightningDataModule):
             multiprocessing_context=WORKER_START_METHOD if workers > 0 else None,
         )
 
-    def train_dataloader(self) -> DataLoader:
-        arrays = self._loaded_arrays()
-        images = arrays.train_images[self._train_index] if self.val_size else arrays.train_images
-        labels = arrays.train_labels[self._train_index] if self.val_size else arrays.train_labels
-        dataset = UInt8ImageDataset(images, labels, self.train_transform)
-        world_size, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
+    def train_dataloader(self) -> DataLoader | DeviceTrainLoader:
+        _, world_size, rank = self._placement()
+        if self.on_device:
+            images, labels = self.device_arrays().train
+            return DeviceTrainLoader(
+                images, labels, self.batch_size, self.seed, self.batch_augment, self.start_epoch, world_size, rank
+            )
+        dataset = UInt8ImageDataset(*self._train_split(), self.train_transform)
         sampler = EpochShardSampler(dataset, self.seed, self.start_epoch, num_replicas=world_size, rank=rank)
         return self._loader(dataset, self.batch_size, sampler)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader | DeviceEvalLoader:
+        if self.on_device:
+            return DeviceEvalLoader(*self.device_arrays().evaluation, self.eval_batch_size, *self._placement()[1:])
         images, labels = self.eval_split()
         return self._loader(UInt8ImageDataset(images, labels), self.eval_batch_size)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> DataLoader | DeviceEvalLoader:
+        if self.on_device:
+            return DeviceEvalLoader(*self.device_arrays().test, self.eval_batch_size, *self._placement()[1:])
         arrays = self._loaded_arrays()
         return self._loader(UInt8ImageDataset(arrays.test_images, arrays.test_labels), self.eval_batch_size)

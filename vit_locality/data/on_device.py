@@ -1,0 +1,249 @@
+"""Training data that lives on the training device (`data.on_device`): no DataLoader workers, no per-sample calls.
+
+Per-sample augmentation in CPU workers runs at a few thousand images per second per core, far below what one GPU
+trains the paper ViT at, and every cell packed on a GPU needs its own workers. Here the uint8 splits are copied to
+the device once and every training batch is made there in a few batched operations, with the per-sample semantics
+of the worker path:
+
+    gather the batch (epoch permutation) -> random crop with zero padding + horizontal flip, per sample
+      -> AutoAugment (batched_autoaugment) or ColorJitter, per sample -> [the module: CutMix, normalise]
+
+Random stream. The epoch's order is the worker path's own (`EpochShardSampler.epoch_order`: seeded by (seed,
+epoch)), so both paths see the same samples in the same batches. The augmentation draws come from a generator on
+the device seeded by (seed, epoch) only: each step draws for the whole global batch and each process keeps the rows
+of its own samples, so a sample's crop, flip and AutoAugment depend on its position in the epoch and not on the
+number of processes, and an epoch resumed from its boundary draws what an unbroken run drew. The draws differ from
+the worker path's (they come in blocks, from another generator), with the same distribution; the setting is part of
+the run identity for that reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from vit_locality.batched_autoaugment import AutoAugmentDraws
+from vit_locality.batched_autoaugment import apply as apply_autoaugment
+from vit_locality.batched_autoaugment import draw as draw_autoaugment
+from vit_locality.domain import COLORJITTER
+from vit_locality.seeding import epoch_seed
+
+from .sampling import EpochShardSampler
+
+ON_DEVICE_SETTINGS = ("auto", True, False)
+COLORJITTER_STRENGTH = 0.4  # brightness, contrast and saturation, as transforms.build_train_transform
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def resolve_on_device(setting: bool | str, cuda: bool) -> bool:
+    """`data.on_device`: `auto` is on when training runs on CUDA, where CPU workers would starve the GPU."""
+    if setting not in ON_DEVICE_SETTINGS:
+        raise ValueError(f"data.on_device={setting!r}: allowed values are auto, true, false")
+    return cuda if setting == "auto" else bool(setting)
+
+
+def augment_seed(seed: int, epoch: int) -> int:
+    """The seed of an epoch's augmentation draws: `epoch_seed` of epoch + 2**31, an epoch no run reaches, so it never
+    equals the seed of an epoch's order or of the global generators."""
+    return epoch_seed(seed, epoch + 2**31)
+
+
+@dataclass(frozen=True)
+class CropFlipDraws:
+    """Per image: the top-left corner of the crop in the padded image (0 .. 2 x padding) and whether it is flipped."""
+
+    offsets: torch.Tensor  # (B, 2) int64: top, left
+    flip: torch.Tensor  # (B,) bool
+
+
+def draw_crop_flip(batch: int, padding: int, generator: torch.Generator) -> CropFlipDraws:
+    """Uniform corners over the 2p + 1 positions per axis and fair flips, as RandomCrop and RandomHorizontalFlip."""
+    offsets = torch.randint(2 * padding + 1, (batch, 2), generator=generator, device=generator.device)
+    flip = torch.rand(batch, generator=generator, device=generator.device) < 0.5
+    return CropFlipDraws(offsets, flip)
+
+
+def crop_flip(images: torch.Tensor, draws: CropFlipDraws, padding: int) -> torch.Tensor:
+    """Every image cropped from its zero-padded self at its own corner, then flipped if drawn: one gather.
+
+    Output pixel (y, x) of image b is padded pixel (top_b + y, left_b + x'), x' = W - 1 - x when flipped."""
+    batch, _, height, width = images.shape
+    padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
+    device = images.device
+    rows = draws.offsets[:, :1].to(device) + torch.arange(height, device=device)  # (B, H)
+    xs = torch.arange(width, device=device)
+    xs = torch.where(draws.flip.to(device).unsqueeze(1), width - 1 - xs, xs)  # (B, W)
+    cols = draws.offsets[:, 1:].to(device) + xs
+    b = torch.arange(batch, device=device).view(batch, 1, 1)
+    return padded.permute(0, 2, 3, 1)[b, rows.unsqueeze(2), cols.unsqueeze(1)].permute(0, 3, 1, 2).contiguous()
+
+
+@dataclass(frozen=True)
+class ColorJitterDraws:
+    """Per image: the order of (brightness, contrast, saturation) and their factors, as v2.ColorJitter draws them."""
+
+    order: torch.Tensor  # (B, 3) int64, a permutation of 0 (brightness), 1 (contrast), 2 (saturation)
+    factors: torch.Tensor  # (B, 3) float32 in [1 - s, 1 + s], indexed by op
+
+
+def draw_color_jitter(
+    batch: int, generator: torch.Generator, strength: float = COLORJITTER_STRENGTH
+) -> ColorJitterDraws:
+    """A uniformly random order (argsort of uniforms) and independent uniform factors (float32, as torchvision)."""
+    device = generator.device
+    order = torch.rand(batch, 3, generator=generator, device=device).argsort(dim=1)
+    factors = torch.empty(batch, 3, device=device).uniform_(1 - strength, 1 + strength, generator=generator)
+    return ColorJitterDraws(order, factors)
+
+
+def _luma(images: torch.Tensor) -> torch.Tensor:
+    """ITU-R 601 grey level in float32, floored as torchvision floors it for uint8 images: (B, 1, H, W)."""
+    r, g, b = images.unbind(dim=1)
+    return r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).floor_().unsqueeze(1)
+
+
+def _blend(images: torch.Tensor, other: torch.Tensor | float, factor: torch.Tensor) -> torch.Tensor:
+    """factor x image + (1 - factor) x other, clamped and truncated to uint8, rounded as torchvision's
+    `image.mul(f).add_(other, alpha=1 - f)`: both weights are float32 roundings of float64 values, the product with
+    the image is rounded to float32, and the weighted add is one fused multiply-add (one rounding), reproduced here
+    in float64, where the product of two float32 values is exact."""
+    keep = factor.to(torch.float32).view(-1, 1, 1, 1)
+    rest = (1.0 - factor).to(torch.float32).view(-1, 1, 1, 1).double()
+    if isinstance(other, torch.Tensor):
+        other = other.double()
+    mixed = ((images * keep).double() + other * rest).to(torch.float32)
+    return mixed.clamp_(0, 255).to(torch.uint8)
+
+
+def color_jitter(images: torch.Tensor, draws: ColorJitterDraws) -> torch.Tensor:
+    """Each image through its three ops in its own order; each op's result is rounded to uint8 as torchvision does."""
+    factors = draws.factors.to(images.device, torch.float64)
+    order = draws.order.to(images.device)
+    out = images
+    for slot in range(3):
+        op = order[:, slot]
+        factor = factors.gather(1, op.unsqueeze(1)).squeeze(1)
+        bright = _blend(out, 0.0, factor)
+        grey = _luma(out)
+        contrast = _blend(out, grey.mean(dim=(1, 2, 3), keepdim=True), factor)
+        saturation = _blend(out, grey, factor)
+        pick = op.view(-1, 1, 1, 1)
+        out = torch.where(pick == 0, bright, torch.where(pick == 1, contrast, saturation))
+    return out
+
+
+class BatchAugment:
+    """The protocol's per-sample training augmentation for whole batches: crop + flip, then the policy when on."""
+
+    def __init__(self, image_size: int, autoaug: bool, policy: str) -> None:
+        self.padding = image_size // 8
+        self.policy = policy if autoaug else None
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator, world: int = 1, rank: int = 0) -> torch.Tensor:
+        """Draw for the global batch (`world` x this batch) and augment this process's rows of it: rows rank,
+        rank + world, ... hold its samples (the shard order of `EpochShardSampler`)."""
+        total = len(images) * world
+        rows = torch.arange(len(images), device=generator.device) * world + rank
+        crop = draw_crop_flip(total, self.padding, generator)
+        images = crop_flip(images, CropFlipDraws(crop.offsets[rows], crop.flip[rows]), self.padding)
+        if self.policy == COLORJITTER:
+            jitter = draw_color_jitter(total, generator)
+            images = color_jitter(images, ColorJitterDraws(jitter.order[rows], jitter.factors[rows]))
+        elif self.policy is not None:
+            aa = draw_autoaugment(total, generator, policy=self.policy)
+            mine = AutoAugmentDraws(aa.policy, aa.sub_policy[rows], aa.applied[rows], aa.negative[rows])
+            images = apply_autoaugment(images, mine)
+        return images
+
+    def __repr__(self) -> str:
+        return f"BatchAugment(padding={self.padding}, policy={self.policy!r})"
+
+
+def shard_order(size: int, seed: int, epoch: int, world: int = 1, rank: int = 0) -> torch.Tensor:
+    """This process's sample indices in the epoch: the worker path's order and shards (EpochShardSampler)."""
+    sampler = EpochShardSampler(range(size), seed, epoch, num_replicas=world, rank=rank)
+    order = torch.tensor(sampler.epoch_order(), dtype=torch.int64)
+    order = order.repeat(math.ceil(sampler.total_size / size))[: sampler.total_size]
+    return order[rank : sampler.total_size : world]
+
+
+class DeviceTrainLoader:
+    """What Lightning iterates as the training loader: full per-process batches of augmented uint8 images and their
+    labels, already on the device. Lightning tells a loader's `sampler` the epoch at each epoch start; this loader is
+    its own sampler. `epoch` is the one a first iteration draws (a resumed fit's, see ImageDataModule)."""
+
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        batch_size: int,
+        seed: int,
+        augment: BatchAugment | None,
+        epoch: int = 0,
+        world: int = 1,
+        rank: int = 0,
+    ) -> None:
+        self.images, self.labels = images, labels
+        self.batch_size, self.seed, self.augment = batch_size, seed, augment
+        self.epoch, self.world, self.rank = epoch, world, rank
+        self.sampler = self
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.labels) / self.world) // self.batch_size  # full batches only, as drop_last
+
+    def __iter__(self) -> Iterator[Batch]:
+        device = self.images.device
+        order = shard_order(len(self.labels), self.seed, self.epoch, self.world, self.rank).to(device)
+        generator = torch.Generator(device=device).manual_seed(augment_seed(self.seed, self.epoch))
+        for step in range(len(self)):
+            index = order[step * self.batch_size : (step + 1) * self.batch_size]
+            images = self.images[index]
+            if self.augment is not None:
+                images = self.augment(images, generator, self.world, self.rank)
+            yield images, self.labels[index]
+
+
+class DeviceEvalLoader:
+    """An evaluation split in order, in batches, from the device. Under DDP each process takes every W-th image,
+    padded to equal counts with the first ones, as Lightning's DistributedSampler would do to a DataLoader."""
+
+    def __init__(
+        self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, world: int = 1, rank: int = 0
+    ) -> None:
+        size = len(labels)
+        total = math.ceil(size / world) * world
+        index = torch.arange(total, device=images.device) % max(size, 1)
+        self.index = index[rank:total:world]
+        self.images, self.labels, self.batch_size = images, labels, batch_size
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.index) / self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        for start in range(0, len(self.index), self.batch_size):
+            index = self.index[start : start + self.batch_size]
+            yield self.images[index], self.labels[index]
+
+
+class DeviceArrays:
+    """The splits a cell reads, copied to one device once and shared by the train, evaluation and probe loaders."""
+
+    def __init__(self, device: torch.device, train: Batch, evaluation: Batch, test: Batch) -> None:
+        self.device = device
+        copies: dict[int, torch.Tensor] = {}  # evaluation is the test set unless data.val_size: copy it once
+
+        def put(tensor: torch.Tensor) -> torch.Tensor:
+            key = id(tensor)
+            if key not in copies:
+                copies[key] = tensor.to(device)
+            return copies[key]
+
+        self.train = (put(train[0]), put(train[1]))
+        self.evaluation = (put(evaluation[0]), put(evaluation[1]))
+        self.test = (put(test[0]), put(test[1]))
