@@ -186,6 +186,9 @@ def test_validation_rows_pair_with_the_next_statistics_epoch(tmp_path: Path) -> 
     assert trajectory.epochs == [1, 2, 3] and trajectory.min_mad == [0.5, 0.4, 0.2]
     assert trajectory.final == (3, 0.60, 0.2)
     assert val_accuracy_by_epoch(tmp_path / "nowhere") == {}
+    # A log that counts epochs from 1 itself (written as floats) is taken as it stands.
+    (tmp_path / "csv" / "metrics.csv").write_text("epoch,step,val/acc1\n1.0,7,0.25\n2.0,15,0.45\n")
+    assert val_accuracy_by_epoch(tmp_path) == {1: 0.25, 2: 0.45}
 
 
 def test_mad_at_matched_accuracy_by_hand() -> None:
@@ -229,11 +232,12 @@ def test_dose_curves_per_axis() -> None:
     assert [(x, n) for x, _, _, n in alpha.means()] == [(0.5, 1), (1.0, 2)]
     assert alpha.means()[1][1:3] == pytest.approx((0.25, 0.65))  # mean over the two seeds
     by_alpha = {curve.fixed["cutmix_alpha"]: curve for curve in dose_curves(runs, "cutmix_prob")}
-    assert sorted(by_alpha) == [0.5, 1.0]  # the unmixed run gives alpha 0.5's single run a curve too
+    assert sorted(by_alpha) == [1.0]  # alpha 0.5 has only the paper's on/off pair (0 and 1): no dose curve
     prob = by_alpha[1.0]
     assert [x for x, *_ in prob.means()] == [0.0, 0.5, 1.0]
     assert prob.means()[0][1] == pytest.approx(0.50)
-    (ls,) = dose_curves(runs, "ls")
-    assert [x for x, *_ in ls.means()] == [0.0, 0.1] and ls.fixed["cutmix_prob"] == 0.0
+    assert dose_curves(runs, "ls") == []  # 0 and 0.1 alone are the paper's pair, an ablation, not a dose
+    (ls,) = dose_curves([*runs, _run(False, 1.0, 1.0, 0.3, 0.40, 0.70)], "ls")
+    assert [x for x, *_ in ls.means()] == [0.0, 0.1, 0.3] and ls.fixed["cutmix_prob"] == 0.0
     with pytest.raises(ValueError, match="axis"):
         dose_curves(runs, "lr")

@@ -59,7 +59,8 @@ class DoseCurve:
 
 
 def dose_curves(runs: list[RunRecord], axis: str) -> list[DoseCurve]:
-    """The curves along `axis` that have at least two x values, sorted by their fixed settings."""
+    """The curves along `axis` with at least two x values, one of them off the paper's own settings (an ablation's
+    on/off pairs are no dose-response), sorted by their fixed settings."""
     if axis not in AXES:
         raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
     curves: dict[tuple, DoseCurve] = {}
@@ -77,7 +78,7 @@ def dose_curves(runs: list[RunRecord], axis: str) -> list[DoseCurve]:
         for curve in list(curves.values()):
             if all(curve.fixed[k] == coords[k] for k in ("autoaug", "ls")):
                 _add(curves, axis, curve.fixed, 0.0, run)
-    found = [curve for curve in curves.values() if len(curve.points) >= 2]
+    found = [c for c in curves.values() if len(c.points) >= 2 and set(c.points) - set(PAPER_SETTINGS[axis])]
     return sorted(found, key=lambda c: [(v is None, v or 0.0) for v in c.fixed.values()])
 
 

@@ -4,9 +4,10 @@ Heads grow local as a model learns, and strong augmentation slows learning, so t
 epoch can be at different stages. Read along the accuracy axis instead: the MAD a cell had when it first reached
 a given validation accuracy, next to its MAD at the final epoch.
 
-Epochs: `attention_stats.csv` counts completed epochs (0 = initialisation, 1 = after the first epoch), while the
-CSV log's validation rows carry Lightning's 0-based index of the epoch just finished. A validation row of epoch
-e therefore pairs with the statistics of epoch e + 1.
+Epochs: `attention_stats.csv` counts completed epochs (0 = initialisation, 1 = after the first epoch). The CSV
+log's validation rows carry either Lightning's own 0-based index of the epoch just finished, written as an integer
+(`0`), or the module's own count from 1, written as a float (`1.0`); a 0-based row of epoch e pairs with the
+statistics of epoch e + 1, a counted one with those of its own epoch.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ def val_accuracy_by_epoch(run_dir: Path) -> dict[int, float]:
     with path.open(newline="") as handle:
         for row in csv.DictReader(handle):
             try:
-                epoch, value = int(row["epoch"]), float(row[VAL_METRIC])
+                text, value = row["epoch"], float(row[VAL_METRIC])
+                epoch = float(text)
             except (KeyError, TypeError, ValueError):
                 continue
-            if math.isfinite(value):
-                found[epoch + 1] = value
+            if math.isfinite(value) and math.isfinite(epoch) and epoch == int(epoch):
+                counted = "." in text  # the module's count from 1, not Lightning's 0-based index
+                found[int(epoch) if counted else int(epoch) + 1] = value
     return found
 
 

@@ -1,10 +1,13 @@
 """Paper tables and figures from finished sweeps (results.json and attention_stats.csv only).
 
-python -m vit_locality.report {ablation,protocols,figures,all} SWEEP_DIR [SWEEP_DIR ...]
-       [--out reports] [--data cifar100[,cifar10]] [--model vit_paper]
+python -m vit_locality.report {ablation,protocols,figures,instruments,page,all} SWEEP_DIR [SWEEP_DIR ...]
+       [--out reports] [--data cifar100[,cifar10]] [--model vit_paper] [--box-images 128]
 
 Prints the tables, writes Markdown, CSV, LaTeX, PNG and PDF into --out, then lists the runs it skipped and why
-(and the runs a figure left out). A model name whose runs differ in architecture is a warning on stderr.
+(and the runs a figure left out). `instruments` adds the tables and figures of docs/instruments.md (locality
+masses, position embeddings, the pasted box, matched accuracy, dose-response; `all` includes them); `page` writes
+one self-contained HTML page per sweep directory, <out>/<sweep>.html, with everything on it. A model name whose
+runs differ in architecture is a warning on stderr.
 Exit status: 0 done; 1 no complete run found; 2 a sweep directory does not exist, or --out is not a directory
 this user can write.
 """
@@ -16,11 +19,11 @@ import sys
 from pathlib import Path
 
 from ..config import ConfigError, check_directory
-from .aggregate import aggregate
+from .aggregate import Aggregate, aggregate
 from .summary import architecture_warnings, sweep_dirs_problem
 from .tables import ablation_tables, protocols_table
 
-WHAT = ("ablation", "protocols", "figures", "all")
+WHAT = ("ablation", "protocols", "figures", "instruments", "page", "all")
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -36,12 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("reports"), help="output directory (default: reports)")
     parser.add_argument("--data", help="only these data sets (comma-separated; default: every one found)")
     parser.add_argument("--model", help="only these models (comma-separated; default: every one found)")
+    parser.add_argument(
+        "--box-images", type=int, default=128, help="probe images for the pasted-box instrument (0: leave it out)"
+    )
     args = parser.parse_args(argv)
     problem = sweep_dirs_problem(args.sweep_dirs) or out_problem(args.out)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
 
+    if args.what == "page":
+        return write_pages(args)
     agg = aggregate(args.sweep_dirs, _names(args.data), _names(args.model))
     for warning in architecture_warnings(run for group in agg.groups.values() for run in group.runs):
         print(f"warning: {warning}", file=sys.stderr)
@@ -68,12 +76,42 @@ def main(argv: list[str] | None = None) -> int:
         from .figures import write_figures  # matplotlib and torch only when figures are asked for
 
         written += write_figures(agg, args.out, agg.notes)
+    if args.what in ("instruments", "all"):
+        written += write_instruments(agg, args.out, args.box_images)
     print(f"wrote {len(written)} files into {args.out}: {', '.join(p.name for p in written)}")
     for note in agg.notes:
         print(f"note: {note}")
     for run_dir, why in agg.skipped:
         print(f"skipped {run_dir}: {why}")
     return 0
+
+
+def write_instruments(agg: Aggregate, out: Path, box_images: int) -> list[Path]:
+    """Every instrument's tables (printed too) and figures for each (data set, model); notes go to the aggregate's."""
+    from .instrument_figures import write_instrument_figures
+    from .instrument_tables import instrument_tables, measure
+
+    written: list[Path] = []
+    for data, model in agg.models():
+        found = measure(agg, data, model, box_images)
+        for table in instrument_tables(found):
+            print(table.markdown(), end="\n\n")
+            written += table.write(out)
+        written += write_instrument_figures(found, out)
+        agg.notes.extend(found.notes)
+    return written
+
+
+def write_pages(args: argparse.Namespace) -> int:
+    """One HTML page per sweep directory; 1 when none of them holds a complete run."""
+    from .html_page import build_page
+
+    pages = []
+    for sweep_dir in args.sweep_dirs:
+        page = build_page(sweep_dir, args.out, _names(args.data), _names(args.model), args.box_images)
+        print(f"{sweep_dir}: {page if page else 'no complete run, no page'}")
+        pages += [page] if page else []
+    return 0 if pages else 1
 
 
 def out_problem(out: Path) -> str | None:

@@ -1,0 +1,134 @@
+"""One self-contained HTML page per sweep: every table, every figure, the instruments, and each cell's per-head
+attention maps of layers 0 and 1, so a whole study can be read in one file and sent to a colleague.
+
+Self-contained means no server and no network: images are embedded as base64 `data:` URIs, the style sheet is
+inline, and there is no script. The figures are also left as PNG and PDF files beside the page.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..attention_records import MAPS_PNG
+from .aggregate import Aggregate, aggregate, slug
+from .figures import write_figures
+from .instrument_figures import write_instrument_figures
+from .instrument_tables import BOX_IMAGES, instrument_tables, measure
+from .tables import Table, ablation_tables, protocols_table
+
+END_COLOUR = "#2a9d8f"  # the footer's bar: a reader (or a test) that sees it has seen the whole page
+STYLE = f"""
+body {{ font-family: sans-serif; max-width: 1200px; margin: 1em auto; padding: 0 1em; color: #222; }}
+table {{ border-collapse: collapse; margin: 0.5em 0; font-size: 13px; }}
+th, td {{ border: 1px solid #bbb; padding: 2px 6px; text-align: left; }}
+th {{ background: #eee; }}
+figure {{ margin: 1em 0; }}
+figure img {{ max-width: 100%; border: 1px solid #ddd; }}
+figcaption {{ font-size: 12px; color: #555; }}
+ul.notes {{ font-size: 12px; color: #444; }}
+footer {{ margin-top: 2em; padding: 0.6em; background: {END_COLOUR}; color: white; }}
+"""
+
+
+@dataclass
+class Page:
+    """The page's content, in order: sections of (heading, HTML) and the lines for the notes section."""
+
+    title: str
+    sections: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def render(self) -> str:
+        contents = "".join(
+            f'<li><a href="#s{i}">{html.escape(heading)}</a></li>' for i, (heading, _) in enumerate(self.sections)
+        )
+        body = "".join(
+            f'<section id="s{i}"><h2>{html.escape(heading)}</h2>{content}</section>'
+            for i, (heading, content) in enumerate(self.sections)
+        )
+        notes = "".join(f"<li>{html.escape(note)}</li>" for note in self.notes) or "<li>none</li>"
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return (
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{html.escape(self.title)}</title><style>{STYLE}</style></head><body>"
+            f"<h1>{html.escape(self.title)}</h1><p>Written {stamp} by python -m vit_locality.report page.</p>"
+            f'<nav><ul>{contents}<li><a href="#notes">Notes and skipped runs</a></li></ul></nav>{body}'
+            f'<section id="notes"><h2>Notes and skipped runs</h2><ul class="notes">{notes}</ul></section>'
+            '<footer id="end">End of the report.</footer></body></html>\n'
+        )
+
+
+def table_html(table: Table) -> str:
+    """A report table with its notes and its parts, escaped."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.headers)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in table.notes)
+    parts = "".join(table_html(part) for part in table.parts)
+    listed = f'<ul class="notes">{notes}</ul>' if notes else ""
+    return f"<h3>{html.escape(table.title)}</h3><table><tr>{head}</tr>{rows}</table>{listed}{parts}"
+
+
+def image_html(path: Path, caption: str) -> str:
+    """A PNG embedded as a data URI, so the page needs nothing beside it."""
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    alt = html.escape(caption, quote=True)
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{alt}"><figcaption>{alt}</figcaption></figure>'
+
+
+def central_maps_html(agg: Aggregate, notes: list[str]) -> str:
+    """Per (data set, model) and cell, the first run's per-head mean attention of the central query, layers 0 and
+    1 (the picture each run saves at its end)."""
+    parts = []
+    for data, model in agg.models():
+        parts.append(f"<h3>{html.escape(f'{data}, {model}')}</h3>")
+        for name, group in agg.cells(data, model).items():
+            run = min(group.runs, key=lambda r: r.seed)
+            picture = run.run_dir / MAPS_PNG
+            if picture.is_file():
+                parts.append(image_html(picture, f"{name}: {run.run_dir.name} (seed {run.seed})"))
+            else:
+                notes.append(f"{run.run_dir}: no {MAPS_PNG}; its cell has no attention maps on the page")
+    return "".join(parts)
+
+
+def build_page(
+    sweep_dir: Path,
+    out_dir: Path,
+    data: list[str] | None = None,
+    model: list[str] | None = None,
+    box_images: int = BOX_IMAGES,
+) -> Path | None:
+    """Tables, figures and instruments of one sweep directory into <out>/<sweep>/ and the page <out>/<sweep>.html;
+    None when the sweep holds no complete run."""
+    agg = aggregate([sweep_dir], data, model)
+    if not agg.groups:
+        return None
+    name = slug(sweep_dir.resolve().name)
+    assets = out_dir / name
+    page = Page(f"vit-locality: {name}")
+    notes = list(agg.notes)
+    tables = [protocols_table(agg), *ablation_tables(agg)]
+    for table in tables:
+        table.write(assets)
+    page.sections.append(("Tables", "".join(table_html(t) for t in tables)))
+    figures = [p for p in write_figures(agg, assets, notes) if p.suffix == ".png"]
+    page.sections.append(("Figures", "".join(image_html(p, p.stem) for p in figures)))
+    for data_name, model_name in agg.models():
+        found = measure(agg, data_name, model_name, box_images)
+        found_tables = instrument_tables(found)
+        for table in found_tables:
+            table.write(assets)
+        pictures = [p for p in write_instrument_figures(found, assets) if p.suffix == ".png"]
+        content = "".join(table_html(t) for t in found_tables) + "".join(image_html(p, p.stem) for p in pictures)
+        page.sections.append((f"Instruments: {found.title}", content))
+        notes += found.notes
+    page.sections.append(("Central-query attention maps, layers 0 and 1", central_maps_html(agg, notes)))
+    page.notes = notes + [f"skipped {run_dir}: {why}" for run_dir, why in agg.skipped]
+    path = out_dir / f"{name}.html"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(page.render(), encoding="utf-8")
+    return path

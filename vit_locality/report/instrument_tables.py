@@ -1,0 +1,303 @@
+"""The instruments of docs/instruments.md measured on a sweep's runs, as report tables.
+
+Everything is computed from the run directories: results.json (per-head locality masses, headline figures),
+attention_stats.csv and csv/metrics.csv (trajectories), checkpoints/last.ckpt (position embeddings; the pasted-box
+probe, which also rebuilds the run's probe images from its recorded config). A run that lacks what an instrument
+needs is left out of it with a note; nothing here trains or downloads anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..domain import GRID_SIZE
+from ..instruments import loading
+from ..instruments.box import BoxResult, box_locality
+from ..instruments.dose import AXES, dose_curves
+from ..instruments.positions import position_locality, position_similarity
+from ..instruments.trajectory import Trajectory, matched_levels, val_accuracy_by_epoch
+from ..results import RunRecord
+from .aggregate import Aggregate, Group, slug, summarise
+from .figures import early_layers, emergence_series
+from .tables import MISSING, Table, format_stat
+
+MASS_KEYS = ("self_mass", "neighbour_mass", "far_mass")
+BOX_IMAGES = 128  # probe images for the pasted-box instrument (image i gets the box of image i + 1)
+
+
+@dataclass
+class RunInstruments:
+    """What the checkpoint-based instruments measured on one run (None where it could not be measured)."""
+
+    run: RunRecord
+    similarity: torch.Tensor | None = None
+    locality: float = math.nan
+    box: BoxResult | None = None
+
+
+@dataclass
+class Instruments:
+    """The instruments of one (data set, model): per cell its runs' measurements, plus the notes."""
+
+    data: str
+    model: str
+    cells: dict[str, Group]
+    measured: dict[str, list[RunInstruments]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    _trajectories: dict[str, list[tuple[RunRecord, Trajectory]]] | None = None
+
+    @property
+    def title(self) -> str:
+        return f"{self.data}, {self.model}"
+
+    @property
+    def stem(self) -> str:
+        return slug(f"{self.data}_{self.model}")
+
+
+def measure(agg: Aggregate, data: str, model: str, box_images: int = BOX_IMAGES) -> Instruments:
+    """Load each run's checkpoint once: its position embeddings, and (box_images > 0) the pasted-box probe."""
+    found = Instruments(data, model, agg.cells(data, model))
+    for name, group in found.cells.items():
+        found.measured[name] = [_measure_run(run, box_images, found.notes) for run in group.runs]
+    return found
+
+
+def _measure_run(run: RunRecord, box_images: int, notes: list[str]) -> RunInstruments:
+    result = RunInstruments(run)
+    try:
+        checkpoint = loading.read_checkpoint(run.run_dir)
+    except Exception as error:  # a damaged or foreign file: torch raises several types
+        notes.append(f"{run.run_dir}: checkpoints/last.ckpt is unreadable ({type(error).__name__}); no positions")
+        return result
+    if checkpoint is None:
+        notes.append(f"{run.run_dir}: no checkpoints/last.ckpt; left out of the position and box instruments")
+        return result
+    result.similarity = position_similarity(loading.position_embedding(checkpoint))
+    result.locality = position_locality(result.similarity)
+    if box_images > 1 and run.config is not None:
+        try:
+            images = loading.probe_images(run.config, box_images)
+        except Exception as error:  # data not on this machine, or a config the data layer no longer takes
+            why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            notes.append(f"{run.run_dir}: probe images not rebuilt ({why}); left out of the box instrument")
+            return result
+        model = loading.model_from_checkpoint(checkpoint)
+        result.box = box_locality(model, loading.normalise(images, checkpoint))
+    return result
+
+
+# ---- per-head locality masses -----------------------------------------------------------------------------------
+
+
+def head_masses(run: RunRecord) -> dict[str, torch.Tensor] | None:
+    """The final model's (layers, heads) self / neighbour / far tables; None for a record without them (written
+    before they existed, or statistics off)."""
+    per_head = run.final_attention.get("per_head") or {}
+    try:
+        tables = {key: torch.tensor(per_head[key], dtype=torch.float64) for key in (*MASS_KEYS, "mad")}
+    except (KeyError, TypeError, ValueError, RuntimeError):
+        return None
+    shapes = {table.shape for table in tables.values()}
+    return tables if len(shapes) == 1 and tables["mad"].ndim == 2 else None
+
+
+def masses_table(found: Instruments) -> Table:
+    """Per cell, the early-layer head with the smallest MAD: its MAD and where its patch-key mass goes."""
+    headers = ["cell", "runs", "min MAD", "self", "8 neighbours", "far", "layer, head (first run)"]
+    rows, records = [], []
+    for name, group in found.cells.items():
+        picks = []
+        for run in group.runs:
+            tables, early = head_masses(run), early_layers(run)
+            if tables is None or early is None:
+                continue
+            mad = tables["mad"][:early]
+            flat = int(torch.argmin(mad))
+            layer, head = divmod(flat, mad.shape[1])
+            picks.append((float(mad[layer, head]), *(float(tables[k][layer, head]) for k in MASS_KEYS), layer, head))
+        if not picks:
+            found.notes.append(f"{found.title}/{name}: no run records the locality masses")
+            continue
+        stats = [summarise(p[i] for p in picks) for i in range(4)]
+        where = f"{picks[0][4]}, {picks[0][5]}"
+        rows.append([name, str(len(picks)), *(format_stat(s, 3) for s in stats), where])
+        record: dict[str, Any] = {"cell": name, "runs": len(picks)}
+        record.update({key: s.mean for key, s in zip(("min_mad", *MASS_KEYS), stats, strict=True)})
+        records.append(record)
+    notes = [
+        "the head with the smallest MAD among each run's early layers; self + 8 neighbours + far = 1 (the share of"
+        " the patch-key attention, CLS left out); a MAD near 0 with self near 1 attends to itself, with the"
+        " neighbours large to a small neighbourhood"
+    ]
+    return Table(f"masses_{found.stem}", f"Self, neighbourhood, far: {found.title}", headers, rows, records, notes)
+
+
+# ---- position embeddings ----------------------------------------------------------------------------------------
+
+
+def positions_table(found: Instruments) -> Table:
+    """Per cell: how 2-D local the learned position embeddings are, beside the attention's minimum MAD."""
+    headers = ["cell", "runs", "position locality", "min MAD"]
+    rows, records = [], []
+    for name, measured in found.measured.items():
+        values = [m.locality for m in measured if m.similarity is not None]
+        if not values:
+            continue
+        stat = summarise(values)
+        mad = summarise(m.run.headline().min_mad for m in measured if m.similarity is not None)
+        rows.append([name, str(stat.n), format_stat(stat, 3), format_stat(mad, 3)])
+        records.append({"cell": name, "runs": stat.n, "position_locality": stat.mean, "min_mad": mad.mean})
+    notes = [
+        "position locality: minus the correlation between two patches' position-embedding cosine similarity and"
+        " their grid distance (1: similarity falls steadily with distance; 0: the embeddings ignore the grid)",
+        "a CutMix cell with Baseline's position locality but a far smaller MAD changed the attention, not the"
+        " positions",
+    ]
+    title = f"Learned position embeddings: {found.title}"
+    return Table(f"positions_{found.stem}", title, headers, rows, records, notes)
+
+
+# ---- the pasted box ---------------------------------------------------------------------------------------------
+
+
+def box_table(found: Instruments) -> Table:
+    """Per cell and layer: the share of attention a patch inside a pasted box sends across its border, mixed image
+    against the unmixed source, mean over heads and seeds."""
+    headers = ["cell", "layer", "runs", "mixed", "unmixed", "mixed - unmixed", "lowest head, mixed", "uniform"]
+    rows, records = [], []
+    for name, measured in found.measured.items():
+        boxes = [m.box for m in measured if m.box is not None]
+        if not boxes:
+            continue
+        depth = min(b.mixed.shape[0] for b in boxes)
+        uniform = boxes[0].uniform(GRID_SIZE)
+        for layer in range(depth):
+            mixed = summarise(float(b.mixed[layer].mean()) for b in boxes)
+            unmixed = summarise(float(b.unmixed[layer].mean()) for b in boxes)
+            diff = summarise(float((b.mixed[layer] - b.unmixed[layer]).mean()) for b in boxes)
+            lowest = summarise(float(b.mixed[layer].min()) for b in boxes)
+            shown = [format_stat(s, 3) for s in (mixed, unmixed, diff, lowest)]
+            rows.append([name, str(layer), str(len(boxes)), *shown, f"{uniform:.3f}"])
+            records.append(
+                {
+                    "cell": name,
+                    "layer": layer,
+                    "runs": len(boxes),
+                    "mixed": mixed.mean,
+                    "unmixed": unmixed.mean,
+                    "difference": diff.mean,
+                    "lowest_head_mixed": lowest.mean,
+                    "uniform": uniform,
+                }
+            )
+    box = next((m.box.box for ms in found.measured.values() for m in ms if m.box is not None), None)
+    where = f"rows {box.top}-{box.top + box.height - 1}, columns {box.left}-{box.left + box.width - 1}" if box else "-"
+    notes = [
+        f"box: patches {where} of the 8 x 8 grid, pasted from the next probe image (a CutMix-like mix with a"
+        " patch-aligned border); for each patch query inside the box, the share of its patch-key attention on"
+        " patches outside, mean over the box's queries, the images and the layer's heads",
+        "mixed: on the mixed image; unmixed: the same patch on the image the box came from (same content, no"
+        " border); uniform: what evenly spread attention would send across",
+        "mixed below unmixed: the heads keep attention inside the pasted region, which is what CutMix rewards",
+    ]
+    title = f"Attention across a pasted box's border: {found.title}"
+    return Table(f"box_{found.stem}", title, headers, rows, records, notes)
+
+
+# ---- matched accuracy -------------------------------------------------------------------------------------------
+
+
+def trajectories(found: Instruments) -> dict[str, list[tuple[RunRecord, Trajectory]]]:
+    """Per cell, each run's per-epoch (validation top-1, minimum early-layer MAD); read once per `found`."""
+    if found._trajectories is not None:
+        return found._trajectories
+    by_cell: dict[str, list[tuple[RunRecord, Trajectory]]] = {}
+    for name, group in found.cells.items():
+        for run in group.runs:
+            trajectory = Trajectory.pair(val_accuracy_by_epoch(run.run_dir), emergence_series(run, found.notes))
+            if trajectory.epochs:
+                by_cell.setdefault(name, []).append((run, trajectory))
+            else:
+                found.notes.append(f"{run.run_dir}: no epoch with both val/acc1 and statistics; no trajectory")
+    found._trajectories = by_cell
+    return by_cell
+
+
+def accuracy_levels(found: Instruments) -> list[float]:
+    """The matched accuracy levels of `found`'s runs (see `matched_levels`)."""
+    return matched_levels([t for runs in trajectories(found).values() for _, t in runs])
+
+
+def matched_table(found: Instruments, levels: list[float] | None = None) -> Table:
+    """Per cell: minimum MAD when validation top-1 first reached each matched level, and at the final epoch."""
+    by_cell = trajectories(found)
+    levels = accuracy_levels(found) if levels is None else levels
+    headers = ["cell", "runs", "final epoch", "final val top-1 (%)", "final min MAD"]
+    headers += [f"min MAD at {100 * level:.1f}%" for level in levels]
+    rows, records = [], []
+    for name, runs in by_cell.items():
+        finals = [t.final for _, t in runs if t.final]
+        epoch = summarise(f[0] for f in finals)
+        acc, mad = summarise(f[1] for f in finals), summarise(f[2] for f in finals)
+        at = [summarise(t.mad_at_accuracy(level) for _, t in runs) for level in levels]
+        row = [name, str(len(runs)), f"{epoch.mean:g}", format_stat(_percent(acc), 2), format_stat(mad, 3)]
+        rows.append(row + [format_stat(s, 3) for s in at])
+        record: dict[str, Any] = {"cell": name, "runs": len(runs), "final_epoch": epoch.mean}
+        record.update({"final_val_acc1": acc.mean, "final_min_mad": mad.mean})
+        record.update({f"min_mad_at_{level:.4f}": s.mean for level, s in zip(levels, at, strict=True)})
+        records.append(record)
+    notes = [
+        "matched levels: evenly inside the validation accuracy span every run covers (from the highest first-epoch"
+        " accuracy to the lowest best one); MAD interpolated at the first crossing; - where a run never crossed",
+        "compare cells along a row at the same accuracy, not at the same epoch: strong augmentation slows learning,"
+        " and locality grows as a model learns",
+    ]
+    if not levels:
+        notes.append("no accuracy span is common to every run: no matched levels")
+    title = f"Locality at matched accuracy: {found.title}"
+    return Table(f"matched_{found.stem}", title, headers, rows, records, notes)
+
+
+def _percent(stat: Any) -> Any:
+    return type(stat)(100 * stat.mean, 100 * stat.std, stat.n)
+
+
+# ---- dose-response ----------------------------------------------------------------------------------------------
+
+
+def dose_table(found: Instruments) -> Table:
+    """Every dose curve's points: axis, the other knobs, the dose, minimum MAD and top-1 (mean over seeds)."""
+    runs = [run for group in found.cells.values() for run in group.runs]
+    headers = ["axis", "other settings", "value", "runs", "min MAD", "top-1 (%)"]
+    rows, records = [], []
+    for axis in AXES:
+        for curve in dose_curves(runs, axis):
+            for x, mad, acc, n in curve.means():
+                rows.append([axis, curve.label(), f"{x:g}", str(n), _fixed(mad, 3), _fixed(100 * acc, 2)])
+                records.append({"axis": axis, "fixed": curve.label(), "value": x, "runs": n, "min_mad": mad})
+                records[-1]["acc1"] = acc
+    notes = ["one curve per setting of the other knobs; no CutMix counts as cutmix_prob 0 (no batch is mixed)"]
+    return Table(f"dose_{found.stem}", f"Dose-response: {found.title}", headers, rows, records, notes)
+
+
+def _fixed(value: float, digits: int) -> str:
+    return MISSING if not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def instrument_tables(found: Instruments) -> list[Table]:
+    """Every instrument's table for one (data set, model); a table without rows is left out."""
+    tables = [masses_table(found), positions_table(found), box_table(found), matched_table(found), dose_table(found)]
+    return [table for table in tables if table.rows]
+
+
+def write_tables(tables: list[Table], out_dir: Path) -> list[Path]:
+    paths: list[Path] = []
+    for table in tables:
+        paths += table.write(out_dir)
+    return paths
