@@ -74,6 +74,26 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x)), probs
 
 
+STEMS = ("patch", "conv")
+
+
+def conv_stem(dim: int, patch_size: int) -> nn.Sequential:
+    """Stride-2 3 x 3 convolutions with BatchNorm and ReLU, one per halving of the patch size, then a 1 x 1
+    convolution to `dim`: the same token grid as the patch embedding, but each token sees its neighbourhood through
+    convolutions before any attention (Xiao et al., 2021, "Early convolutions help transformers see better")."""
+    halvings = patch_size.bit_length() - 1
+    if patch_size < 2 or 1 << halvings != patch_size:
+        raise ValueError(f"the conv stem needs a patch size that is a power of 2 (>= 2), got {patch_size}")
+    layers: list[nn.Module] = []
+    channels = 3
+    for step in range(halvings):
+        width = max(16, dim // 2 ** (halvings - step))
+        layers += [nn.Conv2d(channels, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+        channels = width
+    layers.append(nn.Conv2d(channels, dim, kernel_size=1))
+    return nn.Sequential(*layers)
+
+
 class VisionTransformer(nn.Module):
     """ViT classifier on a fixed 8 x 8 patch grid (patch = image size / 8), CLS token, learned positions."""
 
@@ -86,16 +106,22 @@ class VisionTransformer(nn.Module):
         heads: int = 8,
         mlp_ratio: float = 2.0,
         grid_size: int = GRID_SIZE,
+        stem: str = "patch",
     ) -> None:
         super().__init__()
         if image_size % grid_size:
             raise ValueError(f"image size {image_size} is not divisible by the {grid_size} x {grid_size} patch grid")
         if depth < 1 or dim < 1 or heads < 1:
             raise ValueError(f"model.depth={depth}, model.dim={dim}, model.heads={heads}: each must be >= 1")
+        if stem not in STEMS:
+            raise ValueError(f"model.stem={stem!r}: one of {', '.join(STEMS)}")
         self.grid_size = grid_size
         self.patch_size = image_size // grid_size
         self.num_tokens = 1 + grid_size * grid_size
-        self.patch_embed = nn.Conv2d(3, dim, kernel_size=self.patch_size, stride=self.patch_size)
+        if stem == "conv":
+            self.patch_embed: nn.Module = conv_stem(dim, self.patch_size)
+        else:
+            self.patch_embed = nn.Conv2d(3, dim, kernel_size=self.patch_size, stride=self.patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, self.num_tokens, dim))
         self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio) for _ in range(depth))
@@ -110,7 +136,7 @@ class VisionTransformer(nn.Module):
             if isinstance(module, nn.Linear):
                 nn.init.trunc_normal_(module.weight, std=0.02)
                 nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
+            elif isinstance(module, nn.LayerNorm | nn.BatchNorm2d):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
 
