@@ -52,8 +52,9 @@ table-ablation: sweep-ablation ## the 8-cell grid on DATA (cifar100): trains wha
 table-protocols: sweep-protocols ## Baseline vs Modern on DATASETS: trains what is missing, then the table
 	$(PY) -m vit_locality.report protocols $(SWEEP_ROOT)/protocols --model $(MODEL) --out $(REPORTS)
 
-figures: sweep-ablation sweep-protocols ## MAD-entropy planes, per-layer curves and emergence plots of both sweeps
+figures: sweep-ablation sweep-protocols ## planes, per-layer curves, emergence, instruments; one HTML page per sweep
 	$(PY) -m vit_locality.report figures $(SWEEP_ROOT)/ablation $(SWEEP_ROOT)/protocols --model $(MODEL) --out $(REPORTS)
+	$(PY) -m vit_locality.report page $(SWEEP_ROOT)/ablation $(SWEEP_ROOT)/protocols --model $(MODEL) --out $(REPORTS)
 
 paper: table-ablation table-protocols figures ## every paper table and figure (variables: SEEDS EPOCHS MODEL DATA DATASETS LAUNCHER)
 
