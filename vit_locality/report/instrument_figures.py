@@ -64,7 +64,7 @@ def masses_figure(found: Instruments) -> plt.Figure:
         ax.set_xlabel("layer (heads sorted by self mass)")
         ax.set_ylim(0, 1.0)
         ax.set_ylabel("share of patch-key attention")
-        ax.set_title(f"{name} ({len(tables)} seed{'s' if len(tables) > 1 else ''})", fontsize=9)
+        ax.set_title(f"{name} ({len(tables)} run{'s' if len(tables) > 1 else ''})", fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=MASS_COLOURS[k]) for k in MASS_KEYS]
     fig.legend(handles, [MASS_LABELS[k] for k in MASS_KEYS], loc="upper right", fontsize=8, ncol=3)
     fig.suptitle(f"{found.title}: where each head's attention goes (final model)", fontsize=10, x=0.4)
@@ -116,7 +116,8 @@ def trajectory_figure(found: Instruments) -> plt.Figure:
 
 
 def dose_figure(found: Instruments) -> plt.Figure:
-    """Columns: the three knobs; rows: minimum MAD and top-1; the paper's settings as vertical dotted lines."""
+    """Columns: the three knobs; rows: minimum MAD (dashed: uniform attention) and top-1; the paper's settings as
+    vertical dotted lines."""
     runs = [run for group in found.cells.values() for run in group.runs]
     fig, axes = plt.subplots(2, len(AXES), figsize=(4.2 * len(AXES), 6.2), squeeze=False)
     for col, axis in enumerate(AXES):
@@ -135,9 +136,12 @@ def dose_figure(found: Instruments) -> plt.Figure:
                 ax.set_xlabel(AXIS_LABELS[axis], fontsize=8)
             if not curves:
                 ax.text(0.5, 0.5, "no runs along this axis", ha="center", color="grey", transform=ax.transAxes)
+            if row == 0:  # on the full scale, from "attends to itself" (0) to uniform, so flat reads as flat
+                ax.axhline(plots.UNIFORM_MAD_8X8, color="grey", ls="--", lw=0.8)
+                ax.set_ylim(0, max(0.6, ax.get_ylim()[1]))
         if curves:
             axes[0, col].legend(fontsize=6)
-    fig.suptitle(f"{found.title}: dose-response (dotted: the paper's settings)", fontsize=10)
+    fig.suptitle(f"{found.title}: dose-response (dotted: the paper's settings; dashed: uniform attention)", fontsize=10)
     fig.tight_layout()
     return fig
 
