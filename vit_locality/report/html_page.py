@@ -80,18 +80,22 @@ def image_html(path: Path, caption: str) -> str:
 
 
 def central_maps_html(agg: Aggregate, notes: list[str]) -> str:
-    """Per (data set, model) and cell, the first run's per-head mean attention of the central query, layers 0 and
-    1 (the picture each run saves at its end)."""
+    """Per (data set, model) and cell, the per-head mean attention of the central query, layers 0 and 1 (the
+    picture each run saves at its end), for the cell's runs of its lowest seed: one in an ablation, one per setting
+    in a sweep that pools other settings into a cell (a dose sweep)."""
     parts = []
     for data, model in agg.models():
         parts.append(f"<h3>{html.escape(f'{data}, {model}')}</h3>")
         for name, group in agg.cells(data, model).items():
-            run = min(group.runs, key=lambda r: r.seed)
-            picture = run.run_dir / MAPS_PNG
-            if picture.is_file():
-                parts.append(image_html(picture, f"{name}: {run.run_dir.name} (seed {run.seed})"))
-            else:
-                notes.append(f"{run.run_dir}: no {MAPS_PNG}; its cell has no attention maps on the page")
+            first_seed = min(run.seed for run in group.runs)
+            for run in sorted(group.runs, key=lambda r: r.run_dir.name):
+                picture = run.run_dir / MAPS_PNG
+                if run.seed != first_seed:
+                    continue
+                if picture.is_file():
+                    parts.append(image_html(picture, f"{name}: {run.run_dir.name} (seed {run.seed})"))
+                else:
+                    notes.append(f"{run.run_dir}: no {MAPS_PNG}; it has no attention maps on the page")
     return "".join(parts)
 
 
