@@ -215,3 +215,25 @@ def test_page_renders_whole_in_headless_chromium_offline(page: Path, tmp_path: P
     above = rgb[: footer_rows.min()]
     assert (above.sum(axis=-1) < 3 * 240).mean() > 0.05  # tables and figures, not a blank page
     assert len(np.unique(above.reshape(-1, 3)[::13], axis=0)) > 200  # colour figures, not only text
+
+
+def test_runs_an_instrument_cannot_use_are_noted_not_fatal(
+    sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A damaged checkpoint and a run whose data cannot be rebuilt: both runs stay in the tables that need neither
+    (matched accuracy), drop out of the ones that do, and each gets a note naming it."""
+    copy = tmp_path / "study"
+    shutil.copytree(sweep, copy)
+    (copy / "Baseline_s0" / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
+    record_path = copy / "pCM_s0" / "results.json"
+    record = json.loads(record_path.read_text())
+    record["config"]["data"]["no_such_setting"] = 1  # the data layer refuses it
+    record_path.write_text(json.dumps(record))
+    out = tmp_path / "reports"
+    assert main(["instruments", str(copy), "--out", str(out), "--box-images", "16"]) == 0
+    printed = capsys.readouterr().out
+    assert f"note: {copy / 'Baseline_s0'}: checkpoints/last.ckpt is unusable" in printed
+    assert f"note: {copy / 'pCM_s0'}: probe images not rebuilt" in printed
+    assert [row["cell"] for row in _csv(out / "positions_synthetic_vit_tiny.csv")] == ["+CM"]
+    assert not (out / "box_synthetic_vit_tiny.csv").exists()  # no run left for it: the table is left out
+    assert [row["cell"] for row in _csv(out / "matched_synthetic_vit_tiny.csv")] == ["Baseline", "+CM"]

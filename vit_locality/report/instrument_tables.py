@@ -8,6 +8,7 @@ needs is left out of it with a note; nothing here trains or downloads anything.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,33 +64,50 @@ class Instruments:
 def measure(agg: Aggregate, data: str, model: str, box_images: int = BOX_IMAGES) -> Instruments:
     """Load each run's checkpoint once: its position embeddings, and (box_images > 0) the pasted-box probe."""
     found = Instruments(data, model, agg.cells(data, model))
+    images: dict[str, torch.Tensor] = {}  # the probe set depends on the data settings alone: built once per set
     for name, group in found.cells.items():
-        found.measured[name] = [_measure_run(run, box_images, found.notes) for run in group.runs]
+        found.measured[name] = [_measure_run(run, box_images, found.notes, images) for run in group.runs]
     return found
 
 
-def _measure_run(run: RunRecord, box_images: int, notes: list[str]) -> RunInstruments:
+def _measure_run(run: RunRecord, box_images: int, notes: list[str], cache: dict[str, torch.Tensor]) -> RunInstruments:
     result = RunInstruments(run)
     try:
         checkpoint = loading.read_checkpoint(run.run_dir)
+        if checkpoint is not None:
+            result.similarity = position_similarity(loading.position_embedding(checkpoint))
+            result.locality = position_locality(result.similarity)
     except Exception as error:  # a damaged or foreign file: torch raises several types
-        notes.append(f"{run.run_dir}: checkpoints/last.ckpt is unreadable ({type(error).__name__}); no positions")
+        why = f"{type(error).__name__}: {_first_line(error)}"
+        notes.append(
+            f"{run.run_dir}: checkpoints/last.ckpt is unusable ({why}); left out of the position and box instruments"
+        )
         return result
     if checkpoint is None:
         notes.append(f"{run.run_dir}: no checkpoints/last.ckpt; left out of the position and box instruments")
         return result
-    result.similarity = position_similarity(loading.position_embedding(checkpoint))
-    result.locality = position_locality(result.similarity)
     if box_images > 1 and run.config is not None:
+        key = json.dumps(run.config.get("data"), sort_keys=True, default=str)
         try:
-            images = loading.probe_images(run.config, box_images)
+            if key not in cache:
+                cache[key] = loading.probe_images(run.config, box_images)
+            images = cache[key]
         except Exception as error:  # data not on this machine, or a config the data layer no longer takes
-            why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            notes.append(f"{run.run_dir}: probe images not rebuilt ({why}); left out of the box instrument")
+            notes.append(
+                f"{run.run_dir}: probe images not rebuilt ({_first_line(error)}); left out of the box instrument"
+            )
             return result
-        model = loading.model_from_checkpoint(checkpoint)
+        try:
+            model = loading.model_from_checkpoint(checkpoint)
+        except Exception as error:  # hyper-parameters and weights that do not fit one another
+            notes.append(f"{run.run_dir}: the checkpoint's model does not load ({_first_line(error)}); no box")
+            return result
         result.box = box_locality(model, loading.normalise(images, checkpoint))
     return result
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 # ---- per-head locality masses -----------------------------------------------------------------------------------
