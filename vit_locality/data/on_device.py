@@ -69,16 +69,18 @@ def draw_crop_flip(batch: int, padding: int, generator: torch.Generator) -> Crop
 def crop_flip(images: torch.Tensor, draws: CropFlipDraws, padding: int) -> torch.Tensor:
     """Every image cropped from its zero-padded self at its own corner, then flipped if drawn: one gather.
 
-    Output pixel (y, x) of image b is padded pixel (top_b + y, left_b + x'), x' = W - 1 - x when flipped."""
-    batch, _, height, width = images.shape
+    Output pixel (y, x) of image b is padded pixel (top_b + y, left_b + x'), x' = W - 1 - x when flipped, read from
+    each padded plane as one flat index (a 4-D advanced index with permutes was 4x slower on a CPU)."""
+    batch, channels, height, width = images.shape
     padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
     device = images.device
     rows = draws.offsets[:, :1].to(device) + torch.arange(height, device=device)  # (B, H)
     xs = torch.arange(width, device=device)
     xs = torch.where(draws.flip.to(device).unsqueeze(1), width - 1 - xs, xs)  # (B, W)
     cols = draws.offsets[:, 1:].to(device) + xs
-    b = torch.arange(batch, device=device).view(batch, 1, 1)
-    return padded.permute(0, 2, 3, 1)[b, rows.unsqueeze(2), cols.unsqueeze(1)].permute(0, 3, 1, 2).contiguous()
+    flat = rows.unsqueeze(2) * (width + 2 * padding) + cols.unsqueeze(1)  # (B, H, W)
+    index = flat.view(batch, 1, height * width).expand(batch, channels, height * width)
+    return padded.view(batch, channels, -1).gather(2, index).view(batch, channels, height, width)
 
 
 @dataclass(frozen=True)
