@@ -7,13 +7,12 @@ these functions, so a benchmark times what a user runs and an analysis sees the 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
 
 from .checkpoint_io import AtomicCheckpointIO
@@ -25,6 +24,7 @@ from .domain import resolve_policy
 from .identity import identity_hash
 from .module import ViTClassifier
 from .transforms import build_train_transform
+from .wandb_run import wandb_logger
 
 
 def uses_cuda(accelerator: str) -> bool:
@@ -91,35 +91,12 @@ def build_module(cfg: DictConfig, datamodule: ImageDataModule, policy: str | Non
 
 
 def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
-    """The CSV log always (the offline record beside results.json), W&B on top when `logger=wandb`. Both resume
-    with the run: the CSV keeps earlier attempts' rows, W&B continues the run whose id the cell's identity and
-    directory give."""
+    """The CSV log always (the offline record beside results.json), W&B on top when `logger=wandb` (mode, group
+    and tags: wandb_run.py). Both resume with the run: the CSV keeps earlier attempts' rows, W&B continues the run
+    whose id the cell's identity and directory give."""
     loggers: list[Logger] = [ResumableCSVLogger(save_dir=str(run_dir), name="", version="csv")]
-    wandb_cfg = cfg.logger.get("wandb")
-    if wandb_cfg:
-        mode = wandb_cfg.mode
-        if mode == "auto":
-            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
-        loggers.append(
-            WandbLogger(
-                project=wandb_cfg.project,
-                entity=wandb_cfg.entity,
-                group=wandb_cfg.group,
-                job_type=wandb_cfg.job_type,
-                name=cfg.run_name,
-                tags=[
-                    f"aa{int(cfg.aug.autoaug)}",
-                    f"cm{int(cfg.aug.cutmix)}",
-                    f"ls{cfg.loss.ls}",
-                    cfg.model.name,
-                ],
-                save_dir=str(run_dir),
-                id=wandb_run_id(cfg, run_dir),
-                resume="allow",
-                mode=mode,
-                config=OmegaConf.to_container(cfg, resolve=True),
-            )
-        )
+    if cfg.logger.get("wandb"):
+        loggers.append(wandb_logger(cfg, run_dir, wandb_run_id(cfg, run_dir)))
     return loggers
 
 

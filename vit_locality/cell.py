@@ -22,7 +22,6 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
@@ -45,6 +44,7 @@ from .results import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_r
 from .run_lock import RunLock
 from .transforms import describe_protocol
 from .versions import environment_versions
+from .wandb_run import finish_wandb, publish_run_files
 
 log = logging.getLogger("vit_locality")
 CallbackFactory = Callable[[DictConfig, Path], list[Callback]]
@@ -164,6 +164,7 @@ def _run_locked(
 ) -> dict[str, Any]:
     candidate = existing_record(run_dir, identity)
     record: dict[str, Any] = {"run_name": cfg.run_name, "identity_hash": identity, "seed": int(cfg.seed)}
+    record["tags"] = [str(tag) for tag in cfg.get("tags") or []]  # labels only, outside the identity
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule, policy = build_datamodule(cfg)
     if candidate is not None:
@@ -251,6 +252,7 @@ def _train_and_test(
         write_record(run_dir, record, status="running")
     if resume:
         log.info("resuming %s from %s (%d epochs done)", cfg.run_name, resume, start_epoch)
+    finished = False
     try:
         fit_start = time.perf_counter()
         with gate.deferring():
@@ -258,32 +260,28 @@ def _train_and_test(
         if trainer.received_sigterm:  # the signal came too late in fit for Lightning to raise it
             raise SIGTERMException()
         fit_seconds = time.perf_counter() - fit_start
-        val_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        # `epoch` is the x-axis the module logs (module.py), not a result.
+        val_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch"}
         test_start = time.perf_counter()
         test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
         test_seconds = time.perf_counter() - test_start
+
+        record["metrics"] = {**val_metrics, **{k: float(v) for k, v in test_metrics.items()}}
+        record["measured_on"] = measured_on(cfg, datamodule)
+        record["epochs"] = trainer.current_epoch
+        record["steps"] = trainer.global_step
+        record["precision"] = str(trainer.precision)
+        record["timings"] = {"fit_s": fit_seconds, "test_s": test_seconds, "total_s": time.perf_counter() - started}
+        for callback in trainer.callbacks:
+            if isinstance(callback, RecordSection):
+                record.update(callback.record_section())
+        if trainer.is_global_zero:
+            path = write_record(run_dir, record, status="complete")
+            discard_interrupted(run_dir)  # superseded by the finished run
+            log.info("%s: test acc1 %.4f -> %s", cfg.run_name, record["metrics"].get("test/acc1", float("nan")), path)
+            # The W&B run gets the complete record, statistics, pictures (and checkpoint) before it is finished.
+            publish_run_files(loggers, run_dir, bool(OmegaConf.select(cfg, "logger.wandb.log_model", default=False)))
+        finished = True
     finally:
-        finish_wandb(loggers)
-
-    record["metrics"] = {**val_metrics, **{k: float(v) for k, v in test_metrics.items()}}
-    record["measured_on"] = measured_on(cfg, datamodule)
-    record["epochs"] = trainer.current_epoch
-    record["steps"] = trainer.global_step
-    record["precision"] = str(trainer.precision)
-    record["timings"] = {"fit_s": fit_seconds, "test_s": test_seconds, "total_s": time.perf_counter() - started}
-    for callback in trainer.callbacks:
-        if isinstance(callback, RecordSection):
-            record.update(callback.record_section())
-    if trainer.is_global_zero:
-        path = write_record(run_dir, record, status="complete")
-        discard_interrupted(run_dir)  # superseded by the finished run
-        log.info("%s: test acc1 %.4f -> %s", cfg.run_name, record["metrics"].get("test/acc1", float("nan")), path)
+        finish_wandb(loggers, failed=not finished)
     return {**record, "status": "complete"}
-
-
-def finish_wandb(loggers: list[Logger]) -> None:
-    """Close the W&B run so it does not leak into the next cell of a multirun."""
-    if any(isinstance(logger, WandbLogger) for logger in loggers):
-        import wandb
-
-        wandb.finish()

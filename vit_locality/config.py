@@ -82,6 +82,7 @@ TRAIN_SIZES = {"cifar10": 50_000, "cifar100": 50_000, "tiny_imagenet": 100_000}
 MAX_SEED = 2**32 - 1  # the range of numpy's seed, which Lightning's seed_everything enforces
 # A name that becomes a directory (sweep_name, model.name, run_name): one path component, nothing a shell minds.
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+TAGS_RULE = "a list of strings of 1 to 64 characters, e.g. tags=[paper,v2] (W&B run tags)"
 SAFE_NAME_RULE = "letters, digits and _ . + - (it names a directory), not starting with . or -, no '..'"
 
 
@@ -279,12 +280,16 @@ def _check_logger(logger: DictConfig) -> None:
     _check(isinstance(wandb.project, str) and wandb.project != "", "logger.wandb.project", wandb.project, "a name")
     for key in ("entity", "group", "job_type"):
         _check(wandb[key] is None or isinstance(wandb[key], str), f"logger.wandb.{key}", wandb[key], "a name or null")
+    _check(_is_bool(wandb.get("log_model", False)), "logger.wandb.log_model", wandb.get("log_model"), "true or false")
 
 
 def _check_run(cfg: DictConfig) -> None:
     _integer(cfg, "", "seed", 0, MAX_SEED)
     _flags(cfg.sweep, "sweep", "continue_on_error")
     _name("sweep_name", cfg.sweep_name)
+    tags = cfg.get("tags", [])
+    listed = isinstance(tags, ListConfig) and all(isinstance(tag, str) and 0 < len(tag) <= 64 for tag in tags)
+    _check(listed, "tags", OmegaConf.to_container(tags) if OmegaConf.is_config(tags) else tags, TAGS_RULE)
     try:
         run_name = cfg.run_name
     except OmegaConfBaseException as error:

@@ -4,11 +4,21 @@ import time), so importing the library changes no global logging or warning stat
 from __future__ import annotations
 
 import logging
+import os
 import warnings
+from collections.abc import MutableMapping
 
 
 def quiet_library_noise() -> None:
+    quiet_wandb()
     # Lightning 2.6 with torch 2.14 warns about its own use of a torch pytree API at every fit.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     # Lightning advertises a cloud logger at every Trainer construction; one per cell of a sweep is noise.
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "Tip:" not in r.getMessage())
+
+
+def quiet_wandb(environ: MutableMapping[str, str] | None = None) -> None:
+    """W&B prints some 35 lines per run (banner, history sparklines, sync hints) to stderr, most of a cell's output:
+    `WANDB_SILENT=true` unless the user set it (`WANDB_SILENT=false` brings them back). The cell runner says itself
+    where an offline run went (wandb_run.finish_wandb)."""
+    (os.environ if environ is None else environ).setdefault("WANDB_SILENT", "true")

@@ -23,6 +23,7 @@ NOT_IDENTITY = (
     "run_name",
     "sweep_name",
     "sweep",
+    "tags",  # labels for W&B and the record
     "logger",
     "callbacks",
     "data.root",
