@@ -116,7 +116,7 @@ class ViTClassifier(L.LightningModule):
         hp = self.hparams
         if self.device_autoaugment is not None:
             images = self.device_autoaugment(images)
-        acc_name = "train/acc1_dominant" if hp.cutmix else "train/acc1"
+        acc_name = "train/acc1"  # one name in every cell: under CutMix, against the dominant label
         if hp.cutmix and self._mix_this_batch():
             mixed = cutmix_batch(images, labels, hp.num_classes, hp.cutmix_alpha)
             images, targets = mixed.images, mixed.targets
@@ -145,6 +145,7 @@ class ViTClassifier(L.LightningModule):
         if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
             self.log("train/loss", loss, prog_bar=True)
             self.log("lr", self.optimizers().param_groups[0]["lr"])
+            self.log("epoch", self.epoch_number())
         if self.trainer.is_last_batch:
             loss_sum, correct = self._train_sums / self._train_seen
             self.log("train/loss_epoch", loss_sum, on_step=False, on_epoch=True, sync_dist=True)
@@ -172,8 +173,18 @@ class ViTClassifier(L.LightningModule):
             "the last checkpoint of a finished epoch is kept. Lower optim.lr or check the data"
         )
 
+    def epoch_number(self) -> float:
+        """The `epoch` every logged row carries: the epoch in progress counted from 1, so the figures of the n-th epoch
+        and the attention statistics measured after it share `epoch` n (0 is the initial model). Lightning's own
+        default is the 0-based index."""
+        return float(self.current_epoch + 1)
+
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """Check the flag every `nonfinite_check_every` steps and on an epoch's last batch, before any checkpoint."""
+        """Check the flag every `nonfinite_check_every` steps and on an epoch's last batch, before any checkpoint.
+        The epoch's figures (logged in training_step) get their `epoch` here: one hook may not log a name both per
+        step and per epoch."""
+        if self.trainer.is_last_batch:
+            self.log("epoch", self.epoch_number(), on_step=False, on_epoch=True, sync_dist=True)
         every = self.hparams.nonfinite_check_every
         if (self.global_step % every == 0 or self.trainer.is_last_batch) and self._first_bad_step is not None:
             first = int(self._first_bad_step)
@@ -189,6 +200,8 @@ class ViTClassifier(L.LightningModule):
         acc5(logits, labels)
         self.log(f"{split}/acc1", acc1, on_epoch=True, prog_bar=split == "val")
         self.log(f"{split}/acc5", acc5, on_epoch=True)
+        if split == "val":  # after fit, current_epoch already counts the epochs run: test rows keep Lightning's
+            self.log("epoch", self.epoch_number(), on_epoch=True, sync_dist=True)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val", self.val_acc1, self.val_acc5)
