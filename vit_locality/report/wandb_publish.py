@@ -1,0 +1,116 @@
+"""`python -m vit_locality.report ... --wandb`: the paper's tables and figures as one W&B run, the dashboard of
+each table.
+
+The tables and figures are the ones just written to --out, built from the run directories; W&B gets a copy next
+to the training runs of the same project: each table as a W&B Table, each figure as an image, a scatter of every
+run's minimum early-layer MAD against its top-1, and per-layer MAD curves, one line per cell. Offline (no key,
+`WANDB_MODE=offline`) the run is written under <out>/wandb/ for `wandb sync` to upload later.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..console import quiet_wandb
+from ..wandb_run import resolve_mode
+from .aggregate import Aggregate, summarise
+from .figures import layer_table
+from .tables import Table
+
+DEFAULT_PROJECT = "vit-locality"
+SCATTER_KEY = "runs/min_mad_vs_top1"
+
+
+def sweep_project(agg: Aggregate) -> tuple[str, str | None]:
+    """The W&B project and entity most of the runs were logged to (their recorded `logger.wandb`), so the report
+    sits beside its training runs; the default project when none used W&B."""
+    settings = [
+        (run.config or {}).get("logger", {}).get("wandb") or {} for group in agg.groups.values() for run in group.runs
+    ]
+    chosen = Counter((s.get("project"), s.get("entity")) for s in settings if isinstance(s, dict) and s.get("project"))
+    if not chosen:
+        return DEFAULT_PROJECT, None
+    return chosen.most_common(1)[0][0]
+
+
+def _all_tables(tables: Iterable[Table]) -> list[Table]:
+    return [part for table in tables for part in (table, *table.parts)]
+
+
+def scatter_rows(agg: Aggregate) -> list[list[Any]]:
+    """One row per counted run: name, cell, data set, model, seed, minimum early-layer MAD, top-1 in percent."""
+    rows = []
+    for key, group in sorted(agg.groups.items(), key=lambda item: (item[0].data, item[0].model, item[0].cell)):
+        for run in group.runs:
+            headline = run.headline()
+            rows.append(
+                [run.run_dir.name, key.cell, key.data, key.model, run.seed, headline.min_mad, headline.acc1 * 100]
+            )
+    return rows
+
+
+def layer_curves(agg: Aggregate, data: str, model: str) -> tuple[list[int], list[list[float]], list[str]]:
+    """Per cell, the final model's minimum MAD over the heads of each layer, averaged over seeds: (layers, one
+    curve per cell, cell names). Runs without a usable per-layer table are left out (the figures note them)."""
+    curves, names, depth = [], [], None
+    for name, group in agg.cells(data, model).items():
+        tables = [table for run in group.runs if (table := layer_table(run, []))]
+        if not tables:
+            continue
+        layers = min(len(table) for table in tables)
+        depth = layers if depth is None else min(depth, layers)
+        curves.append([summarise(table[layer]["mad_min"] for table in tables).mean for layer in range(layers)])
+        names.append(name)
+    depth = depth or 0
+    return list(range(depth)), [curve[:depth] for curve in curves], names
+
+
+def publish(agg: Aggregate, tables: list[Table], pictures: list[Path], sweep_dirs: list[Path], out: Path) -> Path:
+    """Log the report into one new W&B run of the sweep's project; returns the run's local directory."""
+    quiet_wandb()
+    import wandb
+
+    out.mkdir(parents=True, exist_ok=True)
+    project, entity = sweep_project(agg)
+    names = "+".join(sorted({Path(d).resolve().name for d in sweep_dirs}))
+    run = wandb.init(
+        project=project,
+        entity=entity,
+        name=f"report-{names}",
+        job_type="report",
+        group="reports",
+        tags=["report", *(f"sweep:{Path(d).resolve().name}" for d in sweep_dirs)],
+        config={
+            "sweep_dirs": [str(Path(d).resolve()) for d in sweep_dirs],
+            "runs": sum(len(group.runs) for group in agg.groups.values()),
+            "data_models": [f"{data}/{model}" for data, model in agg.models()],
+        },
+        dir=str(out),
+        mode=resolve_mode("auto"),
+    )
+    where = Path(run.dir).parent
+    try:
+        logged: dict[str, Any] = {}
+        for table in _all_tables(tables):
+            logged[f"tables/{table.stem}"] = wandb.Table(columns=table.headers, data=table.rows)
+        for path in pictures:
+            logged[f"figures/{path.stem}"] = wandb.Image(str(path), caption=path.stem)
+        columns = ["run", "cell", "data", "model", "seed", "min_mad_early", "top1_percent"]
+        runs = wandb.Table(columns=columns, data=scatter_rows(agg))
+        logged["runs/all"] = runs
+        logged[SCATTER_KEY] = wandb.plot.scatter(
+            runs, "min_mad_early", "top1_percent", title="minimum early-layer MAD vs top-1 (%), every run"
+        )
+        for data, model in agg.models():
+            layers, curves, cells = layer_curves(agg, data, model)
+            if curves:
+                logged[f"layers/min_mad_{data}_{model}"] = wandb.plot.line_series(
+                    xs=layers, ys=curves, keys=cells, title=f"{data}, {model}: minimum MAD per layer", xname="layer"
+                )
+        run.log(logged)
+    finally:
+        run.finish()
+    return where
