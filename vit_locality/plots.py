@@ -63,16 +63,32 @@ def central_query_maps(maps: torch.Tensor, layers: list[int], title: str) -> plt
     return fig
 
 
+def text_colour(rgba: tuple[float, ...]) -> str:
+    """Black or white, whichever stands out more against a cell of colour `rgba` (WCAG relative luminance): white
+    text on viridis' yellow end, the old choice everywhere, could not be read."""
+
+    def linear(channel: float) -> float:
+        return channel / 12.92 if channel <= 0.04045 else ((channel + 0.055) / 1.055) ** 2.4
+
+    red, green, blue = (linear(c) for c in rgba[:3])
+    luminance = 0.2126 * red + 0.7152 * green + 0.0722 * blue
+    # Contrast with black is (L + 0.05) / 0.05, with white 1.05 / (L + 0.05): equal at L = 0.179.
+    return "black" if luminance > 0.179 else "white"
+
+
 def layer_head_heatmap(values: torch.Tensor, title: str, vmax: float | None = None) -> plt.Figure:
-    """A (layers, heads) matrix as a heatmap with the values written in."""
-    fig, ax = plt.subplots(figsize=(0.6 * values.shape[1] + 1.5, 0.45 * values.shape[0] + 1))
+    """A (layers, heads) matrix as a heatmap with a colour bar and the values written in, each in the colour that
+    reads on its cell."""
+    layers, heads = values.shape
+    fig, ax = plt.subplots(figsize=(0.7 * heads + 2.0, 0.5 * layers + 1.2))
     image = ax.imshow(values, cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
-    for (layer, head), value in zip(
-        torch.cartesian_prod(torch.arange(values.shape[0]), torch.arange(values.shape[1])).tolist(),
-        values.flatten().tolist(),
-        strict=True,
-    ):
-        ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=6, color="w")
+    for layer in range(layers):
+        for head in range(heads):
+            value = float(values[layer, head])
+            colour = text_colour(image.cmap(image.norm(value)))
+            ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=7, color=colour)
+    ax.set_xticks(range(heads))
+    ax.set_yticks(range(layers))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(title, fontsize=9)
