@@ -237,3 +237,25 @@ def test_runs_an_instrument_cannot_use_are_noted_not_fatal(
     assert [row["cell"] for row in _csv(out / "positions_synthetic_vit_tiny.csv")] == ["+CM"]
     assert not (out / "box_synthetic_vit_tiny.csv").exists()  # no run left for it: the table is left out
     assert [row["cell"] for row in _csv(out / "matched_synthetic_vit_tiny.csv")] == ["Baseline", "+CM"]
+
+
+def test_two_sweeps_of_one_name_get_two_pages(sweep: Path, tmp_path: Path) -> None:
+    for parent in ("a", "b"):
+        shutil.copytree(sweep, tmp_path / parent / "study")
+    out = tmp_path / "pages"
+    assert (
+        main(
+            [
+                "page",
+                str(tmp_path / "a" / "study"),
+                str(tmp_path / "b" / "study"),
+                "--out",
+                str(out),
+                "--box-images",
+                "0",
+            ]
+        )
+        == 0
+    )
+    assert sorted(p.name for p in out.glob("*.html")) == ["study.html", "study_2.html"]
+    assert str(tmp_path / "b" / "study") in (out / "study_2.html").read_text(encoding="utf-8")

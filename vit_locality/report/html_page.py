@@ -39,6 +39,7 @@ class Page:
     """The page's content, in order: sections of (heading, HTML) and the lines for the notes section."""
 
     title: str
+    source: str = ""  # where the runs came from, said under the title
     sections: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -55,7 +56,8 @@ class Page:
         return (
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(self.title)}</title><style>{STYLE}</style></head><body>"
-            f"<h1>{html.escape(self.title)}</h1><p>Written {stamp} by python -m vit_locality.report page.</p>"
+            f"<h1>{html.escape(self.title)}</h1><p>{html.escape(self.source)} Written {stamp} by"
+            " python -m vit_locality.report page.</p>"
             f'<nav><ul>{contents}<li><a href="#notes">Notes and skipped runs</a></li></ul></nav>{body}'
             f'<section id="notes"><h2>Notes and skipped runs</h2><ul class="notes">{notes}</ul></section>'
             '<footer id="end">End of the report.</footer></body></html>\n'
@@ -99,21 +101,28 @@ def central_maps_html(agg: Aggregate, notes: list[str]) -> str:
     return "".join(parts)
 
 
+def page_name(sweep_dir: Path) -> str:
+    """The page's file stem: the sweep directory's own name, file-name safe."""
+    return slug(sweep_dir.resolve().name)
+
+
 def build_page(
     sweep_dir: Path,
     out_dir: Path,
     data: list[str] | None = None,
     model: list[str] | None = None,
     box_images: int = BOX_IMAGES,
+    name: str | None = None,
 ) -> Path | None:
     """Tables, figures and instruments of one sweep directory into <out>/<sweep>/ and the page <out>/<sweep>.html;
     None when the sweep holds no complete run."""
     agg = aggregate([sweep_dir], data, model)
     if not agg.groups:
         return None
-    name = slug(sweep_dir.resolve().name)
+    name = name or page_name(sweep_dir)
     assets = out_dir / name
-    page = Page(f"vit-locality: {name}")
+    runs = sum(len(group.runs) for group in agg.groups.values())
+    page = Page(f"vit-locality: {name}", f"{runs} complete run{'s' if runs != 1 else ''} under {sweep_dir}.")
     notes = list(agg.notes)
     tables = [protocols_table(agg), *ablation_tables(agg)]
     for table in tables:
