@@ -1,7 +1,7 @@
 """Paper tables and figures from finished sweeps (results.json and attention_stats.csv only).
 
 python -m vit_locality.report {ablation,protocols,figures,instruments,page,all} SWEEP_DIR [SWEEP_DIR ...]
-       [--out reports] [--data cifar100[,cifar10]] [--model vit_paper] [--box-images 128]
+       [--out reports] [--data cifar100[,cifar10]] [--model vit_paper] [--wandb] [--box-images 128]
 
 Prints the tables, writes Markdown, CSV, LaTeX, PNG and PDF into --out, then lists the runs it skipped and why
 (and the runs a figure left out). `instruments` adds the tables and figures of docs/instruments.md (locality
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--box-images", type=int, default=128, help="probe images for the pasted-box instrument (0: leave it out)"
     )
+    parser.add_argument("--wandb", action="store_true", help="also publish them as one W&B run (offline: wandb sync)")
     args = parser.parse_args(argv)
     problem = sweep_dirs_problem(args.sweep_dirs) or out_problem(args.out)
     if problem:
@@ -79,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.what in ("instruments", "all"):
         written += write_instruments(agg, args.out, args.box_images)
     print(f"wrote {len(written)} files into {args.out}: {', '.join(p.name for p in written)}")
+    if args.wandb:
+        from .wandb_publish import publish
+
+        pictures = [path for path in written if path.suffix == ".png"]
+        print(f"W&B report run: {publish(agg, tables, pictures, args.sweep_dirs, args.out)}")
     for note in agg.notes:
         print(f"note: {note}")
     for run_dir, why in agg.skipped:
