@@ -161,16 +161,18 @@ def masses_table(found: Instruments) -> Table:
 
 def positions_table(found: Instruments) -> Table:
     """Per cell: how 2-D local the learned position embeddings are, beside the attention's minimum MAD."""
-    headers = ["cell", "runs", "position locality", "min MAD"]
+    headers = ["cell", "runs", "position locality", "min MAD", "per run (seed: position locality)"]
     rows, records = [], []
     for name, measured in found.measured.items():
-        values = [m.locality for m in measured if m.similarity is not None]
-        if not values:
+        usable = [m for m in measured if m.similarity is not None]
+        if not usable:
             continue
-        stat = summarise(values)
-        mad = summarise(m.run.headline().min_mad for m in measured if m.similarity is not None)
-        rows.append([name, str(stat.n), format_stat(stat, 3), format_stat(mad, 3)])
-        records.append({"cell": name, "runs": stat.n, "position_locality": stat.mean, "min_mad": mad.mean})
+        stat = summarise(m.locality for m in usable)
+        mad = summarise(m.run.headline().min_mad for m in usable)
+        per_run = ", ".join(f"{m.run.seed}: {m.locality:.3f}" for m in usable)
+        rows.append([name, str(len(usable)), format_stat(stat, 3), format_stat(mad, 3), per_run])
+        records.append({"cell": name, "runs": len(usable), "position_locality": stat.mean, "min_mad": mad.mean})
+        records[-1]["per_run"] = per_run
     notes = [
         "position locality: minus the correlation between two patches' position-embedding cosine similarity and"
         " their grid distance (1: similarity falls steadily with distance; 0: the embeddings ignore the grid)",
