@@ -3,11 +3,12 @@ the table of datamodules by name, against the names in vit_locality.domain."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
 import torch
-import torch.nn.functional as F
+from torchvision.transforms.v2 import functional as TF
 
 from vit_locality.data import DATAMODULES, DataError, SyntheticDataModule, datamodule_class
 from vit_locality.domain import DATASET_DEFAULT_POLICY, DATASETS
@@ -67,81 +68,89 @@ def test_five_thousand_images_generate_in_seconds() -> None:
     assert dm.num_train == 5000
 
 
-# ---- the class evidence is local and spread over the image ----------------------------------------------
-# A classic unsupervised-feature pipeline (Coates & Ng): 8 x 8 patches sampled at random from training images
-# serve as filters; each image is described by the best normalised match of each filter anywhere in it (max
-# over positions), and a nearest-centroid rule classifies. Nothing here knows the generator's motif bank.
+# ---- the class lives in shape and scale, everywhere in the image ----------------------------------------------
+# A fixed descriptor that knows nothing of the generator: the power spectrum of the image's standardised
+# brightness, pooled in (radius, orientation) cells with the orientations sorted, so it ignores colour, polarity,
+# position and orientation. A nearest-centroid rule on it classifies. If the classes hid in colour (as colour
+# motifs do), the colour operations below would drop it to chance.
 
 
-def _centred(images: torch.Tensor) -> torch.Tensor:
+def _describe(images: torch.Tensor, radii: int = 8, angles: int = 12) -> torch.Tensor:
     x = images.float() / 255
-    return x - x.mean(dim=(2, 3), keepdim=True)  # remove each image's colour cast
-
-
-def _patch_filters(images: torch.Tensor, count: int, seed: int = 0) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    index = torch.randint(len(images), (count,), generator=gen)
-    corner = torch.randint(images.shape[-1] - 8 + 1, (count, 2), generator=gen)
-    places = zip(index.tolist(), corner.tolist(), strict=True)
-    filters = torch.stack([images[i, :, r : r + 8, c : c + 8] for i, (r, c) in places])
-    filters = filters - filters.mean(dim=(1, 2, 3), keepdim=True)
-    return filters / filters.flatten(1).norm(dim=1).clamp_min(1e-6).view(-1, 1, 1, 1)
-
-
-def _features(images: torch.Tensor, filters: torch.Tensor) -> torch.Tensor:
-    return F.conv2d(images, filters).amax(dim=(2, 3))
+    grey = 0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]
+    grey = (grey - grey.mean((1, 2), keepdim=True)) / (grey.std((1, 2), keepdim=True) + 1e-6)
+    power = torch.fft.fftshift(torch.fft.fft2(grey).abs() ** 2, dim=(-2, -1))
+    size = grey.shape[-1]
+    freq = torch.arange(size).float() - size // 2
+    fy, fx = torch.meshgrid(freq, freq, indexing="ij")
+    ring = (torch.hypot(fx, fy) / (size / 2) * radii).long().clamp(max=radii)  # ring `radii`: past Nyquist
+    sector = ((torch.atan2(fy, fx) % math.pi) / math.pi * angles).long().clamp(max=angles - 1)
+    pooled = torch.zeros(len(images), (radii + 1) * angles)
+    pooled.index_add_(1, (ring * angles + sector).flatten(), power.flatten(1))
+    pooled = pooled.view(len(images), radii + 1, angles)[:, :radii].sort(dim=2, descending=True).values
+    return (pooled / pooled.sum((1, 2), keepdim=True)).flatten(1).sqrt()
 
 
 def _nearest_centroid_accuracy(
-    train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor, classes: int
+    train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor, classes: int = 10
 ) -> float:
-    mean, std = train_x.mean(0), train_x.std(0) + 1e-6
-    train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
     centroids = torch.stack([train_x[train_y == k].mean(0) for k in range(classes)])
-    predicted = torch.cdist(test_x, centroids).argmin(1)
-    return float((predicted == test_y).float().mean())
+    return float((torch.cdist(test_x, centroids).argmin(1) == test_y).float().mean())
 
 
 @pytest.fixture(scope="module")
 def evidence_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     arrays = _module(train_size=1000, test_size=400, num_classes=10, generator_seed=5).arrays
-    return (
-        _centred(arrays.train_images),
-        arrays.train_labels,
-        _centred(arrays.test_images),
-        arrays.test_labels,
-    )
+    return arrays.train_images, arrays.train_labels, arrays.test_images, arrays.test_labels
 
 
-def test_local_patches_separate_the_classes(evidence_split) -> None:
+COLOUR_AND_GEOMETRY = {  # AutoAugment's operations at strong magnitudes (CIFAR-10 policy ranges)
+    "none": lambda x: x,
+    "invert": TF.invert,
+    "solarize": lambda x: TF.solarize(x, 128),
+    "posterize": lambda x: TF.posterize(x, 2),
+    "equalize": TF.equalize,
+    "autocontrast": TF.autocontrast,
+    "greyscale": lambda x: TF.rgb_to_grayscale(x, 3),
+    "rotate": lambda x: TF.rotate(x, 30.0),
+    "shear": lambda x: TF.affine(x, angle=0.0, translate=[0, 0], scale=1.0, shear=[16.0, 0.0]),
+}
+
+
+@pytest.mark.parametrize("operation", list(COLOUR_AND_GEOMETRY))
+def test_the_protocol_operations_keep_the_label(evidence_split, operation: str) -> None:
+    """Learned on clean images, the descriptor still classifies images after each operation (chance 0.1; the
+    clean figure measured 0.88, solarize the lowest at 0.74)."""
     train_x, train_y, test_x, test_y = evidence_split
-    filters = _patch_filters(train_x, 128)
-    train_f, test_f = _features(train_x, filters), _features(test_x, filters)
-    accuracy = _nearest_centroid_accuracy(train_f, train_y, test_f, test_y, 10)
-    assert accuracy > 0.7  # chance is 0.1
+    changed = COLOUR_AND_GEOMETRY[operation](test_x)
+    accuracy = _nearest_centroid_accuracy(_describe(train_x), train_y, _describe(changed), test_y)
+    assert accuracy > (0.8 if operation == "none" else 0.65), accuracy
 
 
 def test_every_quadrant_carries_class_evidence(evidence_split) -> None:
-    """A 16 x 16 quadrant alone, classified the same way, is well above chance in each corner."""
+    """A 16 x 16 quadrant alone classifies well in each corner: the class fills the image, so a box that CutMix
+    pastes carries the other class in proportion to its area."""
     train_x, train_y, test_x, test_y = evidence_split
-    filters = _patch_filters(train_x, 128)
     for top in (0, 16):
         for left in (0, 16):
             crop = (slice(None), slice(None), slice(top, top + 16), slice(left, left + 16))
-            accuracy = _nearest_centroid_accuracy(
-                _features(train_x[crop], filters), train_y, _features(test_x[crop], filters), test_y, 10
-            )
-            assert accuracy > 0.2, (top, left, accuracy)  # chance 0.1; 400 test images: sd 0.015
+            accuracy = _nearest_centroid_accuracy(_describe(train_x[crop]), train_y, _describe(test_x[crop]), test_y)
+            assert accuracy > 0.6, (top, left, accuracy)  # measured 0.75-0.80
 
 
 def test_label_permutation_destroys_the_signal(evidence_split) -> None:
-    """Control: the same pipeline with shuffled training labels sits at chance, so the pass above is real."""
+    """Control: the same pipeline with shuffled training labels sits at chance, so the passes above are real."""
     train_x, train_y, test_x, test_y = evidence_split
-    filters = _patch_filters(train_x, 128)
     shuffled = train_y[torch.randperm(len(train_y), generator=torch.Generator().manual_seed(1))]
-    train_f, test_f = _features(train_x, filters), _features(test_x, filters)
-    accuracy = _nearest_centroid_accuracy(train_f, shuffled, test_f, test_y, 10)
+    accuracy = _nearest_centroid_accuracy(_describe(train_x), shuffled, _describe(test_x), test_y)
     assert accuracy < 0.25
+
+
+def test_class_names_say_the_texture() -> None:
+    names = _module(num_classes=10).arrays.class_names
+    assert names[:5] == ["stripes_fine", "checkerboard_fine", "dots_fine", "grid_fine", "rings_fine"]
+    assert names[5:] == ["stripes_coarse", "checkerboard_coarse", "dots_coarse", "grid_coarse", "rings_coarse"]
+    assert len(set(_module(num_classes=100, train_size=100, test_size=10).arrays.class_names)) == 100
 
 
 # ---- datamodule API -------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from .data.on_device import BatchAugment, resolve_on_device
 from .domain import resolve_policy
 from .identity import identity_hash
 from .module import ViTClassifier
+from .trainer_options import trainer_arguments
 from .transforms import build_train_transform
 from .wandb_run import wandb_logger
 
@@ -109,26 +110,22 @@ def wandb_run_id(cfg: DictConfig, run_dir: Path) -> str:
 def build_trainer(
     cfg: DictConfig, run_dir: Path, loggers: list[Logger], callbacks: list[Callback], sanity_check: bool = True
 ) -> L.Trainer:
-    t = cfg.trainer
-    optional = {k: t[k] for k in ("limit_train_batches", "limit_val_batches", "gradient_clip_val") if t[k] is not None}
+    """Every `trainer.*` setting reaches the Trainer as given (config.py checked each against the installed
+    Trainer); the cell adds what follows from other settings: run directory, loggers, callbacks, progress display
+    and the atomic checkpoint plugin. `sanity_check=False` (a resumed cell) skips the sanity validation."""
+    arguments = trainer_arguments(OmegaConf.to_container(cfg.trainer, resolve=True))
+    arguments["precision"] = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
+    arguments.setdefault("enable_model_summary", False)
+    if not sanity_check:
+        arguments["num_sanity_val_steps"] = 0
+    arguments.setdefault("num_sanity_val_steps", 2)
     return L.Trainer(
-        accelerator=t.accelerator,
-        devices=t.devices,
-        num_nodes=t.num_nodes,
-        strategy=t.strategy,
-        max_epochs=t.max_epochs,
-        precision=resolve_precision(t.precision, t.accelerator),
-        log_every_n_steps=t.log_every_n_steps,
-        deterministic=t.deterministic,
-        check_val_every_n_epoch=t.check_val_every_n_epoch,
+        **arguments,
         default_root_dir=str(run_dir),
         logger=loggers,
         callbacks=callbacks,
         enable_progress_bar=cfg.callbacks.progress_bar != "none",
-        enable_model_summary=False,
-        num_sanity_val_steps=2 if sanity_check else 0,
         plugins=[AtomicCheckpointIO()],  # checkpoints written whole or not at all, on any file system
-        **optional,
     )
 
 

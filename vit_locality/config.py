@@ -189,13 +189,14 @@ def _check_data(data: DictConfig, cutmix: bool) -> None:
     _check(data.batch_size <= left, "data.batch_size", data.batch_size, f"at most the {left} training images{held_out}")
 
 
-SYNTHETIC_MINIMUMS = {"train_size": 1, "test_size": 1, "num_classes": 2, "motifs_per_class": 1, "motifs_per_image": 1}
+SYNTHETIC_MINIMUMS = {"train_size": 1, "test_size": 1, "num_classes": 2}
 
 
 def _check_synthetic(data: DictConfig) -> None:
     for name, minimum in (*SYNTHETIC_MINIMUMS.items(), ("generator_seed", 0)):
         _integer(data, "data", name, minimum)
     _check(_is_finite(data.noise) and data.noise >= 0, "data.noise", data.noise, "a number >= 0, finite")
+    _check(_is_finite(data.period) and data.period >= 2, "data.period", data.period, "a number of pixels >= 2, finite")
 
 
 def _check_model(model: DictConfig) -> None:
@@ -232,8 +233,10 @@ def _check_trainer(trainer: DictConfig, check_devices: bool) -> None:
     _check(clip is None or (_is_finite(clip) and clip >= 0), "trainer.gradient_clip_val", clip, "null or a number >= 0")
     allowed = "true, false or warn (warn: non-deterministic operations only warn)"
     _check(trainer.deterministic in (True, False, "warn"), "trainer.deterministic", trainer.deterministic, allowed)
-    for name in ("limit_train_batches", "limit_val_batches"):
-        _check_limit(f"trainer.{name}", trainer[name])
+    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "overfit_batches"):
+        if name in trainer:
+            _check_limit(f"trainer.{name}", trainer[name])
+    _check_other_trainer_arguments(trainer)
     devices = trainer.devices
     listed = isinstance(devices, ListConfig) and len(devices) > 0 and all(_is_int(d) and d >= 0 for d in devices)
     counted = devices in ("auto", -1) or (_is_int(devices) and devices >= 1)
@@ -241,6 +244,41 @@ def _check_trainer(trainer: DictConfig, check_devices: bool) -> None:
     _check(listed or counted, "trainer.devices", devices, allowed)
     if check_devices:
         validate_devices(trainer)
+
+
+# Lower bounds of the count-like Trainer arguments a quick check or a debug config sets.
+TRAINER_COUNTS = {
+    "max_steps": -1,
+    "min_steps": 0,
+    "min_epochs": 0,
+    "accumulate_grad_batches": 1,
+    "num_sanity_val_steps": -1,
+}
+
+
+def _check_other_trainer_arguments(trainer: DictConfig) -> None:
+    """Any other Trainer argument given as `+trainer.<name>`: known to the installed Trainer, of a type it takes."""
+    from .trainer_options import check_trainer_options  # reads Lightning's source, never imports Lightning
+
+    check_trainer_options({k: v for k, v in OmegaConf.to_container(trainer).items() if k != "precision"})
+    for name, minimum in TRAINER_COUNTS.items():
+        value = trainer.get(name)
+        if value is not None:
+            _check(_is_int(value) and value >= minimum, f"trainer.{name}", value, f"an integer >= {minimum}")
+    fast = trainer.get("fast_dev_run", False)
+    _check(
+        isinstance(fast, bool) or (_is_int(fast) and fast >= 0),
+        "trainer.fast_dev_run",
+        fast,
+        "true, false or a count of batches >= 0",
+    )
+    interval = trainer.get("val_check_interval")
+    _check(
+        interval is None or (_is_finite(interval) and interval > 0),
+        "trainer.val_check_interval",
+        interval,
+        "null, a fraction of an epoch in (0, 1] or a count of batches >= 1",
+    )
 
 
 def _check_limit(key: str, value: Any) -> None:
@@ -295,6 +333,10 @@ def _check_run(cfg: DictConfig) -> None:
     except OmegaConfBaseException as error:
         raise ConfigError(f"run_name: {str(error).splitlines()[0]}") from None
     _name("run_name", run_name)
+    metric = cfg.get("optimized_metric")
+    allowed = "null or a record metric, e.g. val/acc1, test/acc1, min_mad_early, mean_entropy_early"
+    _check(metric is None or (isinstance(metric, str) and metric.strip() != ""), "optimized_metric", metric, allowed)
+    _flags(cfg.extras, "extras", "print_config")
 
 
 def validate_analysis(cfg: DictConfig) -> None:

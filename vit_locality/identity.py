@@ -26,6 +26,8 @@ NOT_IDENTITY = (
     "tags",  # labels for W&B and the record
     "logger",
     "callbacks",
+    "extras",
+    "optimized_metric",
     "data.root",
     "data.num_workers",
     "data.download",
@@ -39,6 +41,9 @@ NOT_IDENTITY = (
     "trainer.num_nodes",
     "trainer.strategy",
     "trainer.log_every_n_steps",
+    "trainer.profiler",  # measuring where the time goes changes no number
+    "trainer.enable_model_summary",
+    "trainer.detect_anomaly",
 )
 # Keys (exact) the base of a run directory's name already shows (`<data>_<model>_aa<0|1>_cm<0|1>_ls<eps>_s<seed>`):
 # the data and model choices, the three flags and their presets, the seed; and config groups that only hold settings

@@ -159,14 +159,20 @@ def _delete(cfg: DictConfig, key: str, value: Any) -> None:
         del node[leaf]
 
 
-def _axes(overrides: Iterable[Override]) -> dict[str, list[str]]:
-    """Each overridden key with its values (one value, or every value of a sweep), as the basic sweeper lists them."""
+def _axes(overrides: Iterable[Override], search: bool = False) -> dict[str, list[str]]:
+    """Each overridden key with its values (one value, or every value of a sweep), as the basic sweeper lists them;
+    with a search sweeper (`search`, e.g. Optuna) an interval(a, b) is checked at both ends."""
     axes: dict[str, list[str]] = {}
     for override in overrides:
         key = override.get_key_element()
         if override.is_sweep_override():
             if not override.is_discrete_sweep():
-                raise ConfigError(f"{override.input_line} is not allowed: a list a,b,c or range(...) to sweep")
+                bounds = override.value()
+                if not search or not hasattr(bounds, "start"):
+                    allowed = "a list a,b,c, range(...) or, with a search sweeper, interval(a, b)"
+                    raise ConfigError(f"{override.input_line} is not allowed: {allowed}")
+                axes[key] = [f"{key}={bounds.start}", f"{key}={bounds.end}"]
+                continue
             axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
         else:
             axes[key] = [f"{key}={override.get_value_element_as_str()}"]
@@ -213,15 +219,17 @@ class Plan:
         self.composer, self.multirun, self.remote = composer, multirun, remote
         job, self.dirs = _split(composer, texts, multirun)
         fixed = [o for o in job if not o.is_sweep_override()]
-        axes = _axes(job)
         self.sweep_problem: str | None = None
+        search, saved = False, {}
         if multirun:  # the sweep's own config: the fixed overrides (Hydra leaves the swept ones to the cells)
             with composer.config([o.input_line for o in fixed]) as (cfg, hydra_cfg):
                 self.sweep_problem = self._output_problem("hydra.sweep.dir", cfg, hydra_cfg)
                 params = hydra_cfg.sweeper.get("params")  # a sweep saved in an experiment config adds its axes
                 saved = OmegaConf.to_container(params) if params else {}
-            saved_axes = _axes(composer.parse(f"{k}={v}") for k, v in saved.items() if k not in axes)
-            axes = {**saved_axes, **axes}
+                search = "BasicSweeper" not in str(hydra_cfg.sweeper.get("_target_", "BasicSweeper"))
+        axes = _axes(job, search)
+        saved_axes = _axes((composer.parse(f"{k}={v}") for k, v in saved.items() if k not in axes), search)
+        axes = {**saved_axes, **axes}
         self.cells: Iterable[Cell] = itertools.product(*axes.values())
         self.directories: dict[str, str] = {}  # run directory name -> the first cell that writes there
 

@@ -68,12 +68,23 @@ def pin_gpu_for_parallel_cells(cfg: DictConfig) -> None:
         log.info("%s pinned to GPU %d", cfg.run_name, cfg.trainer.devices[0])
 
 
+def objective_value(record: dict, name: str) -> float:
+    """What a search sweeper (Optuna) optimises: a metric of the cell's record, or a final attention statistic."""
+    metrics = record.get("metrics") or {}
+    final = (record.get("attention") or {}).get("final") or {}
+    for source in (metrics, final):
+        if isinstance(source.get(name), int | float):
+            return float(source[name])
+    known = sorted(metrics) + sorted(k for k, v in final.items() if isinstance(v, int | float))
+    raise ConfigError(f"optimized_metric={name!r} is not in the cell's record: one of {', '.join(known)}")
+
+
 def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> float | None:
     # Heavy imports only after Hydra has parsed the command line (so --help and typos answer at once).
     from vit_locality.callbacks import build_callbacks
     from vit_locality.cell import CellInterrupted, run_cell
@@ -95,8 +106,12 @@ def main(cfg: DictConfig) -> None:
         pin_gpu_for_parallel_cells(cfg)
     child = "LOCAL_RANK" in os.environ  # a DDP rank > 0 started by Lightning: it must not re-point anything
     original_argv = sys.argv if child else point_ddp_children_at_this_cell(run_dir)
+    if cfg.extras.print_config and not child:
+        from vit_locality.config_tree import config_tree_text
+
+        print(config_tree_text(cfg), flush=True)
     try:
-        run_cell(cfg, run_dir, build_callbacks)
+        record = run_cell(cfg, run_dir, build_callbacks)
     except CellInterrupted as stop:
         log.error("%s", stop)
         sys.exit(stop.exit_code)
@@ -105,10 +120,11 @@ def main(cfg: DictConfig) -> None:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             log.exception("full traceback")
         if cfg.sweep.continue_on_error:
-            return  # recorded as failed; the sweep's verdict reports it
+            return float("nan") if cfg.optimized_metric else None  # recorded as failed; the verdict reports it
         sys.exit(2 if isinstance(error, ConfigError | DataError) else 3 if isinstance(error, NonFiniteLossError) else 1)
     finally:
         sys.argv = original_argv
+    return objective_value(record, cfg.optimized_metric) if cfg.optimized_metric else None
 
 
 def cli() -> None:

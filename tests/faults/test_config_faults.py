@@ -46,7 +46,7 @@ CASES = [
     (["data=synthetic", "data.test_size=0"], "data.test_size=0 is not allowed: an integer >= 1"),
     (["data=synthetic", "data.num_classes=0"], "data.num_classes=0 is not allowed: an integer >= 2"),
     (["data=synthetic", "data.num_classes=1"], "data.num_classes=1 is not allowed: an integer >= 2"),
-    (["data=synthetic", "data.motifs_per_class=0"], "data.motifs_per_class=0 is not allowed: an integer >= 1"),
+    (["data=synthetic", "data.period=1"], "data.period=1 is not allowed: a number of pixels >= 2, finite"),
     (["data=synthetic", "data.train_size=-5"], "data.train_size=-5 is not allowed: an integer >= 1"),
     (["data=synthetic", "data.noise=inf"], "data.noise=inf is not allowed: a number >= 0, finite"),
     (["data.eval_batch_size=0"], "data.eval_batch_size=0 is not allowed: an integer >= 1, or null"),
@@ -102,7 +102,10 @@ CASES = [
     (["data.name=../x"], "data.name='../x' is not allowed: one of cifar10, cifar100, tiny_imagenet, synthetic"),
     # how the command line itself is written
     (["loss.ls=0,0.1"], "loss.ls=0,0.1 is not allowed without -m: one value"),
-    (["-m", "optim.lr=interval(0,1)"], "optim.lr=interval(0,1) is not allowed: a list a,b,c or range(...)"),
+    (
+        ["-m", "optim.lr=interval(0,1)"],
+        "optim.lr=interval(0,1) is not allowed: a list a,b,c, range(...) or, with a search sweeper, interval(a, b)",
+    ),
     (["-m", "hydra.run.dir=a,b"], "hydra.run.dir=a,b is not allowed: one value"),
     (["+seed=3"], "+seed: seed is set already"),
     (["~seed"], "seed: missing, and the run needs it"),

@@ -1,52 +1,87 @@
 """An offline data set generated from a seed in seconds: the default for the demo and the tests.
 
-Each class owns a few 8 x 8 colour motifs; an image is a noisy background with several of its class's motifs
-pasted at random places. Class evidence is therefore local (a motif covers 2 x 2 patches of 4 px) and spread
-across the image, so a partial view, as CutMix makes, still carries a proportional share of the label.
+Each class is a texture: one of five pattern kinds (stripes, checkerboard, dots, grid lines, rings) at one of two
+scales, which covers the image at a random orientation and phase, in two random colours of clearly different
+brightness, with pixel noise. The class therefore lives in shape and scale, not colour, so the protocol's colour
+operations (Invert, Solarize, Posterize, Equalize, Color, ...) keep the label as they keep CIFAR's; rotations,
+shears, translations, crops and flips keep it too, because orientation and position are random anyway. The
+texture fills the whole image, so a box that CutMix pastes carries a share of the other class's evidence in
+proportion to its area, which is what CutMix's area-proportional label assumes.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from .base import ImageArrays, ImageDataModule
 
+PATTERNS = ("stripes", "checkerboard", "dots", "grid", "rings")
+SCALES = (1.0, 1.9)  # fine and coarse: the two periods of each pattern kind, relative to `period`
+
+
+def _pattern(kind: str, u: torch.Tensor, v: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """A 0/1 texture from rotated coordinates (u, v) and the distance r to a centre, all in periods."""
+    wave_u, wave_v = torch.cos(2 * math.pi * u), torch.cos(2 * math.pi * v)
+    if kind == "stripes":
+        return (wave_u > 0).float()
+    if kind == "checkerboard":
+        return (wave_u * wave_v > 0).float()
+    if kind == "dots":
+        return (wave_u + wave_v > 1.0).float()
+    if kind == "grid":
+        return (torch.maximum(wave_u, wave_v) > 0.75).float()
+    return (torch.cos(2 * math.pi * r) > 0).float()  # rings
+
+
+def class_texture(label: int, num_classes: int) -> tuple[str, float]:
+    """Class k -> (pattern kind, relative scale). With more than 10 classes the scales spread further apart."""
+    kind = PATTERNS[label % len(PATTERNS)]
+    rung = label // len(PATTERNS)
+    rungs = max(1, math.ceil(num_classes / len(PATTERNS)))
+    scale = SCALES[rung] if rungs <= len(SCALES) else 1.0 + 1.6 * rung / (rungs - 1)
+    return kind, scale
+
 
 def generate_synthetic(
-    count: int,
-    num_classes: int,
-    image_size: int,
-    motifs_per_class: int,
-    motifs_per_image: int,
-    noise: float,
-    seed: int,
-    split_offset: int,
+    count: int, num_classes: int, image_size: int, period: float, noise: float, seed: int, split_offset: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw `count` uint8 (3, H, W) images and balanced labels; the motif bank depends on `seed` alone."""
-    bank_gen = torch.Generator().manual_seed(seed)
-    coarse = torch.rand(num_classes, motifs_per_class, 3, 4, 4, generator=bank_gen)
-    bank = F.interpolate(coarse.flatten(0, 1), size=(8, 8), mode="nearest").view(num_classes, motifs_per_class, 3, 8, 8)
+    """Draw `count` uint8 (3, H, W) images and balanced labels; every random choice comes from (seed, split)."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + split_offset)
     labels = torch.arange(count) % num_classes
     labels = labels[torch.randperm(count, generator=gen)]
-    images = 0.5 + noise * torch.randn(count, 3, image_size, image_size, generator=gen)
-    images += 0.1 * torch.randn(count, 3, 1, 1, generator=gen)  # per-image colour cast
-    choice = torch.randint(motifs_per_class, (count, motifs_per_image), generator=gen)
-    corner = torch.randint(image_size - 8 + 1, (count, motifs_per_image, 2), generator=gen)
-    gain = 0.7 + 0.6 * torch.rand(count, motifs_per_image, generator=gen)
-    for slot in range(motifs_per_image):
-        for index in range(count):
-            top, left = int(corner[index, slot, 0]), int(corner[index, slot, 1])
-            motif = bank[labels[index], choice[index, slot]] * gain[index, slot]
-            images[index, :, top : top + 8, left : left + 8] = motif
+    angle = torch.rand(count, generator=gen) * math.pi
+    phase = torch.rand(count, 2, generator=gen)
+    centre = torch.rand(count, 2, generator=gen) * image_size
+    jitter = 1.0 + 0.1 * (2 * torch.rand(count, generator=gen) - 1)  # +-10% period: scale is a band, not a value
+    dark = 0.05 + 0.35 * torch.rand(count, generator=gen)
+    light = dark + 0.35 + (0.95 - dark - 0.35) * torch.rand(count, generator=gen)
+    swap = torch.rand(count, generator=gen) < 0.5  # which of the two colours draws the pattern
+    tint = 0.6 + 0.4 * torch.rand(count, 3, generator=gen)  # per-channel colour of the whole image
+    pixel_noise = noise * torch.randn(count, 3, image_size, image_size, generator=gen)
+
+    ys, xs = torch.meshgrid(torch.arange(image_size).float(), torch.arange(image_size).float(), indexing="ij")
+    images = torch.empty(count, 3, image_size, image_size)
+    for index in range(count):
+        kind, scale = class_texture(int(labels[index]), num_classes)
+        step = period * scale * float(jitter[index])
+        cos, sin = math.cos(float(angle[index])), math.sin(float(angle[index]))
+        u = (xs * cos + ys * sin) / step + float(phase[index, 0])
+        v = (-xs * sin + ys * cos) / step + float(phase[index, 1])
+        r = torch.hypot(xs - float(centre[index, 0]), ys - float(centre[index, 1])) / step
+        mask = _pattern(kind, u, v, r)
+        if swap[index]:
+            mask = 1 - mask
+        grey = dark[index] + (light[index] - dark[index]) * mask
+        images[index] = grey * tint[index].view(3, 1, 1)
+    images += pixel_noise
     return (images.clamp(0, 1) * 255).round().to(torch.uint8), labels
 
 
 class SyntheticDataModule(ImageDataModule):
-    """Seeded local-motif images: RGB, 32 x 32 by default, `num_classes` classes, configurable sizes, no files."""
+    """Seeded texture images: RGB, 32 x 32 by default, `num_classes` classes, configurable sizes, no files."""
 
     name = "synthetic"
     image_size = 32
@@ -57,9 +92,8 @@ class SyntheticDataModule(ImageDataModule):
         test_size: int = 1000,
         num_classes: int = 10,
         image_size: int = 32,
-        motifs_per_class: int = 3,
-        motifs_per_image: int = 4,
-        noise: float = 0.15,
+        period: float = 4.0,
+        noise: float = 0.08,
         generator_seed: int = 0,
         **kwargs: Any,
     ) -> None:
@@ -68,16 +102,16 @@ class SyntheticDataModule(ImageDataModule):
         self.image_size = image_size
         self.sizes = (train_size, test_size)
         self.generation = dict(
-            num_classes=num_classes,
-            image_size=image_size,
-            motifs_per_class=motifs_per_class,
-            motifs_per_image=motifs_per_image,
-            noise=noise,
-            seed=generator_seed,
+            num_classes=num_classes, image_size=image_size, period=period, noise=noise, seed=generator_seed
         )
 
     def load_arrays(self) -> ImageArrays:
         train_x, train_y = generate_synthetic(self.sizes[0], split_offset=1, **self.generation)
         test_x, test_y = generate_synthetic(self.sizes[1], split_offset=2, **self.generation)
-        names = [f"class_{k}" for k in range(self.num_classes)]
+        names = [
+            f"{kind}_{'fine' if scale == min(SCALES) else 'coarse'}"
+            for kind, scale in (class_texture(k, self.num_classes) for k in range(self.num_classes))
+        ]
+        if len(set(names)) < self.num_classes:
+            names = [f"class_{k}_{name}" for k, name in enumerate(names)]
         return ImageArrays(train_x, train_y, test_x, test_y, names)

@@ -195,17 +195,20 @@ def _notes(groups: dict[GroupKey, Group]) -> list[str]:
 
 def quick_run(run: RunRecord) -> str | None:
     """The settings that make `run` a quick check rather than a measurement (`trainer.limit_train_batches=1`), or
-    None. Quick: `trainer.limit_train_batches` or `trainer.limit_val_batches` set (not null; the float 1.0, the
-    whole set, does not count), `trainer.fast_dev_run` true or a positive count, `trainer.max_steps` set (not null
-    and not -1). A run that records no config is not judged quick."""
+    None. Quick: a `trainer.limit_*_batches` set (not null; the float 1.0, the whole set, does not count),
+    `trainer.overfit_batches` above 0, `trainer.fast_dev_run` true or a positive count, `trainer.max_steps` set
+    (not null and not -1). A run that records no config is not judged quick."""
     trainer = (run.config or {}).get("trainer")
     if not isinstance(trainer, dict):
         return None
     found = []
-    for key in ("limit_train_batches", "limit_val_batches"):
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
         value = trainer.get(key)
         if value is not None and not (isinstance(value, float) and value == 1.0):
             found.append((key, value))
+    overfit = trainer.get("overfit_batches")
+    if isinstance(overfit, int | float) and not isinstance(overfit, bool) and overfit > 0:
+        found.append(("overfit_batches", overfit))
     fast = trainer.get("fast_dev_run")
     if fast is True or (isinstance(fast, int | float) and not isinstance(fast, bool) and fast > 0):
         found.append(("fast_dev_run", fast))
