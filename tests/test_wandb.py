@@ -301,6 +301,29 @@ def test_wandb_chatter_is_silenced_and_the_sync_command_shown(wandb_cell: dict[s
     assert f"wandb sync {wandb_cell['wandb_dir']}" in proc.stdout + proc.stderr
 
 
+def test_a_failed_cell_marks_its_run_failed_and_upload_errors_never_fail_a_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import wandb
+
+    from vit_locality.wandb_run import ConfigWandbLogger, finish_wandb, publish_run_files
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    (tmp_path / "results.json").write_text("{}")
+    logger = ConfigWandbLogger(project="p", save_dir=str(tmp_path), mode="offline", id="failedcell")
+
+    def broken_save(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(logger.experiment, "save", broken_save)
+    publish_run_files([logger], tmp_path)  # a warning, not an exception: the record on disk is what counts
+    assert "W&B upload of the run's files failed (OSError: disk full)" in caplog.text
+    finish_wandb([logger], failed=True)
+    wandb.teardown()
+    (exit_record,) = of_kind(wandb_records(next(offline_run(tmp_path).glob("run-*.wandb"))), "exit")
+    assert exit_record.exit_code == 1
+
+
 # --- the report run --------------------------------------------------------------------------------------------------
 
 
