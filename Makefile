@@ -15,7 +15,7 @@ TRAIN_ARGS ?=
 SWEEP_ARGS = model=$(MODEL) seed=$(SEEDS) trainer.max_epochs=$(EPOCHS) hydra/launcher=$(LAUNCHER) $(TRAIN_ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast demo bench lint format clean table-ablation table-protocols figures paper \
+.PHONY: help install test test-fast demo bench bench-gpu lint format clean table-ablation table-protocols figures paper \
 	sweep-ablation sweep-protocols
 
 help: ## list the targets
@@ -60,6 +60,10 @@ paper: table-ablation table-protocols figures ## every paper table and figure (v
 
 bench: install ## the benchmark suite: side-by-side ratios (ours vs timm, Trainer vs plain loop, data, statistics)
 	$(PY) -m vit_locality.bench --out bench_results.json --markdown bench_rows.md
+
+bench-gpu: install ## the GPU bench (one call of at most 8 minutes on one GPU): writes BENCHMARKS.md's GPU rows
+	$(PY) -m vit_locality.bench gpu --out $(REPORTS)/bench_gpu.json --markdown $(REPORTS)/bench_gpu_rows.md \
+		--benchmarks BENCHMARKS.md
 
 lint: install ## ruff check and format check
 	$(PY) -m ruff check .

@@ -448,7 +448,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--smoke", action="store_true", help="tiny model, a few steps: the CPU test run")
     parser.add_argument("--sections", type=parse_sections, default=list(SECTIONS), help=",".join(SECTIONS))
-    parser.add_argument("--out", type=Path, default=Path("bench_gpu.json"), help="JSON record")
+    parser.add_argument("--out", type=Path, default=Path("reports/bench_gpu.json"), help="JSON record")
     parser.add_argument("--markdown", type=Path, default=None, help="write the rows as Markdown here")
     parser.add_argument("--benchmarks", type=Path, default=None, help="write the rows into this BENCHMARKS.md")
     parser.add_argument("--budget-s", type=float, default=420.0, help="skip packing levels past 3/4 of this")
