@@ -11,6 +11,7 @@ import configparser
 import logging
 import netrc
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -103,12 +104,7 @@ def run_group(cfg: DictConfig) -> str:
     chosen = cfg.logger.wandb.get("group")
     if chosen:
         return str(chosen)
-    run_name, seed = str(cfg.run_name), f"_s{cfg.seed}"
-    at = run_name.rfind(seed)
-    tail = run_name[at + len(seed) :] if at >= 0 else ""
-    if at >= 0 and (tail == "" or tail.startswith("_")):
-        return run_name[:at] + tail
-    return run_name
+    return re.sub(rf"_s{int(cfg.seed)}(?=_|$)", "", str(cfg.run_name), count=1)
 
 
 def run_tags(cfg: DictConfig) -> list[str]:
