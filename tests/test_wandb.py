@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import QUICK, compose_config, run_train
+from helpers import QUICK, QUICK_NAME, compose_config, run_train
 from matplotlib.colors import to_rgba
 from omegaconf import OmegaConf
 
@@ -322,6 +322,27 @@ def test_a_failed_cell_marks_its_run_failed_and_upload_errors_never_fail_a_cell(
     wandb.teardown()
     (exit_record,) = of_kind(wandb_records(next(offline_run(tmp_path).glob("run-*.wandb"))), "exit")
     assert exit_record.exit_code == 1
+
+
+@pytest.mark.slow
+def test_a_sweep_gives_one_group_per_cell_and_one_run_per_seed(tmp_path: Path) -> None:
+    """Cells of one multirun share a process: each gets its own run, seeds of a cell share a group, and the README's
+    `wandb sync multirun/<sweep>/*/wandb/offline-run-*` names every run of the sweep."""
+    sweep = tmp_path / "multirun" / "abl"
+    args = ["-m", *QUICK, "logger=wandb", "stats.pictures=false", "seed=0,1", "aug.cutmix=true,false"]
+    proc = run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = sorted(sweep.glob("*/wandb/offline-run-*"))
+    assert len(runs) == 4
+    seen = [of_kind(wandb_records(next(run.glob("run-*.wandb"))), "run")[0] for run in runs]
+    assert len({run.run_id for run in seen}) == 4
+    groups: dict[str, set[str]] = {}
+    for run in seen:
+        groups.setdefault(run.run_group, set()).add(run.display_name)
+    assert sorted(groups) == [
+        f"synthetic_vit_tiny_aa1_cm{cm}_ls0.1{QUICK_NAME}" for cm in (0, 1)
+    ]  # protocol=modern: AA and LS on
+    assert all(len(names) == 2 for names in groups.values())
 
 
 # --- the report run --------------------------------------------------------------------------------------------------
