@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUICK, compose_config, run_cell_as_train
+from helpers import QUICK, compose_config, run_cell_as_train, run_train
 from torchvision.transforms import v2
 
 from vit_locality.builders import build_datamodule, build_module, data_on_device
@@ -229,3 +229,22 @@ def test_a_cell_records_like_the_worker_path_and_resumes_exactly(tmp_path: Path,
     first, second = _weights(unbroken), _weights(resumed)
     assert [k for k in first if not torch.equal(first[k], second[k])] == []
     assert json.loads((resumed / "results.json").read_text())["metrics"]["test/acc1"] == stored["metrics"]["test/acc1"]
+
+
+@pytest.mark.slow  # two DDP processes
+def test_ddp_with_on_device_data_trains_as_one_process(tmp_path: Path) -> None:
+    """2 gloo processes, each with its shard and its rows of the global batch's draws: without CutMix (drawn per
+    process) the averaged gradients are the one-process batch's, so the weights agree up to float summation order."""
+    same = [*ON_DEVICE, "aug.cutmix=false", "trainer.deterministic=true", "stats.probe_size=64"]
+    ddp_dir = tmp_path / "ddp"
+    ddp = [*[a for a in same if a != "trainer=cpu"], "trainer=ddp_cpu"]
+    proc = run_train([*ddp, f"hydra.run.dir={ddp_dir}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((ddp_dir / "results.json").read_text())
+    assert record["status"] == "complete" and record["batch"]["world_size"] == 2 and record["steps"] == 2 * 256 // 64
+    one = tmp_path / "one"
+    run_cell_as_train(compose_config(same), one)
+    first, second = _weights(ddp_dir), _weights(one)
+    assert first.keys() == second.keys()
+    for key in first:
+        torch.testing.assert_close(first[key], second[key], rtol=1e-3, atol=1e-4, msg=key)
