@@ -339,9 +339,8 @@ def test_a_sweep_gives_one_group_per_cell_and_one_run_per_seed(tmp_path: Path) -
     groups: dict[str, set[str]] = {}
     for run in seen:
         groups.setdefault(run.run_group, set()).add(run.display_name)
-    assert sorted(groups) == [
-        f"synthetic_vit_tiny_aa1_cm{cm}_ls0.1{QUICK_NAME}" for cm in (0, 1)
-    ]  # protocol=modern: AA and LS on
+    # protocol=modern (the default) keeps AA and LS on; the two CutMix settings are the two cells.
+    assert sorted(groups) == [f"synthetic_vit_tiny_aa1_cm{cm}_ls0.1{QUICK_NAME}" for cm in (0, 1)]
     assert all(len(names) == 2 for names in groups.values())
 
 
