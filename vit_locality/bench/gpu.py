@@ -77,10 +77,13 @@ class Settings:
     overhead_steps: int
     repeats: int
     compile_backend: str  # "inductor"; "eager" in the smoke run (traces with dynamo, compiles nothing)
+    workers: int  # data workers of the worker path (a CIFAR cell's default is 4)
+    smoke: bool
+    compile_mode: str = "default"  # torch.compile's mode with inductor: --compile-mode reduce-overhead (CUDA graphs)
 
 
-FULL = Settings("vit_paper", 128, 512, 60, 10, 16_384, 512, (1, 2, 4, 8), 20.0, 1, 7, "inductor")
-SMOKE = Settings("vit_tiny", 16, 64, 3, 1, 256, 32, (1, 2), 1.0, 2, 2, "eager")
+FULL = Settings("vit_paper", 128, 512, 60, 10, 16_384, 512, (1, 2, 4, 8), 20.0, 1, 7, "inductor", 4, smoke=False)
+SMOKE = Settings("vit_tiny", 16, 64, 3, 1, 256, 32, (1, 2), 1.0, 2, 2, "eager", 2, smoke=True)
 
 
 def row(section: str, quantity: str, value: str, target: str | None = None, measured: float = math.nan) -> Row:
@@ -104,6 +107,7 @@ def config(settings: Settings, device: torch.device, protocol: str, on_device: b
             f"data.train_size={settings.train_size}",
             "data.test_size=64",
             f"data.batch_size={settings.batch}",
+            f"data.num_workers={settings.workers}",
             "model.compile=false",  # the bench compiles its one model itself, once
         ],
     )
@@ -175,7 +179,8 @@ def images_per_s(fn: Callable[[], object], batch: int, settings: Settings, devic
 
 
 def compiled(vit: VisionTransformer, settings: Settings) -> VisionTransformer:
-    vit.compile(backend=settings.compile_backend)
+    mode = {"mode": settings.compile_mode} if settings.compile_backend == "inductor" else {}
+    vit.compile(backend=settings.compile_backend, **mode)
     return vit
 
 
@@ -207,13 +212,14 @@ def model_section(settings: Settings, device: torch.device, state: dict[str, Any
 
     eval_rate, _ = images_per_s(forward, settings.eval_batch, settings, device)
     flops = model_flops(vit)["train_step"]
-    peak = matmul_peak(device, settings is SMOKE)
+    peak = matmul_peak(device, settings.smoke)
+    mode = settings.compile_mode if settings.compile_backend == "inductor" else "no mode"
     state.update(vit=vit, train_img_s=rate, eval_img_s=eval_rate, compile_s=compile_s, cfg=cfg)
     precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     where = f"{settings.model}, batch {settings.batch}, {precision}, 100 classes, 32 px"
     return [
         row("model", f"train step img/s, eager ({where})", f"{eager_rate:.0f}"),
-        row("model", f"train step img/s, compiled ({settings.compile_backend})", f"{rate:.0f}"),
+        row("model", f"train step img/s, compiled ({settings.compile_backend}, {mode})", f"{rate:.0f}"),
         row("model", "compiled / eager", f"{rate / eager_rate:.2f}x"),
         row("model", "first compiled steps (compile), s", f"{compile_s:.1f}"),
         row("model", f"eval forward img/s, compiled, batch {settings.eval_batch}", f"{eval_rate:.0f}"),
@@ -309,7 +315,7 @@ def pack_section(settings: Settings, device: torch.device, state: dict[str, Any]
     directory = out_dir / "pack"
     directory.mkdir(parents=True)
     command = [sys.executable, "-m", "vit_locality.bench", "gpu", "--device", device.type, "--pack-worker"]
-    command += [str(directory), *(["--smoke"] if settings is SMOKE else [])]
+    command += [str(directory), "--compile-mode", settings.compile_mode, *(["--smoke"] if settings.smoke else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1"} if device.type == "cpu" else dict(os.environ)
     procs = [
         subprocess.Popen([*command, "--pack-index", str(i)], env=env, stdout=subprocess.DEVNULL)
@@ -365,7 +371,7 @@ def overhead_section(settings: Settings, device: torch.device, state: dict[str, 
     spread = per_round(samples["cell"], samples["model"])[1]
     added = 100 * data_s / model_s
     where = f"{settings.model}, batch {settings.batch}, {device.type}"
-    judged = added if settings is FULL else math.nan  # the target is set at the paper config
+    judged = added if not settings.smoke else math.nan  # the target is set at the paper config
     per_step = 1000 / settings.overhead_steps
     return [
         row("overhead", f"model alone ms/step ({where})", f"{per_step * model_s:.1f}"),
@@ -393,12 +399,12 @@ def projection_section(settings: Settings, device: torch.device, state: dict[str
     best = max(packs, key=lambda k: packs[k] / packs[min(packs)])
     slowdown = (packs[min(packs)] / min(packs)) / (packs[best] / best)  # one cell's rate alone / in the pack
     grid_s = math.ceil(cells / best) * (work * slowdown + state["compile_s"])
-    scale = "" if settings is FULL else " (smoke settings: not the paper's model)"
+    scale = "" if not settings.smoke else " (smoke settings: not the paper's model)"
     return [
         row("projection", f"one 200-epoch CIFAR-100 Modern cell, minutes{scale}", f"{cell_s / 60:.1f}", "cell_minutes",
-            cell_s / 60 if settings is FULL and device.type == "cuda" else math.nan),
+            cell_s / 60 if not settings.smoke and device.type == "cuda" else math.nan),
         row("projection", f"8-cell x 3-seed grid, {best} cells packed, minutes", f"{grid_s / 60:.1f}", "grid_minutes",
-            grid_s / 60 if settings is FULL and device.type == "cuda" else math.nan),
+            grid_s / 60 if not settings.smoke and device.type == "cuda" else math.nan),
     ]  # fmt: skip
 
 
@@ -452,18 +458,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--markdown", type=Path, default=None, help="write the rows as Markdown here")
     parser.add_argument("--benchmarks", type=Path, default=None, help="write the rows into this BENCHMARKS.md")
     parser.add_argument("--budget-s", type=float, default=420.0, help="skip packing levels past 3/4 of this")
+    parser.add_argument("--compile-mode", default="default", help="torch.compile mode, e.g. reduce-overhead")
     parser.add_argument("--pack-worker", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--pack-index", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
     device = torch.device(args.device)
-    settings = SMOKE if args.smoke else FULL
+    settings = replace(SMOKE if args.smoke else FULL, compile_mode=args.compile_mode)
     if args.pack_worker is not None:
         pack_worker(args.pack_worker, args.pack_index, settings, device)
         return {}
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # what the fp32 parts of a step (the probe excepted) may use
     state: dict[str, Any] = {"started": time.perf_counter(), "budget_s": args.budget_s}
     load_start, rows = load_average(), []
     with tempfile.TemporaryDirectory(prefix="bench_gpu_") as scratch:  # the packed cells' files
