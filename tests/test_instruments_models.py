@@ -52,9 +52,6 @@ def test_model_configs_compose_and_validate() -> None:
     assert conv.model.stem == "conv" and conv.model.depth == 8 and conv.model.dim == 192
 
 
-@pytest.mark.xfail(
-    strict=True, reason="vit_locality/module.py builds the ViT from depth/dim/heads/mlp_ratio only; it must pass stem"
-)
 def test_the_training_module_builds_the_configured_stem() -> None:
     from vit_locality.module import ViTClassifier
 

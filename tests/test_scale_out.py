@@ -36,10 +36,10 @@ def test_ddp_cell_splits_the_batch_and_measures_like_one_process(tmp_path: Path)
 
     # The same weights measured by one process (analyze) give the statistics the DDP run recorded.
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    cmd = [sys.executable, "-m", "vit_locality.analyze", f"checkpoint={run_dir / 'checkpoints' / 'last.ckpt'}"]
+    cmd = [sys.executable, "-m", "vit_locality.analyze", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"]
     single = subprocess.run([*cmd, "stats.probe_size=64"], cwd=REPO, env=env, capture_output=True, text=True)
     assert single.returncode == 0, single.stderr[-3000:]
-    analysis = json.loads((run_dir / "analysis" / "renorm_unit" / "analysis.json").read_text())
+    analysis = json.loads((run_dir / "checkpoints" / "last_eval" / "renorm_unit" / "analysis.json").read_text())
     flat = lambda table: [v for row in table for v in row]  # noqa: E731
     trained = record["attention"]["final"]["per_head"]
     assert flat(analysis["per_head"]["mad"]) == pytest.approx(flat(trained["mad"]), abs=1e-5)

@@ -1,9 +1,11 @@
-"""Analyse a checkpoint again: run the probe set and write the same statistics and pictures as training.
+"""Evaluate any checkpoint: its test top-1/top-5 and the same attention statistics and pictures as training.
 
-    python -m vit_locality.analyze checkpoint=multirun/demo/<cell>/checkpoints/last.ckpt stats.units=pixels
+    python -m vit_locality.analyze ckpt_path=multirun/demo/<cell>/checkpoints/last.ckpt stats.units=pixels
 
-The run's config comes from its results.json (or .hydra/config.yaml); the data set is rebuilt from it, so
-the probe set is the same first `stats.probe_size` evaluation images that training used.
+The run's config comes from its results.json (or .hydra/config.yaml); the data set is rebuilt from it, so the
+test set is the run's and the probe set the same first `stats.probe_size` evaluation images that training used.
+Everything goes into a folder beside the checkpoint (`<checkpoint stem>_eval/<renorm|raw>_<units>/`); the run's
+own files are never touched.
 
 Exit status: 0 written; 2 bad settings, checkpoint, run directory or data (one line on stderr); 1 anything else.
 """
@@ -51,8 +53,32 @@ def run_config(run_dir: Path) -> DictConfig:
     raise ConfigError(f"checkpoint's run directory {run_dir} has neither {RESULTS_FILE} nor .hydra/config.yaml")
 
 
-def default_out_dir(run_dir: Path, stats: DictConfig) -> Path:
-    return run_dir / "analysis" / f"{'renorm' if stats.renormalize else 'raw'}_{stats.units}"
+def default_out_dir(checkpoint: Path, stats: DictConfig) -> Path:
+    """Beside the checkpoint, one folder per checkpoint and statistics convention."""
+    return checkpoint.parent / f"{checkpoint.stem}_eval" / f"{'renorm' if stats.renormalize else 'raw'}_{stats.units}"
+
+
+def test_accuracy(module: Any, datamodule: Any) -> dict[str, float]:
+    """Top-1, top-5 (top-k capped at the class count) and mean loss over the run's test set, in eval mode."""
+    import torch
+    import torch.nn.functional as F
+
+    module.eval()
+    correct1 = correct5 = loss_sum = 0.0
+    count = 0
+    with torch.no_grad():
+        for images, labels in datamodule.test_dataloader():
+            images, labels = images.to(module.device), labels.to(module.device)
+            logits = module(images).float()
+            top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+            hits = top == labels[:, None]
+            correct1 += float(hits[:, 0].sum())
+            correct5 += float(hits.any(dim=1).sum())
+            loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
+            count += len(labels)
+    if count == 0:
+        raise ConfigError("the run's test set is empty: nothing to evaluate")
+    return {"test/acc1": correct1 / count, "test/acc5": correct5 / count, "test/loss": loss_sum / count}
 
 
 def _first_line(error: BaseException) -> str:
@@ -60,7 +86,7 @@ def _first_line(error: BaseException) -> str:
 
 
 def _not_ours(checkpoint: Path, why: str) -> ConfigError:
-    return ConfigError(f"checkpoint={str(checkpoint)!r} is not allowed: a checkpoint written by train.py ({why})")
+    return ConfigError(f"ckpt_path={str(checkpoint)!r} is not allowed: a checkpoint written by train.py ({why})")
 
 
 def load_checkpoint(checkpoint: Path) -> dict[str, Any]:
@@ -100,20 +126,20 @@ def analysis_device(requested: str) -> str:
 
 
 def analyze(cfg: DictConfig) -> dict[str, Any]:
-    """Load, probe, record; returns the analysis record written to analysis.json."""
+    """Load, test, probe, record; returns the record written to analysis.json."""
     from .attention_probe import ProbeSettings, probe_attention
     from .attention_records import probe_rows, probe_summary, save_pictures, write_csv
     from .builders import build_datamodule
     from .checkpoints import completed_epochs
 
     validate_analysis(cfg)
-    checkpoint = Path(cfg.checkpoint)
+    checkpoint = Path(cfg.ckpt_path)
     meta = load_checkpoint(checkpoint)
     run_dir = run_directory(checkpoint)
     run_cfg = run_config(run_dir)
     depth = OmegaConf.select(run_cfg, "model.depth")
     validate_stats(cfg.stats, depth if isinstance(depth, int) else None)  # early_layers: at most the run's depth
-    out_dir = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(run_dir, cfg.stats)
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(checkpoint, cfg.stats)
     if (out_dir / "analysis.json").exists() and not cfg.overwrite:
         raise ConfigError(f"{out_dir} holds an analysis already; pass overwrite=true to replace it")
 
@@ -122,7 +148,8 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     run_cfg.data.num_workers = 0
     module = load_module(checkpoint, analysis_device(cfg.device))
     datamodule, _ = build_datamodule(run_cfg)
-    datamodule.setup("validate")
+    datamodule.setup("test")
+    metrics = test_accuracy(module, datamodule)
     settings = ProbeSettings.from_mapping(cfg.stats)
     images = module.preprocess(datamodule.probe_images(settings.probe_size).to(module.device))
     result = probe_attention(module.model, images, settings)
@@ -135,10 +162,13 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         "run_dir": str(run_dir),
         "epoch": epoch,
         "step": step,
+        "metrics": metrics,
+        "test_images": len(datamodule.test_dataloader().dataset),
         **probe_summary(result),
         "status": "complete",
     }
     atomic_write_text(out_dir / "analysis.json", json.dumps(record, indent=2) + "\n")
+    log.info("test top-1 %.2f%%, top-5 %.2f%%", 100 * metrics["test/acc1"], 100 * metrics["test/acc5"])
     log.info(
         "min early-layer MAD %.4f, mean early-layer entropy %.4f (%d probe images, %s, renormalize=%s)",
         result.min_mad_early(),

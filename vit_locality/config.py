@@ -341,11 +341,11 @@ def _check_run(cfg: DictConfig) -> None:
 
 def validate_analysis(cfg: DictConfig) -> None:
     """The settings of `python -m vit_locality.analyze` that can be checked without loading the checkpoint."""
-    if OmegaConf.is_missing(cfg, "checkpoint"):
-        raise ConfigError("checkpoint is not set: pass checkpoint=<run dir>/checkpoints/last.ckpt (from train.py)")
-    checkpoint = cfg.checkpoint
+    if OmegaConf.is_missing(cfg, "ckpt_path"):
+        raise ConfigError("ckpt_path is not set: pass ckpt_path=<run dir>/checkpoints/last.ckpt (from train.py)")
+    checkpoint = cfg.ckpt_path
     problem = file_problem(Path(str(checkpoint))) if checkpoint not in (None, "") else "empty"
-    _check(problem is None, "checkpoint", checkpoint, f"a .ckpt file written by train.py ({problem})")
+    _check(problem is None, "ckpt_path", checkpoint, f"a .ckpt file written by train.py ({problem})")
     validate_stats(cfg.stats, None)
     _one_of("device", cfg.device, ANALYSIS_DEVICES)
     _check(_is_bool(cfg.overwrite), "overwrite", cfg.overwrite, "true or false")

@@ -78,7 +78,7 @@ class ViTClassifier(L.LightningModule):
         self._first_bad_step: torch.Tensor | None = None
         self._train_sums: torch.Tensor | None = None  # (loss x images, correct) over the epoch so far
         self._train_seen = 0
-        arch = {k: model[k] for k in ("depth", "dim", "heads", "mlp_ratio")}
+        arch = {k: model[k] for k in ("depth", "dim", "heads", "mlp_ratio", "stem") if k in model}
         self.model = VisionTransformer(num_classes=num_classes, image_size=image_size, **arch)
         # aug.device=gpu: AutoAugment runs here, batched on the device, instead of per sample in the workers.
         self.device_autoaugment: torch.nn.Module | None = None

@@ -47,7 +47,7 @@ def ours_looking_checkpoint(run_dir: Path) -> Path:
 
 def test_analyze_without_a_checkpoint() -> None:
     line = error_line(run_module("vit_locality.analyze", []), 2)
-    assert line.startswith("error: checkpoint is not set: pass checkpoint=")
+    assert line.startswith("error: ckpt_path is not set: pass ckpt_path=")
 
 
 @pytest.mark.parametrize(
@@ -61,15 +61,15 @@ def test_analyze_without_a_checkpoint() -> None:
 )
 def test_analyze_checkpoint_that_is_no_file(tmp_path: Path, make, message: str) -> None:
     checkpoint = make(tmp_path)
-    line = error_line(run_module("vit_locality.analyze", [f"checkpoint={checkpoint}"]), 2)
-    assert line == f"error: checkpoint={str(checkpoint)!r} is not allowed: a .ckpt file written by train.py {message}"
+    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
+    assert line == f"error: ckpt_path={str(checkpoint)!r} is not allowed: a .ckpt file written by train.py {message}"
 
 
 def test_analyze_checkpoint_of_random_bytes(tmp_path: Path) -> None:
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(os.urandom(4096))
-    line = error_line(run_module("vit_locality.analyze", [f"checkpoint={checkpoint}"]), 2)
-    assert line.startswith(f"error: checkpoint='{checkpoint}' is not allowed: a checkpoint written by train.py")
+    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
+    assert line.startswith(f"error: ckpt_path='{checkpoint}' is not allowed: a checkpoint written by train.py")
     assert "torch cannot read it" in line
 
 
@@ -78,14 +78,14 @@ def test_analyze_foreign_checkpoint(tmp_path: Path) -> None:
 
     checkpoint = tmp_path / "other.ckpt"
     torch.save({"a": 1}, checkpoint)
-    line = error_line(run_module("vit_locality.analyze", [f"checkpoint={checkpoint}"]), 2)
+    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
     assert line.endswith("a checkpoint written by train.py (it holds no state_dict or hyper_parameters)")
 
 
 def test_analyze_run_directory_whose_record_is_a_list(tmp_path: Path) -> None:
     checkpoint = ours_looking_checkpoint(tmp_path / "run")
     (tmp_path / "run" / "results.json").write_text("[]")
-    line = error_line(run_module("vit_locality.analyze", [f"checkpoint={checkpoint}"]), 2)
+    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
     assert line == f"error: {tmp_path / 'run'}: results.json is malformed: holds a JSON list, not an object"
 
 
@@ -101,7 +101,7 @@ def test_analyze_run_directory_whose_record_is_a_list(tmp_path: Path) -> None:
 def test_analyze_bad_settings(tmp_path: Path, setting: str, message: str) -> None:
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(b"never read: the settings are checked first")
-    line = error_line(run_module("vit_locality.analyze", [f"checkpoint={checkpoint}", setting]), 2)
+    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}", setting]), 2)
     assert line.startswith(f"error: {message}")
 
 
@@ -109,7 +109,7 @@ def test_analyze_out_dir_below_a_file(tmp_path: Path) -> None:
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(b"x")
     out_dir = checkpoint / "analysis"
-    line = error_line(run_module("vit_locality.analyze", [f"checkpoint={checkpoint}", f"out_dir={out_dir}"]), 2)
+    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}", f"out_dir={out_dir}"]), 2)
     assert line.endswith(f"a directory this user can create and write ({checkpoint} is a file)")
 
 
