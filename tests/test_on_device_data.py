@@ -56,6 +56,12 @@ def test_crop_and_flip_match_torchvision_pixel_for_pixel_at_every_draw() -> None
     assert out[0, :, :PAD, :].eq(0).all() and out[0, :, :, :PAD].eq(0).all()  # corner (0, 0): zero padding in view
 
 
+def _chi2(values: torch.Tensor, bins: int) -> float:
+    counts = torch.bincount(values, minlength=bins).double()
+    expected = len(values) / bins
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
 def _coordinates(count: int) -> torch.Tensor:
     """Images whose pixels name their place: channel 0 = row + 1, channel 1 = column + 1, channel 2 = 255 (padding
     is 0 everywhere), so a crop's corner and flip can be read back from its output."""
@@ -86,17 +92,14 @@ def test_random_corners_and_flips_are_uniform_and_drawn_per_sample() -> None:
         flips.append(flipped)
     corner, flip = torch.cat(corners), torch.cat(flips)
     assert corner.min() >= 0 and corner.max() < 81
-    counts = torch.bincount(corner, minlength=81).double()
-    expected = len(corner) / 81
-    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    chi2 = _chi2(corner, 81)
     assert chi2 < 80 + 6 * (2 * 80) ** 0.5, chi2  # df 80: mean 80, sd 12.6
     share = flip.double().mean().item()
     assert abs(share - 0.5) < 5 * (0.25 / len(flip)) ** 0.5, share
     first = corners[0]
     assert len(first.unique()) > 60 and 0.3 < flips[0].double().mean() < 0.7  # per sample, not per batch
     # independence of the two axes and the flip: the joint (corner, flip) table is uniform too
-    joint = torch.bincount(corner * 2 + flip.long(), minlength=162).double()
-    chi2_joint = float(((joint - len(corner) / 162) ** 2 / (len(corner) / 162)).sum())
+    chi2_joint = _chi2(corner * 2 + flip.long(), 162)
     assert chi2_joint < 161 + 6 * (2 * 161) ** 0.5, chi2_joint
 
 
@@ -115,6 +118,17 @@ def test_colorjitter_matches_torchvision_per_image() -> None:
         assert torch.equal(out[i], expected), i
     fixed = ColorJitterDraws(torch.tensor([[0, 1, 2]]), torch.ones(1, 3))
     assert torch.equal(color_jitter(images[:1], fixed), images[:1])  # factor 1 everywhere: the identity
+
+
+def test_colorjitter_draws_are_uniform() -> None:
+    """The 6 orders equally likely, each factor uniform on [0.6, 1.4] (10 bins), far beyond chance if biased."""
+    draws = draw_color_jitter(60_000, torch.Generator().manual_seed(3))
+    orders = draws.order[:, 0] * 9 + draws.order[:, 1] * 3 + draws.order[:, 2]  # 6 of the 27 codes occur
+    codes = torch.unique(orders, return_inverse=True)[1]
+    assert codes.max() == 5 and _chi2(codes, 6) < 5 + 6 * 10**0.5
+    for op in range(3):
+        bins = ((draws.factors[:, op] - 0.6) / 0.08).long().clamp(0, 9)
+        assert _chi2(bins, 10) < 9 + 6 * 18**0.5, op
 
 
 def test_order_and_shards_are_the_worker_paths() -> None:
