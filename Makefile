@@ -15,7 +15,7 @@ TRAIN_ARGS ?=
 SWEEP_ARGS = model=$(MODEL) seed=$(SEEDS) trainer.max_epochs=$(EPOCHS) hydra/launcher=$(LAUNCHER) $(TRAIN_ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast demo bench bench-gpu lint format clean table-ablation table-protocols figures paper \
+.PHONY: help install test test-fast demo bench bench-gpu lint format clean clean-runs table-ablation table-protocols figures paper \
 	sweep-ablation sweep-protocols
 
 help: ## list the targets
@@ -73,7 +73,11 @@ format: install ## apply ruff's fixes and formatting
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-clean: ## remove caches and local run outputs (multirun/ and outputs/); data/ and .venv stay
-	rm -rf .pytest_cache .ruff_cache build *.egg-info outputs
-	find $(SWEEP_ROOT) -mindepth 1 -not -name .gitkeep -delete 2>/dev/null || true
+clean: ## remove caches and build files; results stay (multirun/, outputs/, reports/, data/ and .venv are kept)
+	rm -rf .pytest_cache .ruff_cache build dist
 	find . -name __pycache__ -type d -prune -not -path './$(VENV)/*' -exec rm -rf {} +
+
+clean-runs: ## DELETE every sweep and run in multirun/ and outputs/ (finished results too; asks first)
+	@printf 'Delete every run in $(SWEEP_ROOT)/ and outputs/, finished results included? [y/N] ' && read answer && [ "$$answer" = y ]
+	find $(SWEEP_ROOT) -mindepth 1 -not -name .gitkeep -delete 2>/dev/null || true
+	rm -rf outputs

@@ -13,6 +13,11 @@ def quiet_library_noise() -> None:
     quiet_wandb()
     # Lightning 2.6 with torch 2.14 warns about its own use of a torch pytree API at every fit.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    # The per-epoch figures are logged whatever the interval; a short epoch (the demo's 31 batches, a quick check's 4)
+    # under log_every_n_steps=50 only loses the per-step points, which is not worth a warning per cell.
+    warnings.filterwarnings(
+        "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
+    )
     # Lightning advertises a cloud logger at every Trainer construction; one per cell of a sweep is noise.
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "Tip:" not in r.getMessage())
 
