@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 
+from vit_locality.bench import gpu
 from vit_locality.bench.gpu import BEGIN, END, FULL, SMOKE, main, parse_sections, projection_section, write_benchmarks
 
 CPU = torch.device("cpu")
@@ -84,3 +85,17 @@ def test_sections_and_markers_are_checked(tmp_path) -> None:
     with pytest.raises(SystemExit, match="markers"):
         write_benchmarks(plain, "rows")
     assert plain.read_text() == "# no markers\n"
+
+
+def test_a_failing_section_becomes_a_row_and_the_rest_still_runs(tmp_path, monkeypatch) -> None:
+    """One GPU call must bring back whatever it measured: an error is the section's row, not the end of the run."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory | 2 GiB")
+
+    monkeypatch.setitem(gpu.SECTIONS, "probe", broken)
+    out = tmp_path / "gpu.json"
+    record = main(["--device", "cpu", "--smoke", "--sections", "probe,projection", "--out", str(out)])
+    assert [r["section"] for r in record["rows"]] == ["probe", "projection"]
+    assert record["rows"][0]["value"] == "RuntimeError: CUDA out of memory / 2 GiB"  # no stray table column
+    assert json.loads(out.read_text())["rows"] == record["rows"]

@@ -471,34 +471,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     state: dict[str, Any] = {"started": time.perf_counter(), "budget_s": args.budget_s}
     load_start, rows = load_average(), []
+    command = ["python", "-m", "vit_locality.bench", "gpu", *(sys.argv[2:] if argv is None else argv)]
+
+    def record() -> dict[str, Any]:
+        meta = {
+            "command": shlex.join(command),
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(device),
+            "precision": resolve_precision("auto", "gpu" if device.type == "cuda" else "cpu"),
+            "smoke": args.smoke,
+            "settings": vars(settings),
+            "load_start": load_start,
+            "load_end": load_average(),
+            "elapsed_s": time.perf_counter() - state["started"],
+        }
+        return {"meta": meta, "rows": rows}
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench_gpu_") as scratch:  # the packed cells' files
         for name in args.sections:
             begun = time.perf_counter()
             section = SECTIONS[name]
             run = partial(section, out_dir=Path(scratch)) if name == "pack" else section
-            rows += run(settings, device, state)
+            try:  # one device call must bring back every row it could measure
+                rows.extend(run(settings, device, state))
+            except Exception as error:  # noqa: BLE001 - reported as the section's row, the next section runs
+                rows.append(row(name, "section failed", f"{type(error).__name__}: {error}"[:300].replace("|", "/")))
             print(f"[bench gpu] {name}: {time.perf_counter() - begun:.1f} s", file=sys.stderr, flush=True)
-    command = ["python", "-m", "vit_locality.bench", "gpu", *(sys.argv[2:] if argv is None else argv)]
-    meta = {
-        "command": shlex.join(command),
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(device),
-        "precision": resolve_precision("auto", "gpu" if device.type == "cuda" else "cpu"),
-        "smoke": args.smoke,
-        "settings": vars(replace(settings)),
-        "load_start": load_start,
-        "load_end": load_average(),
-        "elapsed_s": time.perf_counter() - state["started"],
-    }
-    record = {"meta": meta, "rows": rows}
-    print(render(rows, meta))
-    markdown = render(rows, meta, markdown=True).replace("## Bench suite", "### GPU bench", 1)
-    outputs = {args.out: json.dumps(record, indent=2, default=str) + "\n"}
+            args.out.write_text(json.dumps(record(), indent=2, default=str) + "\n")  # what a killed run leaves
+    final = record()
+    print(render(rows, final["meta"]))
+    markdown = render(rows, final["meta"], markdown=True).replace("## Bench suite", "### GPU bench", 1)
+    args.out.write_text(json.dumps(final, indent=2, default=str) + "\n")
     if args.markdown:
-        outputs[args.markdown] = markdown
-    for path, text in outputs.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(markdown)
     if args.benchmarks:
         write_benchmarks(args.benchmarks, markdown)
-    return record
+    return final
