@@ -61,7 +61,8 @@ paper: table-ablation table-protocols figures ## every paper table and figure (v
 bench: install ## the benchmark suite: side-by-side ratios (ours vs timm, Trainer vs plain loop, data, statistics)
 	$(PY) -m vit_locality.bench --out bench_results.json --markdown bench_rows.md
 
-bench-gpu: install ## the GPU bench (one call of at most 8 minutes on one GPU): writes BENCHMARKS.md's GPU rows
+# No `install` prerequisite: a GPU host may have no network, where a stale .installed stamp would start pip.
+bench-gpu: ## the GPU bench (one call of at most 8 minutes on one GPU; run `make install` first): BENCHMARKS.md's GPU rows
 	$(PY) -m vit_locality.bench gpu --out $(REPORTS)/bench_gpu.json --markdown $(REPORTS)/bench_gpu_rows.md \
 		--benchmarks BENCHMARKS.md
 
