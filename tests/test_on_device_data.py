@@ -232,6 +232,8 @@ def test_a_cell_records_like_the_worker_path_and_resumes_exactly(tmp_path: Path,
     assert 0 <= stored["metrics"]["test/acc1"] <= 1 and stored["attention"]
     worker = run_cell_as_train(compose_config([*ON_DEVICE, "data.on_device=false"]), tmp_path / "worker")
     assert set(worker) == set(stored) and set(worker["metrics"]) == set(stored["metrics"])
+    assert (stored["protocol"]["autoaug_device"], worker["protocol"]["autoaug_device"]) == ("data_on_device", "cpu")
+    assert "autoaugment(cifar10, batched on the device)" in stored["protocol"]["description"]
 
     resumed = tmp_path / "resumed"
     (resumed / "checkpoints").mkdir(parents=True)

@@ -31,6 +31,7 @@ from .builders import (
     build_loggers,
     build_module,
     build_trainer,
+    data_on_device,
     split_global_batch,
     trainer_world_size,
 )
@@ -126,6 +127,7 @@ def measured_on(cfg: DictConfig, datamodule: ImageDataModule) -> dict[str, Any]:
 def protocol_record(cfg: DictConfig, policy: str) -> dict[str, Any]:
     """The record's `protocol` section: the three flags, the effective policy and the one-line description."""
     autoaug, cutmix, ls = bool(cfg.aug.autoaug), bool(cfg.aug.cutmix), float(cfg.loss.ls)
+    where = "data_on_device" if data_on_device(cfg) else cfg.aug.device  # on-device data augments there, batched
     return {
         "autoaug": autoaug,
         "cutmix": cutmix,
@@ -134,9 +136,9 @@ def protocol_record(cfg: DictConfig, policy: str) -> dict[str, Any]:
         "cutmix_alpha": float(cfg.aug.cutmix_alpha) if cutmix else None,
         "cutmix_prob": float(cfg.aug.cutmix_prob) if cutmix else None,
         "description": describe_protocol(
-            autoaug, policy, cutmix, float(cfg.aug.cutmix_alpha), ls, cfg.aug.device, float(cfg.aug.cutmix_prob)
+            autoaug, policy, cutmix, float(cfg.aug.cutmix_alpha), ls, where, float(cfg.aug.cutmix_prob)
         ),
-        "autoaug_device": cfg.aug.device if autoaug else None,
+        "autoaug_device": where if autoaug else None,
     }
 
 

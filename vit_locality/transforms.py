@@ -44,9 +44,10 @@ def describe_protocol(
 ) -> str:
     """One line stating the effective protocol: `crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0)`."""
     parts = ["crop+flip"]
-    if autoaug:
-        where = ", batched on gpu" if autoaug_device == "gpu" else ""
-        parts.append("colorjitter(0.4,0.4,0.4)" if policy == COLORJITTER else f"autoaugment({policy}{where})")
+    if autoaug:  # where it runs: per sample in the workers (cpu), or batched on the training device
+        where = {"gpu": ", batched on gpu", "data_on_device": ", batched on the device"}.get(autoaug_device, "")
+        jitter = f"colorjitter(0.4,0.4,0.4{where})"
+        parts.append(jitter if policy == COLORJITTER else f"autoaugment({policy}{where})")
     if cutmix:
         parts.append(
             f"cutmix(alpha={cutmix_alpha})" if cutmix_prob >= 1 else f"cutmix(alpha={cutmix_alpha}, p={cutmix_prob})"

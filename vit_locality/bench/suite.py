@@ -175,8 +175,3 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         path.write_text(text)
         say(f"wrote {path}")
     return record
-
-
-def cli() -> None:
-    """The installed console script (`vit-locality-bench`); the figures go to --out, not to the exit status."""
-    main()
