@@ -6,6 +6,7 @@ per-round ratios says how far the drift moved it.
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -117,3 +118,16 @@ def per_round(numerator: list[float], denominator: list[float]) -> tuple[list[fl
     ratios = [a / b for a, b in zip(numerator, denominator, strict=True)]
     extremes = [min(ratios), max(ratios)]
     return extremes, "(per-round ratio {:.3f}..{:.3f})".format(*extremes)
+
+
+def section_parser(sections: Sequence[str]) -> Callable[[str], list[str]]:
+    """`--sections a,b`: the named sections in the suite's own order; an unknown name is an argparse error."""
+
+    def parse(text: str) -> list[str]:
+        chosen = [s.strip() for s in text.split(",") if s.strip()]
+        unknown = [s for s in chosen if s not in sections]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown sections {unknown}: choose from {', '.join(sections)}")
+        return [s for s in sections if s in chosen]
+
+    return parse

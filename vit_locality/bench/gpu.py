@@ -21,11 +21,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import importlib.util
 import json
 import math
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -36,7 +34,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
-from importlib import metadata
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -48,9 +45,9 @@ from ..builders import build_datamodule, build_module, resolve_precision
 from ..cutmix import cutmix_batch
 from ..data.on_device import DeviceTrainLoader
 from ..model import VisionTransformer
-from .common import autocast, bench_config, build_vit, interleaved, per_round, sync, timed, train_step
+from .common import autocast, bench_config, build_vit, interleaved, per_round, section_parser, sync, timed, train_step
 from .sections import model_flops, probe_cost
-from .suite import COLUMNS, VERSIONED, Row, load_average, render
+from .suite import COLUMNS, Row, load_average, machine, render
 
 BEGIN, END = "<!-- bench-gpu:begin -->", "<!-- bench-gpu:end -->"
 CIFAR100 = {"train": 50_000, "eval": 10_000, "epochs": 200, "cells": 8, "seeds": 3}
@@ -416,20 +413,7 @@ SECTIONS = {
     "overhead": overhead_section,
     "projection": projection_section,
 }
-
-
-def machine(device: torch.device) -> dict[str, Any]:
-    return {
-        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device),
-        "python": platform.python_version(),
-        "versions": {name: metadata.version(name) for name in VERSIONED if importlib.util.find_spec(name)}
-        | ({"cuda": torch.version.cuda} if device.type == "cuda" else {}),
-    }
+parse_sections = section_parser(SECTIONS)
 
 
 def write_benchmarks(path: Path, block: str) -> None:
@@ -439,14 +423,6 @@ def write_benchmarks(path: Path, block: str) -> None:
         raise SystemExit(f"{path}: no {BEGIN} ... {END} markers to write the GPU rows between")
     head, rest = text.split(BEGIN, 1)
     path.write_text(f"{head}{BEGIN}\n{block.rstrip()}\n{END}{rest.split(END, 1)[1]}")
-
-
-def parse_sections(text: str) -> list[str]:
-    chosen = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in SECTIONS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown sections {unknown}: choose from {', '.join(SECTIONS)}")
-    return [s for s in SECTIONS if s in chosen]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import torch
 
 from ..builders import resolve_precision
 from . import framework
-from .common import bench_config
+from .common import bench_config, section_parser
 from .framework import FrameworkCase
 from .sections import data_headroom, flops_check, model_vs_timm, probe_cost
 
@@ -48,6 +48,7 @@ SETTINGS = {  # section: {argument: (full, quick)}
 }
 # in the order they run: flops reads the rate the model section measured
 SECTIONS = dict(model=model_vs_timm, framework=framework.run, data=data_headroom, stats=probe_cost, flops=flops_check)
+parse_sections = section_parser(SECTIONS)
 TARGETS = {  # name: (comparison, threshold, unit)
     "ours_over_timm": (">=", 1.0, ""),
     "tiny_added_ms": ("<=", 1.0, " ms"),
@@ -108,12 +109,19 @@ def say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def parse_sections(text: str) -> list[str]:
-    chosen = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in SECTIONS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown sections {unknown}: choose from {', '.join(SECTIONS)}")
-    return [s for s in SECTIONS if s in chosen]
+def machine(device: torch.device) -> dict[str, Any]:
+    """What the figures were measured on: the device, the usable cores and threads, the library versions."""
+    return {
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+        "python": platform.python_version(),
+        "versions": {name: metadata.version(name) for name in VERSIONED if importlib.util.find_spec(name)}
+        | ({"cuda": torch.version.cuda} if device.type == "cuda" else {}),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -148,16 +156,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     meta = {
         "command": shlex.join(["python", "-m", "vit_locality.bench", *(sys.argv[1:] if argv is None else argv)]),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": {
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "device": str(device),
-            "python": platform.python_version(),
-            "versions": {name: metadata.version(name) for name in VERSIONED if importlib.util.find_spec(name)},
-        },
+        "machine": machine(device),
         "precision": resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator),
         "quick": args.quick,
         "settings": settings,
