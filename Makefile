@@ -35,10 +35,11 @@ test: install ## run the whole CPU test suite (pytest)
 test-fast: install ## run the tests not marked slow
 	$(PY) -m pytest -q -m "not slow"
 
-demo: install ## offline: the 8-cell ablation on synthetic data with a tiny ViT on CPU, then its tables and figures
+demo: install ## offline: the 8-cell ablation on synthetic data with a tiny ViT on CPU, its tables, figures and HTML page
 	$(PY) train.py -m experiment=demo
 	$(PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo
 	$(PY) -m vit_locality.report all $(SWEEP_ROOT)/demo --out $(REPORTS)/demo
+	$(PY) -m vit_locality.report page $(SWEEP_ROOT)/demo --out $(REPORTS)/demo
 
 sweep-ablation: install
 	$(PY) train.py -m experiment=ablation data=$(DATA) $(SWEEP_ARGS) hydra.sweep.dir=$(SWEEP_ROOT)/ablation
