@@ -179,5 +179,7 @@ def test_each_process_takes_the_single_process_number_of_batches(world_size: int
         datamodule, _ = build_datamodule(cfg)
         split_global_batch(datamodule, world_size)
         assert datamodule.batch_size == 64 // world_size
-        datamodule.trainer = SimpleNamespace(world_size=world_size, global_rank=rank)
+        datamodule.trainer = SimpleNamespace(
+            world_size=world_size, global_rank=rank, strategy=SimpleNamespace(root_device=torch.device("cpu"))
+        )
         assert len(datamodule.train_dataloader()) == 512 // 64
