@@ -50,7 +50,7 @@ def central_query_maps(maps: torch.Tensor, layers: list[int], title: str) -> plt
     for row, layer in enumerate(layers):
         for head in range(heads):
             ax = axes[row, head]
-            ax.imshow(maps[layer, head], cmap="magma", vmin=0)
+            ax.imshow(maps[layer, head].detach().cpu().numpy(), cmap="magma", vmin=0)
             ax.scatter([centre[1]], [centre[0]], marker="+", color="cyan", s=30)
             ax.set_xticks([])
             ax.set_yticks([])
