@@ -79,6 +79,7 @@ def text_colour(rgba: tuple[float, ...]) -> str:
 def layer_head_heatmap(values: torch.Tensor, title: str, vmax: float | None = None) -> plt.Figure:
     """A (layers, heads) matrix as a heatmap with a colour bar and the values written in, each in the colour that
     reads on its cell."""
+    values = torch.as_tensor(values).detach().cpu().numpy()  # matplotlib wants numpy (a tensor warns under numpy 2)
     layers, heads = values.shape
     fig, ax = plt.subplots(figsize=(0.7 * heads + 2.0, 0.5 * layers + 1.2))
     image = ax.imshow(values, cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
