@@ -82,7 +82,7 @@ def test_installed_train_runs_a_cell_from_any_directory(fresh_venv: Path, tmp_pa
     elsewhere.mkdir()
     run_dir = tmp_path / "run"
     args = ["data=synthetic", "model=vit_tiny", "trainer=cpu", "data.train_size=128", "data.test_size=64",
-            "data.batch_size=64", "data.num_workers=0", "trainer.max_epochs=1", "callbacks.progress_bar=none",
+            "data.batch_size=64", "trainer.max_epochs=1", "callbacks.progress_bar=none",  # workers on
             f"hydra.run.dir={run_dir}"]  # fmt: skip
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
