@@ -11,13 +11,14 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
-
 from vit_locality.callbacks import build_callbacks
-from vit_locality.cell import run_cell
-from vit_locality.config import register_resolvers
+
+from vit_locality.config.checks import register_resolvers
+from vit_locality.paths import CONF_DIR
+from vit_locality.run.cell import run_cell
 
 REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "vit_locality" / "conf"
+CONF = CONF_DIR
 
 # Small and fast settings for runs in tests: a tiny model on a small synthetic set, no progress bars.
 QUICK = [

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from vit_locality.attention_probe import ProbeSettings, probe_attention
-from vit_locality.attention_records import CSV_FIELDS, probe_rows, read_csv, scalar_metrics, write_csv
-from vit_locality.model import VisionTransformer
+from vit_locality.attention.probe import ProbeSettings, probe_attention
+from vit_locality.attention.stats_log import CSV_FIELDS, probe_rows, read_csv, scalar_metrics, write_csv
+from vit_locality.model.vit import VisionTransformer
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import pytest
 import torch
 from torchvision.transforms import v2
 
-import vit_locality.batched_autoaugment as batched
-from vit_locality.batched_autoaugment import AutoAugmentDraws, BatchedAutoAugment, apply, draw
-from vit_locality.domain import AUTOAUGMENT_POLICIES
-from vit_locality.transforms import autoaugment_policy
+import vit_locality.augment.batched_autoaugment as batched
+from vit_locality.augment.batched_autoaugment import AutoAugmentDraws, BatchedAutoAugment, apply, draw
+from vit_locality.augment.per_sample import autoaugment_policy
+from vit_locality.catalog import AUTOAUGMENT_POLICIES
 from vit_locality.upstream import apply_autoaugment_op, autoaugment_space, autoaugment_sub_policies
 
 SPACE = autoaugment_space()

@@ -19,7 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from vit_locality.bench.common import autocast, bench_config, build_vit, interleaved, per_round, timed
 from vit_locality.bench.sections import counted_flops, linear_flops, model_flops
 from vit_locality.bench.suite import SECTIONS, main, make_row, parse_sections
-from vit_locality.model import count_parameters
+from vit_locality.model.vit import count_parameters
 
 CPU = torch.device("cpu")
 

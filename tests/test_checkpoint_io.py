@@ -12,10 +12,10 @@ import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-
 from vit_locality.callbacks.checkpointing import IdentityStamp, last_checkpoint_callback
-from vit_locality.checkpoint_io import AtomicCheckpointIO
-from vit_locality.checkpoints import (
+
+from vit_locality.run.checkpoint_io import AtomicCheckpointIO
+from vit_locality.run.checkpoints import (
     ForeignCheckpoint,
     discard_interrupted,
     interrupted_checkpoint,

@@ -7,8 +7,8 @@ from helpers import CONF, compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from vit_locality.config import ConfigError, validate
-from vit_locality.identity import identity_hash
+from vit_locality.config.checks import ConfigError, validate
+from vit_locality.config.identity import identity_hash
 
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
 
@@ -114,7 +114,7 @@ def test_device_autoaugment_and_compile_settings() -> None:
         validate(compose_config(["aug.device=tpu"]))
     with pytest.raises(ConfigError, match="aug.device"):  # ColorJitter has no batched version
         validate(compose_config(["data=tiny_imagenet", "aug.autoaug=true", "aug.device=gpu"]))
-    from vit_locality.builders import compile_wanted
+    from vit_locality.run.builders import compile_wanted
 
     assert compile_wanted(compose_config(["trainer=cpu"])) is False  # auto: off on CPU
     assert compile_wanted(compose_config(["trainer=cpu", "model.compile=true"])) is True
@@ -129,7 +129,8 @@ def test_config_checks_load_no_torch() -> None:
     import sys
 
     code = (
-        "import sys, vit_locality.config, vit_locality.preflight, vit_locality.domain, vit_locality.results; "
+        "import sys, vit_locality.config.checks, vit_locality.config.preflight, vit_locality.catalog, "
+        "vit_locality.run.record; "
         "print(sorted(m for m in ('torch', 'torchvision', 'lightning') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -144,7 +145,7 @@ def test_trainer_names_are_lightnings() -> None:
     from lightning.pytorch.accelerators import AcceleratorRegistry
     from lightning.pytorch.strategies import StrategyRegistry
 
-    from vit_locality.config import ACCELERATORS, PRECISIONS, STRATEGIES
+    from vit_locality.config.checks import ACCELERATORS, PRECISIONS, STRATEGIES
 
     assert set(ACCELERATORS) == {"auto", "gpu", *AcceleratorRegistry.available_accelerators()}
     assert set(STRATEGIES) == {"auto", *StrategyRegistry.available_strategies()}
@@ -153,9 +154,9 @@ def test_trainer_names_are_lightnings() -> None:
 
 
 def test_vocabulary_written_out_for_the_check_matches_its_source() -> None:
-    from vit_locality.config import STATS_UNITS, TRAIN_SIZES
-    from vit_locality.domain import DATASETS
-    from vit_locality.metrics import UNITS
+    from vit_locality.attention.metrics import UNITS
+    from vit_locality.catalog import DATASETS
+    from vit_locality.config.checks import STATS_UNITS, TRAIN_SIZES
 
     assert STATS_UNITS == UNITS
     assert {*TRAIN_SIZES, "synthetic"} == set(DATASETS)

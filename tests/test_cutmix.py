@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vit_locality.cutmix import cutmix_batch
+from vit_locality.augment.mixing import cutmix_batch
 
 
 def _constant_batch(batch: int, size: int, dtype: torch.dtype) -> torch.Tensor:

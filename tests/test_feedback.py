@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 from helpers import QUICK, REPO, run_train
-
 from vit_locality.callbacks.epoch_log import duration_text, epochs_left
 
 

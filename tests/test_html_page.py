@@ -20,9 +20,9 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.helpers import QUICK, compose_config
-from vit_locality.attention_probe import ProbeSettings, probe_attention
-from vit_locality.attention_records import attention_section, probe_rows, save_pictures, write_csv
-from vit_locality.model import VisionTransformer
+from vit_locality.attention.probe import ProbeSettings, probe_attention
+from vit_locality.attention.stats_log import attention_section, probe_rows, save_pictures, write_csv
+from vit_locality.model.vit import VisionTransformer
 from vit_locality.report.__main__ import main
 from vit_locality.report.html_page import END_COLOUR
 

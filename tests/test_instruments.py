@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from vit_locality.instruments.box import Box, box_locality
-from vit_locality.instruments.dose import dose_curves
+from vit_locality.attention.metrics import cross_border_mass
+from vit_locality.instruments.dose_response import dose_curves
 from vit_locality.instruments.loading import model_from_checkpoint, normalise, position_embedding
-from vit_locality.instruments.positions import position_locality, position_similarity, similarity_mosaic
+from vit_locality.instruments.pasted_box import Box, box_locality
+from vit_locality.instruments.position_embedding import position_locality, position_similarity, similarity_mosaic
 from vit_locality.instruments.trajectory import Trajectory, matched_levels, val_accuracy_by_epoch
-from vit_locality.metrics import cross_border_mass
-from vit_locality.model import VisionTransformer
-from vit_locality.results import RunRecord
+from vit_locality.model.vit import VisionTransformer
+from vit_locality.run.record import RunRecord
 
 G = 8
 

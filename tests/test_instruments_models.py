@@ -8,8 +8,8 @@ import torch
 import yaml
 
 from tests.helpers import CONF, compose_config
-from vit_locality.config import validate
-from vit_locality.model import VisionTransformer, count_parameters
+from vit_locality.config.checks import validate
+from vit_locality.model.vit import VisionTransformer, count_parameters
 
 
 def test_conv_stem_keeps_the_grid_and_sees_only_its_neighbourhood() -> None:
@@ -53,7 +53,7 @@ def test_model_configs_compose_and_validate() -> None:
 
 
 def test_the_training_module_builds_the_configured_stem() -> None:
-    from vit_locality.module import ViTClassifier
+    from vit_locality.model.classifier import ViTClassifier
 
     cfg = compose_config(["model=vit_convstem", "data=synthetic"])
     module = ViTClassifier(num_classes=10, image_size=32, mean=[0.5] * 3, std=[0.25] * 3, model=dict(cfg.model))

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from vit_locality.metrics import (
+from vit_locality.attention.metrics import (
     AttentionStatsAccumulator,
     attention_entropy,
     attention_summary,

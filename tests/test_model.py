@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vit_locality.model import VisionTransformer, count_parameters
+from vit_locality.model.vit import VisionTransformer, count_parameters
 
 PAPER = dict(depth=8, dim=192, heads=8, mlp_ratio=2.0)
 TINY = dict(depth=4, dim=64, heads=4, mlp_ratio=2.0)

@@ -12,8 +12,8 @@ import pytest
 import torch
 from helpers import compose_config
 
-from vit_locality.builders import build_datamodule, build_module, split_global_batch
-from vit_locality.module import warmup_cosine, warmup_cosine_schedule
+from vit_locality.model.classifier import warmup_cosine, warmup_cosine_schedule
+from vit_locality.run.builders import build_datamodule, build_module, split_global_batch
 
 # The tiny runs below: 64 synthetic images in global batches of 8 (8 steps an epoch), warm-up 1 epoch, cosine to 0.
 TINY_RUN = [

@@ -10,10 +10,10 @@ import torch
 from helpers import compose_config
 from torchvision.transforms import v2
 
-import vit_locality.batched_autoaugment as batched
-from vit_locality.builders import build_datamodule, build_module
-from vit_locality.cell import protocol_record
-from vit_locality.domain import cell_name
+import vit_locality.augment.batched_autoaugment as batched
+from vit_locality.catalog import cell_name
+from vit_locality.run.builders import build_datamodule, build_module
+from vit_locality.run.cell import protocol_record
 
 CELLS = list(itertools.product([False, True], [False, True], [0.0, 0.1]))
 

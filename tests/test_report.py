@@ -21,7 +21,7 @@ from vit_locality.report.aggregate import Aggregate, aggregate
 from vit_locality.report.factorial import main_effects, separation, t_quantile
 from vit_locality.report.figures import emergence_series
 from vit_locality.report.tables import Table, ablation_table, protocols_table
-from vit_locality.results import read_record
+from vit_locality.run.record import read_record
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import pytest
 
 from vit_locality.report.__main__ import main as report_main
 from vit_locality.report.summary import main as summary_main
-from vit_locality.results import RecordError, read_record, scan_records, write_record
+from vit_locality.run.record import RecordError, read_record, scan_records, write_record
 
 
 def complete_payload(**changes: object) -> dict:

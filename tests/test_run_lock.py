@@ -15,13 +15,13 @@ import sys
 import pytest
 from helpers import REPO
 
-from vit_locality.config import ConfigError
-from vit_locality.run_lock import LOCK_FILE, LockHolder, RunLock, RunLocked
+from vit_locality.config.checks import ConfigError
+from vit_locality.run.lock import LOCK_FILE, LockHolder, RunLock, RunLocked
 
 # In a child process: hold the lock on argv[1], say so, then wait to be killed.
 HOLD_LOCK = """
 import sys, time
-from vit_locality.run_lock import RunLock
+from vit_locality.run.lock import RunLock
 with RunLock(sys.argv[1]):
     print("holding", flush=True)
     time.sleep(120)

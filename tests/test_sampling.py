@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch.utils.data import Dataset, DistributedSampler
 
+from vit_locality.augment.per_sample import build_train_transform
 from vit_locality.data import SyntheticDataModule
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw
-from vit_locality.seeding import sample_seed
-from vit_locality.transforms import build_train_transform
+from vit_locality.run.seeding import sample_seed
 
 SIZE = 96
 

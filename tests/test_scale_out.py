@@ -13,7 +13,7 @@ import pytest
 from helpers import QUICK, REPO, run_train
 
 from vit_locality.report.aggregate import aggregate
-from vit_locality.results import scan_records
+from vit_locality.run.record import scan_records
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 """The seeded synthetic data set: determinism, shapes, balance, local class evidence, the datamodule API; and
-the table of datamodules by name, against the names in vit_locality.domain."""
+the table of datamodules by name, against the names in vit_locality.catalog."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from torchvision.transforms.v2 import functional as TF
 
+from vit_locality.catalog import DATASET_DEFAULT_POLICY, DATASETS
 from vit_locality.data import DATAMODULES, DataError, SyntheticDataModule, datamodule_class
-from vit_locality.domain import DATASET_DEFAULT_POLICY, DATASETS
 
 
 def _module(**kwargs) -> SyntheticDataModule:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import QUICK, QUICK_NAME, run_train
 
-from vit_locality.results import scan_records
+from vit_locality.run.record import scan_records
 
 pytestmark = pytest.mark.slow
 

@@ -16,14 +16,14 @@ import yaml
 from helpers import CONF, QUICK, compose_config, run_train
 from omegaconf import OmegaConf
 
-from vit_locality.builders import build_trainer
-from vit_locality.config import ConfigError, validate
-from vit_locality.config_tree import config_tree_text
-from vit_locality.identity import identity_hash
-from vit_locality.preflight import check_command
+from vit_locality.config.checks import ConfigError, validate
+from vit_locality.config.identity import identity_hash
+from vit_locality.config.preflight import check_command
+from vit_locality.config.trainer_options import RESERVED, check_trainer_options, trainer_parameters
+from vit_locality.config.tree import config_tree_text
 from vit_locality.report.aggregate import quick_run
-from vit_locality.results import RunRecord
-from vit_locality.trainer_options import RESERVED, check_trainer_options, trainer_parameters
+from vit_locality.run.builders import build_trainer
+from vit_locality.run.record import RunRecord
 
 
 def test_parameters_read_from_source_are_the_installed_signature() -> None:

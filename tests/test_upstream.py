@@ -10,8 +10,8 @@ import pytest
 import torch
 from torchvision.transforms import v2
 
-from vit_locality.domain import AUTOAUGMENT_POLICIES
-from vit_locality.transforms import autoaugment_policy
+from vit_locality.augment.per_sample import autoaugment_policy
+from vit_locality.catalog import AUTOAUGMENT_POLICIES
 from vit_locality.upstream import (
     UpstreamChanged,
     apply_autoaugment_op,

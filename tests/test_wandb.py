@@ -19,11 +19,11 @@ from helpers import QUICK, QUICK_NAME, compose_config, run_train
 from matplotlib.colors import to_rgba
 from omegaconf import OmegaConf
 
-from vit_locality import plots
-from vit_locality.config import ConfigError, validate
-from vit_locality.console import quiet_wandb
-from vit_locality.identity import identity_hash
-from vit_locality.wandb_run import resolve_mode, run_group, run_tags
+from vit_locality.attention import plots
+from vit_locality.config.checks import ConfigError, validate
+from vit_locality.config.identity import identity_hash
+from vit_locality.tracking.quiet import quiet_wandb
+from vit_locality.tracking.wandb_run import resolve_mode, run_group, run_tags
 
 BLOCK = 32 * 1024
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
@@ -306,7 +306,7 @@ def test_a_failed_cell_marks_its_run_failed_and_upload_errors_never_fail_a_cell(
 ) -> None:
     import wandb
 
-    from vit_locality.wandb_run import ConfigWandbLogger, finish_wandb, publish_run_files
+    from vit_locality.tracking.wandb_run import ConfigWandbLogger, finish_wandb, publish_run_files
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     (tmp_path / "results.json").write_text("{}")

@@ -22,12 +22,12 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from .config import ConfigError, register_resolvers, validate_analysis, validate_stats
-from .console import quiet_library_noise
-from .results import ATTENTION_CSV, RESULTS_FILE, RecordError, atomic_write_text, read_record
+from vit_locality.config.checks import ConfigError, register_resolvers, validate_analysis, validate_stats
+from vit_locality.paths import CONF_DIR, CONF_PATH
+from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE, RecordError, atomic_write_text, read_record
+from vit_locality.tracking.quiet import quiet_library_noise
 
 log = logging.getLogger("vit_locality")
-CONF_DIR = Path(__file__).resolve().parent / "conf"
 CHECKPOINT_KEYS = ("state_dict", "hyper_parameters")  # what every checkpoint train.py writes holds
 
 
@@ -107,7 +107,7 @@ def load_checkpoint(checkpoint: Path) -> dict[str, Any]:
 
 def load_module(checkpoint: Path, device: str) -> Any:
     """The trained model; a checkpoint of another model (other hyper-parameters or weights) is a ConfigError."""
-    from .module import ViTClassifier
+    from vit_locality.model.classifier import ViTClassifier
 
     try:
         return ViTClassifier.load_from_checkpoint(checkpoint, map_location=device, weights_only=True)
@@ -127,10 +127,10 @@ def analysis_device(requested: str) -> str:
 
 def analyze(cfg: DictConfig) -> dict[str, Any]:
     """Load, test, probe, record; returns the record written to analysis.json."""
-    from .attention_probe import ProbeSettings, probe_attention
-    from .attention_records import probe_rows, probe_summary, save_pictures, write_csv
-    from .builders import build_datamodule
-    from .checkpoints import completed_epochs
+    from vit_locality.attention.probe import ProbeSettings, probe_attention
+    from vit_locality.attention.stats_log import probe_rows, probe_summary, save_pictures, write_csv
+    from vit_locality.run.builders import build_datamodule
+    from vit_locality.run.checkpoints import completed_epochs
 
     validate_analysis(cfg)
     checkpoint = Path(cfg.ckpt_path)
@@ -187,9 +187,9 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="analyze")
+@hydra.main(version_base="1.3", config_path=CONF_PATH, config_name="analyze")
 def main(cfg: DictConfig) -> None:
-    from .data import DataError  # torch comes with it: only once the settings have been checked
+    from vit_locality.data import DataError
 
     quiet_library_noise()
     try:
@@ -204,7 +204,7 @@ def main(cfg: DictConfig) -> None:
 
 def cli() -> None:
     """`python -m vit_locality.analyze` and the installed `vit-locality-analyze`."""
-    from .preflight import check_command
+    from vit_locality.config.preflight import check_command
 
     register_resolvers()
     problems = check_command(sys.argv[1:], CONF_DIR, config_name="analyze")

@@ -22,10 +22,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, read_write
 
-from vit_locality.config import ConfigError, register_resolvers
-from vit_locality.preflight import check_command
+from vit_locality.config.checks import ConfigError, register_resolvers
+from vit_locality.config.preflight import check_command
+from vit_locality.paths import CONF_DIR, CONF_PATH
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"  # shipped inside the package: works from any directory
 log = logging.getLogger("vit_locality")
 
 register_resolvers()  # before Hydra resolves run_name in the output directory
@@ -83,14 +83,14 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@hydra.main(version_base="1.3", config_path=CONF_PATH, config_name="train")
 def main(cfg: DictConfig) -> float | None:
     # Heavy imports only after Hydra has parsed the command line (so --help and typos answer at once).
     from vit_locality.callbacks import build_callbacks
-    from vit_locality.cell import CellInterrupted, run_cell
-    from vit_locality.console import quiet_library_noise
     from vit_locality.data import DataError
-    from vit_locality.module import NonFiniteLossError
+    from vit_locality.model.classifier import NonFiniteLossError
+    from vit_locality.run.cell import CellInterrupted, run_cell
+    from vit_locality.tracking.quiet import quiet_library_noise
 
     quiet_library_noise()
 
@@ -107,7 +107,7 @@ def main(cfg: DictConfig) -> float | None:
     child = "LOCAL_RANK" in os.environ  # a DDP rank > 0 started by Lightning: it must not re-point anything
     original_argv = sys.argv if child else point_ddp_children_at_this_cell(run_dir)
     if cfg.extras.print_config and not child:
-        from vit_locality.config_tree import config_tree_text
+        from vit_locality.config.tree import config_tree_text
 
         print(config_tree_text(cfg), flush=True)
     try:
@@ -135,7 +135,7 @@ def cli() -> None:
     if problems:
         sys.exit(2)
     main()
-    from vit_locality.sweep_verdict import incomplete_cells
+    from vit_locality.run.sweep_verdict import incomplete_cells
 
     if incomplete_cells:
         shown = ", ".join(f"{run_dir.name} ({status})" for run_dir, status in incomplete_cells)

@@ -17,13 +17,13 @@ import pytest
 import torch
 from helpers import QUICK, compose_config, run_cell_as_train
 
-from vit_locality import builders
-from vit_locality.cell import CellInterrupted, run_cell
-from vit_locality.config import ConfigError
+from vit_locality.config.checks import ConfigError
+from vit_locality.config.identity import settings_suffix
 from vit_locality.data import synthetic
-from vit_locality.identity import settings_suffix
-from vit_locality.module import ViTClassifier
-from vit_locality.results import read_record
+from vit_locality.model.classifier import ViTClassifier
+from vit_locality.run import builders
+from vit_locality.run.cell import CellInterrupted, run_cell
+from vit_locality.run.record import read_record
 
 CELL = [*QUICK, "trainer.max_epochs=2", "stats.pictures=false"]
 
@@ -84,7 +84,7 @@ def test_sigterm_before_the_trainer_exists_leaves_a_record(tmp_path: Path, monke
         os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("vit_locality.cell.build_module", terminated)
+    monkeypatch.setattr("vit_locality.run.cell.build_module", terminated)
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(CellInterrupted):
         run_cell_as_train(compose_config(CELL), run_dir)
@@ -120,7 +120,7 @@ def test_a_quick_check_is_never_taken_for_the_full_run(tmp_path: Path) -> None:
 
 
 def test_the_identity_covers_every_setting_that_changes_numbers() -> None:
-    from vit_locality.identity import identity_hash
+    from vit_locality.config.identity import identity_hash
 
     base = identity_hash(compose_config(CELL))
     for change in (
@@ -228,7 +228,7 @@ def test_an_interruption_never_checkpoints_non_finite_weights(tmp_path: Path, mo
 
 def test_every_attempt_of_a_cell_continues_one_wandb_run(tmp_path: Path) -> None:
     """The W&B run id comes from the cell's identity and directory: a resumed cell logs into the same run."""
-    from vit_locality.builders import wandb_run_id
+    from vit_locality.run.builders import wandb_run_id
 
     cfg = compose_config(CELL)
     assert wandb_run_id(cfg, tmp_path / "a") == wandb_run_id(compose_config(CELL), tmp_path / "a")
@@ -249,7 +249,7 @@ def test_the_record_says_what_was_measured_on_and_cutmix_prob(tmp_path: Path) ->
 
 def test_cutmix_prob_mixes_about_that_share_of_batches(monkeypatch) -> None:
     """p=0.5: of 400 batches about half are mixed (binomial: 200 +- 3 sd = 170..230); p=1 draws nothing at all."""
-    import vit_locality.module as module
+    import vit_locality.model.classifier as module
 
     mixed = []
     real = module.cutmix_batch
@@ -260,7 +260,7 @@ def test_cutmix_prob_mixes_about_that_share_of_batches(monkeypatch) -> None:
 
     monkeypatch.setattr(module, "cutmix_batch", counting)
     cfg = compose_config([*CELL, "aug.cutmix_prob=0.5"])
-    from vit_locality.builders import build_datamodule, build_module
+    from vit_locality.run.builders import build_datamodule, build_module
 
     datamodule, policy = build_datamodule(cfg)
     datamodule.setup("fit")

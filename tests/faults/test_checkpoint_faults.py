@@ -19,8 +19,8 @@ from helpers import REPO
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from test_checkpoint_io import IDENTITY, lightning_checkpoint, saved_step, write_checkpoints
 
-from vit_locality.checkpoint_io import AtomicCheckpointIO
-from vit_locality.checkpoints import (
+from vit_locality.run.checkpoint_io import AtomicCheckpointIO
+from vit_locality.run.checkpoints import (
     ForeignCheckpoint,
     interrupted_checkpoint,
     last_checkpoint,
@@ -34,7 +34,7 @@ KILLED_MID_WRITE = """
 import io, os, signal, sys
 import torch
 from test_checkpoint_io import lightning_checkpoint
-from vit_locality.checkpoint_io import AtomicCheckpointIO
+from vit_locality.run.checkpoint_io import AtomicCheckpointIO
 
 real_save = torch.save
 

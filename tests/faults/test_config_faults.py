@@ -12,9 +12,10 @@ from helpers import CONF, run_train
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from vit_locality import config, preflight
-from vit_locality.config import register_resolvers
-from vit_locality.preflight import Composer, check_command, explain
+from vit_locality.config import checks as config
+from vit_locality.config import preflight
+from vit_locality.config.checks import register_resolvers
+from vit_locality.config.preflight import Composer, check_command, explain
 
 NAME_RULE = "letters, digits and _ . + - (it names a directory)"
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 from helpers import QUICK, compose_config, run_cell_as_train, run_train, start_train, wait_for
 
-from vit_locality.module import NonFiniteLossError, ViTClassifier
-from vit_locality.results import scan_records
+from vit_locality.model.classifier import NonFiniteLossError, ViTClassifier
+from vit_locality.run.record import scan_records
 
 pytestmark = pytest.mark.slow
 

@@ -7,11 +7,11 @@ import sys
 def cli() -> None:
     """The suite, or the GPU bench when the first argument is `gpu`; the figures go to files, not the exit status."""
     if sys.argv[1:2] == ["gpu"]:
-        from .gpu import main as gpu_main
+        from vit_locality.bench.gpu import main as gpu_main
 
         gpu_main(sys.argv[2:])
     else:
-        from .suite import main
+        from vit_locality.bench.suite import main
 
         main()
 

@@ -10,7 +10,6 @@ import argparse
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,12 +19,12 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from ..builders import resolve_precision, uses_cuda
-from ..config import register_resolvers
-from ..model import VisionTransformer
-from ..module import adamw_with_decay_groups
+from vit_locality.config.checks import register_resolvers
+from vit_locality.model.classifier import adamw_with_decay_groups
+from vit_locality.model.vit import VisionTransformer
+from vit_locality.paths import CONF_DIR
+from vit_locality.run.builders import resolve_precision, uses_cuda
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 # What a section returns: its figures for the JSON record, and its table rows: (quantity, value) or, for a figure
 # with a target, (quantity, value, target name in suite.TARGETS, the measured figure).
 Result = tuple[dict[str, Any], list[tuple]]

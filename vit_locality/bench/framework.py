@@ -27,10 +27,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from ..builders import build_datamodule, build_loggers, build_module, build_trainer
-from ..data import ImageDataModule
-from ..module import ViTClassifier, adamw_with_decay_groups, warmup_cosine_schedule
-from .common import Result, autocast, bench_config, interleaved, optimizer_step, per_round, sync
+from vit_locality.bench.common import Result, autocast, bench_config, interleaved, optimizer_step, per_round, sync
+from vit_locality.data import ImageDataModule
+from vit_locality.model.classifier import ViTClassifier, adamw_with_decay_groups, warmup_cosine_schedule
+from vit_locality.run.builders import build_datamodule, build_loggers, build_module, build_trainer
 
 TIMED = {
     "plain": "plain loop ms/step",

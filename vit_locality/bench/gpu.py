@@ -41,13 +41,23 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from ..builders import build_datamodule, build_module, resolve_precision
-from ..cutmix import cutmix_batch
-from ..data.on_device import DeviceTrainLoader
-from ..model import VisionTransformer
-from .common import autocast, bench_config, build_vit, interleaved, per_round, section_parser, sync, timed, train_step
-from .sections import model_flops, probe_cost
-from .suite import COLUMNS, Row, load_average, machine, render
+from vit_locality.augment.mixing import cutmix_batch
+from vit_locality.bench.common import (
+    autocast,
+    bench_config,
+    build_vit,
+    interleaved,
+    per_round,
+    section_parser,
+    sync,
+    timed,
+    train_step,
+)
+from vit_locality.bench.sections import model_flops, probe_cost
+from vit_locality.bench.suite import COLUMNS, Row, load_average, machine, render
+from vit_locality.data.on_device import DeviceTrainLoader
+from vit_locality.model.vit import VisionTransformer
+from vit_locality.run.builders import build_datamodule, build_module, resolve_precision
 
 BEGIN, END = "<!-- bench-gpu:begin -->", "<!-- bench-gpu:end -->"
 CIFAR100 = {"train": 50_000, "eval": 10_000, "epochs": 200, "cells": 8, "seeds": 3}

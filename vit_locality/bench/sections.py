@@ -29,13 +29,13 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..attention_probe import ProbeSettings, probe_attention
-from ..builders import build_datamodule
-from ..data import UInt8ImageDataset
-from ..domain import GRID_SIZE
-from ..model import VisionTransformer, count_parameters
-from ..transforms import build_train_transform
-from .common import Result, bench_config, build_vit, interleaved, per_round, timed, train_step
+from vit_locality.attention.probe import ProbeSettings, probe_attention
+from vit_locality.augment.per_sample import build_train_transform
+from vit_locality.bench.common import Result, bench_config, build_vit, interleaved, per_round, timed, train_step
+from vit_locality.catalog import GRID_SIZE
+from vit_locality.data import UInt8ImageDataset
+from vit_locality.model.vit import VisionTransformer, count_parameters
+from vit_locality.run.builders import build_datamodule
 
 
 def model_vs_timm(model: str, batch: int, repeats: int, device: torch.device) -> Result:

@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
-from ..builders import resolve_precision
-from . import framework
-from .common import bench_config, section_parser
-from .framework import FrameworkCase
-from .sections import data_headroom, flops_check, model_vs_timm, probe_cost
+from vit_locality.bench import framework
+from vit_locality.bench.common import bench_config, section_parser
+from vit_locality.bench.framework import FrameworkCase
+from vit_locality.bench.sections import data_headroom, flops_check, model_vs_timm, probe_cost
+from vit_locality.run.builders import resolve_precision
 
 TINY = FrameworkCase("tiny", "vit_tiny", 32, first=3, steps=30, repeats=5, warmup=1, target="tiny_added_ms")
 PAPER = FrameworkCase("paper", "vit_paper", 128, first=2, steps=5, repeats=3, warmup=0, target="paper_overhead_pct")

@@ -1,11 +1,11 @@
-"""Datamodules by name, as `data.name` in the config selects them (the names themselves: vit_locality.domain)."""
+"""Datamodules by name, as `data.name` in the config selects them (the names themselves: vit_locality.catalog)."""
 
 from __future__ import annotations
 
-from .base import DataError, ImageArrays, ImageDataModule, UInt8ImageDataset
-from .cifar import CIFAR10DataModule, CIFAR100DataModule
-from .synthetic import SyntheticDataModule
-from .tiny_imagenet import TinyImageNetDataModule
+from vit_locality.data.base import DataError, ImageArrays, ImageDataModule, UInt8ImageDataset
+from vit_locality.data.cifar import CIFAR10DataModule, CIFAR100DataModule
+from vit_locality.data.synthetic import SyntheticDataModule
+from vit_locality.data.tiny_imagenet import TinyImageNetDataModule
 
 DATAMODULES: dict[str, type[ImageDataModule]] = {
     cls.name: cls for cls in (CIFAR10DataModule, CIFAR100DataModule, TinyImageNetDataModule, SyntheticDataModule)

@@ -22,10 +22,15 @@ import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from vit_locality.domain import DATASET_DEFAULT_POLICY
-
-from .on_device import BatchAugment, DeviceArrays, DeviceEvalLoader, DeviceTrainLoader, resolve_on_device
-from .sampling import EpochShardSampler, SampleDraw, transform_seeded
+from vit_locality.catalog import DATASET_DEFAULT_POLICY
+from vit_locality.data.on_device import (
+    BatchAugment,
+    DeviceArrays,
+    DeviceEvalLoader,
+    DeviceTrainLoader,
+    resolve_on_device,
+)
+from vit_locality.data.sampling import EpochShardSampler, SampleDraw, transform_seeded
 
 # Python's default start method on this platform ('fork' on Linux up to 3.13), named explicitly: a process started by
 # a launcher with its own process class (joblib's loky workers) has that class as its default, and the DataLoader's
@@ -175,7 +180,7 @@ class ImageDataModule(L.LightningDataModule):
 
     @property
     def default_policy(self) -> str:
-        """What `aug.policy=auto` means on this data set, read from the one table of it in vit_locality.domain."""
+        """What `aug.policy=auto` means on this data set, read from the one table of it in vit_locality.catalog."""
         return DATASET_DEFAULT_POLICY[self.name]
 
     @abstractmethod

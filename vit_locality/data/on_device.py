@@ -25,13 +25,12 @@ from dataclasses import dataclass
 
 import torch
 
-from vit_locality.batched_autoaugment import AutoAugmentDraws
-from vit_locality.batched_autoaugment import apply as apply_autoaugment
-from vit_locality.batched_autoaugment import draw as draw_autoaugment
-from vit_locality.domain import COLORJITTER
-from vit_locality.seeding import epoch_seed
-
-from .sampling import EpochShardSampler
+from vit_locality.augment.batched_autoaugment import AutoAugmentDraws
+from vit_locality.augment.batched_autoaugment import apply as apply_autoaugment
+from vit_locality.augment.batched_autoaugment import draw as draw_autoaugment
+from vit_locality.catalog import COLORJITTER
+from vit_locality.data.sampling import EpochShardSampler
+from vit_locality.run.seeding import epoch_seed
 
 ON_DEVICE_SETTINGS = ("auto", True, False)
 COLORJITTER_STRENGTH = 0.4  # brightness, contrast and saturation, as transforms.build_train_transform

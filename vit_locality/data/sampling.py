@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch.utils.data import DistributedSampler
 
-from vit_locality.seeding import epoch_seed, sample_seed
+from vit_locality.run.seeding import epoch_seed, sample_seed
 
 
 class SampleDraw(NamedTuple):

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .base import ImageArrays, ImageDataModule
+from vit_locality.data.base import ImageArrays, ImageDataModule
 
 PATTERNS = ("stripes", "checkerboard", "dots", "grid", "rings")
 SCALES = (1.0, 1.9)  # fine and coarse: the two periods of each pattern kind, relative to `period`

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..model import VisionTransformer
+from vit_locality.model.vit import VisionTransformer
 
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
 ARCH_KEYS = ("depth", "dim", "heads", "mlp_ratio", "stem")
@@ -50,7 +50,7 @@ def probe_images(config: dict[str, Any], count: int) -> torch.Tensor:
     Raises whatever the data layer raises when the data set is not on this machine."""
     from omegaconf import OmegaConf
 
-    from ..builders import build_datamodule
+    from vit_locality.run.builders import build_datamodule
 
     cfg = OmegaConf.create(config)
     cfg.data.num_workers = 0

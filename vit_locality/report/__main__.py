@@ -18,10 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import ConfigError, check_directory
-from .aggregate import Aggregate, aggregate
-from .summary import architecture_warnings, sweep_dirs_problem
-from .tables import ablation_tables, protocols_table
+from vit_locality.config.checks import ConfigError, check_directory
+from vit_locality.report.aggregate import Aggregate, aggregate
+from vit_locality.report.summary import architecture_warnings, sweep_dirs_problem
+from vit_locality.report.tables import ablation_tables, protocols_table
 
 WHAT = ("ablation", "protocols", "figures", "instruments", "page", "all")
 
@@ -74,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         print(table.markdown(), end="\n\n")
         written += table.write(args.out)
     if args.what in ("figures", "all"):
-        from .figures import write_figures  # matplotlib and torch only when figures are asked for
+        from vit_locality.report.figures import write_figures
 
         written += write_figures(agg, args.out, agg.notes)
     if args.what in ("instruments", "all"):
         written += write_instruments(agg, args.out, args.box_images)
     print(f"wrote {len(written)} files into {args.out}: {', '.join(p.name for p in written)}")
     if args.wandb:
-        from .wandb_publish import publish
+        from vit_locality.report.wandb_publish import publish
 
         pictures = [path for path in written if path.suffix == ".png"]
         print(f"W&B report run: {publish(agg, tables, pictures, args.sweep_dirs, args.out)}")
@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_instruments(agg: Aggregate, out: Path, box_images: int) -> list[Path]:
     """Every instrument's tables (printed too) and figures for each (data set, model); notes go to the aggregate's."""
-    from .instrument_figures import write_instrument_figures
-    from .instrument_tables import instrument_tables, measure
+    from vit_locality.report.instrument_figures import write_instrument_figures
+    from vit_locality.report.instrument_tables import instrument_tables, measure
 
     written: list[Path] = []
     for data, model in agg.models():
@@ -110,7 +110,7 @@ def write_instruments(agg: Aggregate, out: Path, box_images: int) -> list[Path]:
 
 def write_pages(args: argparse.Namespace) -> int:
     """One HTML page per sweep directory; 1 when none of them holds a complete run."""
-    from .html_page import build_page, page_name
+    from vit_locality.report.html_page import build_page, page_name
 
     pages, used = [], set()
     for sweep_dir in args.sweep_dirs:

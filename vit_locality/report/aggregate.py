@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..domain import CELL_NAMES, CELL_ORDER
-from ..identity import NOT_IDENTITY
-from ..results import RunRecord, RunScan, scan_records
+from vit_locality.catalog import CELL_NAMES, CELL_ORDER
+from vit_locality.config.identity import NOT_IDENTITY
+from vit_locality.run.record import RunRecord, RunScan, scan_records
 
 # How a claim or a separation is judged: on every run, or on each cell's mean over its runs.
 Level = Literal["run", "mean"]

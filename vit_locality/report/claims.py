@@ -35,9 +35,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..domain import CELL_ORDER
-from .aggregate import LEVELS, Group, Level, cell_values
-from .factorial import separation
+from vit_locality.catalog import CELL_ORDER
+from vit_locality.report.aggregate import LEVELS, Group, Level, cell_values
+from vit_locality.report.factorial import separation
 
 HOLDS, FAILS, NOT_ENOUGH = "holds", "fails", "not enough runs"
 SLACK = 1e-9

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from ..domain import CELL_FLAGS, CELL_ORDER
-from .aggregate import Group, Level, cell_values, summarise
+from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
+from vit_locality.report.aggregate import Group, Level, cell_values, summarise
 
 FACTORS = ("AA", "CM", "LS")
 

@@ -22,11 +22,11 @@ from typing import Any
 import torch
 from matplotlib.ticker import MaxNLocator
 
-from .. import plots
-from ..attention_records import read_csv
-from ..domain import CELL_FLAGS, CELL_ORDER
-from ..results import ATTENTION_CSV, RunRecord
-from .aggregate import Aggregate, Group, slug, summarise
+from vit_locality.attention import plots
+from vit_locality.attention.stats_log import read_csv
+from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
+from vit_locality.report.aggregate import Aggregate, Group, slug, summarise
+from vit_locality.run.record import ATTENTION_CSV, RunRecord
 
 plt = plots.plt
 

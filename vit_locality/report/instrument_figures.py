@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from .. import plots
-from ..instruments.dose import AXES, AXIS_LABELS, PAPER_SETTINGS, dose_curves
-from ..instruments.positions import similarity_mosaic
-from .figures import cell_style
-from .instrument_tables import MASS_KEYS, Instruments, accuracy_levels, head_masses, trajectories
+from vit_locality.attention import plots
+from vit_locality.instruments.dose_response import AXES, AXIS_LABELS, PAPER_SETTINGS, dose_curves
+from vit_locality.instruments.position_embedding import similarity_mosaic
+from vit_locality.report.figures import cell_style
+from vit_locality.report.instrument_tables import MASS_KEYS, Instruments, accuracy_levels, head_masses, trajectories
 
 plt = plots.plt
 MASS_COLOURS = {"self_mass": "#b2182b", "neighbour_mass": "#ef8a62", "far_mass": "#67a9cf"}

@@ -16,16 +16,16 @@ from typing import Any
 
 import torch
 
-from ..domain import GRID_SIZE
-from ..instruments import loading
-from ..instruments.box import BoxResult, box_locality
-from ..instruments.dose import AXES, dose_curves
-from ..instruments.positions import position_locality, position_similarity
-from ..instruments.trajectory import Trajectory, matched_levels, val_accuracy_by_epoch
-from ..results import RunRecord
-from .aggregate import Aggregate, Group, slug, summarise
-from .figures import early_layers, emergence_series
-from .tables import MISSING, Table, format_stat
+from vit_locality.catalog import GRID_SIZE
+from vit_locality.instruments import loading
+from vit_locality.instruments.dose_response import AXES, dose_curves
+from vit_locality.instruments.pasted_box import BoxResult, box_locality
+from vit_locality.instruments.position_embedding import position_locality, position_similarity
+from vit_locality.instruments.trajectory import Trajectory, matched_levels, val_accuracy_by_epoch
+from vit_locality.report.aggregate import Aggregate, Group, slug, summarise
+from vit_locality.report.figures import early_layers, emergence_series
+from vit_locality.report.tables import MISSING, Table, format_stat
+from vit_locality.run.record import RunRecord
 
 MASS_KEYS = ("self_mass", "neighbour_mass", "far_mass")
 BOX_IMAGES = 128  # probe images for the pasted-box instrument (image i gets the box of image i + 1)

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..domain import CELL_ORDER, cell_name
-from ..results import RunRecord, scan_records
+from vit_locality.catalog import CELL_ORDER, cell_name
+from vit_locality.run.record import RunRecord, scan_records
 
 
 def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..domain import CELL_FLAGS, CELL_ORDER
-from ..results import HEADLINE_NAMES
-from .aggregate import LEVELS, Aggregate, Group, Stat, slug
-from .claims import NOT_ENOUGH, PAPER_MIN_MAD, Claim, Judgement, ablation_claims, more_local
-from .factorial import main_effects
-from .summary import format_table
+from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
+from vit_locality.report.aggregate import LEVELS, Aggregate, Group, Stat, slug
+from vit_locality.report.claims import NOT_ENOUGH, PAPER_MIN_MAD, Claim, Judgement, ablation_claims, more_local
+from vit_locality.report.factorial import main_effects
+from vit_locality.report.summary import format_table
+from vit_locality.run.record import HEADLINE_NAMES
 
 INTERVAL_NOTE = (
     "each effect is a contrast of cell means (every cell weighs 1/4, whatever its seeds); 95% intervals: paired t"

@@ -14,11 +14,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..console import quiet_wandb
-from ..wandb_run import resolve_mode
-from .aggregate import Aggregate, summarise
-from .figures import layer_table
-from .tables import Table
+from vit_locality.report.aggregate import Aggregate, summarise
+from vit_locality.report.figures import layer_table
+from vit_locality.report.tables import Table
+from vit_locality.tracking.quiet import quiet_wandb
+from vit_locality.tracking.wandb_run import resolve_mode
 
 DEFAULT_PROJECT = "vit-locality"
 SCATTER_KEY = "runs/min_mad_vs_top1"

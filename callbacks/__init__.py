@@ -1,0 +1,59 @@
+"""Lightning callbacks of a training run, and the one factory that assembles them for a cell's Trainer.
+
+Dependencies run one way: entry points -> callbacks -> vit_locality; nothing in vit_locality imports this
+package, so the library stays usable (and testable) without it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback, RichProgressBar, TQDMProgressBar
+from omegaconf import DictConfig
+from vit_locality.callbacks.attention_stats import AttentionStatsCallback
+from vit_locality.callbacks.checkpointing import IdentityStamp, InterruptCheckpoint, last_checkpoint_callback
+from vit_locality.callbacks.epoch_log import EpochLogCallback
+from vit_locality.callbacks.seeding import EpochReseed
+
+from vit_locality.attention.probe import ProbeSettings
+from vit_locality.config.identity import identity_hash
+
+
+def progress_display(style: str) -> Callback:
+    """A bar (`tqdm`, `rich`) or, for sweeps and batch jobs (`none`), one log line per epoch."""
+    if style == "tqdm":
+        return TQDMProgressBar()
+    if style == "rich":
+        return RichProgressBar()
+    return EpochLogCallback()
+
+
+def build_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
+    """Everything a cell's Trainer gets besides loggers: progress display, attention statistics (unless
+    `stats.enabled=false`), per-epoch reseeding, the cell's identity in every checkpoint, `last.ckpt` every
+    `callbacks.checkpoint_every_n_epochs` epochs, and `interrupted.ckpt` on SIGTERM/SIGINT."""
+    chosen: list[Callback] = [progress_display(cfg.callbacks.progress_bar)]
+    if cfg.stats.enabled:
+        settings = ProbeSettings.from_mapping(cfg.stats)
+        chosen.append(
+            AttentionStatsCallback(run_dir, int(cfg.stats.every_n_epochs), settings, bool(cfg.stats.pictures))
+        )
+    chosen += [
+        EpochReseed(int(cfg.seed)),
+        IdentityStamp(identity_hash(cfg)),
+        InterruptCheckpoint(run_dir),
+        last_checkpoint_callback(run_dir, int(cfg.callbacks.checkpoint_every_n_epochs)),
+    ]
+    return chosen
+
+
+__all__ = [
+    "AttentionStatsCallback",
+    "EpochLogCallback",
+    "EpochReseed",
+    "IdentityStamp",
+    "InterruptCheckpoint",
+    "build_callbacks",
+    "last_checkpoint_callback",
+    "progress_display",
+]

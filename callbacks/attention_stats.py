@@ -1,0 +1,149 @@
+"""Measure every head's Mean Attention Distance and entropy on a fixed probe set while a cell trains.
+
+At initialisation (epoch 0), every `every_n_epochs`, and on the final model: eval mode, no gradients, the
+explicit fp32 attention path (training keeps the fused kernel). Scalars go to every logger, per-head rows to
+`attention_stats.csv` in the run directory, the final tables to results.json (`record_section`), and two
+pictures to PNG at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import WandbLogger
+
+from vit_locality.attention import plots
+from vit_locality.attention.probe import ProbeResult, ProbeSettings, probe_attention
+from vit_locality.attention.stats_log import (
+    CSV_FIELDS,
+    attention_section,
+    headline_of_rows,
+    probe_rows,
+    read_csv,
+    save_pictures,
+    scalar_metrics,
+    write_csv,
+)
+from vit_locality.run.checkpoints import completed_epochs
+from vit_locality.run.record import ATTENTION_CSV
+
+log = logging.getLogger("vit_locality")
+
+
+class AttentionStatsCallback(Callback):
+    """Attention statistics through training; see the module docstring for when and where they go."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        every_n_epochs: int = 1,
+        settings: ProbeSettings | None = None,
+        pictures: bool = True,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.every_n_epochs = every_n_epochs
+        self.settings = settings or ProbeSettings()
+        self.pictures = pictures
+        self.rows: list[dict[str, Any]] = []
+        self.initial: dict[str, float] | None = None  # the initial model's headline pair
+        self.final: ProbeResult | None = None
+        self._probe: torch.Tensor | None = None
+        self._last_measured_epoch: int | None = None
+        self._resumed_at: int | None = None  # epochs done by the checkpoint the fit resumes from
+
+    @property
+    def csv_path(self) -> Path:
+        return self.run_dir / ATTENTION_CSV
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        """Called before `on_fit_start` when the fit resumes: the epochs the checkpoint has done."""
+        self._resumed_at = completed_epochs(checkpoint)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A fresh fit starts the CSV anew (rows of an attempt that never reached a checkpoint would double epoch 0)
+        and measures the initial model; a resumed fit keeps the rows up to its checkpoint, and its initial pair."""
+        if self._resumed_at is None:
+            self.rows = []
+            initial = self._measure(trainer, pl_module, epoch=0)
+            self.initial = {
+                "min_mad_early": initial.min_mad_early(),
+                "mean_entropy_early": initial.mean_entropy_early(),
+            }
+            return
+        self.rows = [row for row in read_csv(self.csv_path) if int(row["epoch"]) <= self._resumed_at]
+        if self.rows:
+            self._last_measured_epoch = max(int(row["epoch"]) for row in self.rows)
+        self.initial = headline_of_rows(self.rows, epoch=0, early_layers=self.settings.early_layers)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        completed = trainer.current_epoch + 1
+        if completed % self.every_n_epochs == 0:
+            self._measure(trainer, pl_module, epoch=completed)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        completed = trainer.current_epoch  # after fit, current_epoch counts the epochs run
+        if self._last_measured_epoch != completed or self.final is None:
+            self.final = self._measure(trainer, pl_module, epoch=completed)
+        for logger in trainer.loggers:
+            logger.save()
+        if self.pictures and trainer.is_global_zero:
+            paths = save_pictures(self.final, self.run_dir, self.run_dir.name)
+            log.info("attention pictures: %s", ", ".join(str(p) for p in paths))
+
+    def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> ProbeResult:
+        if self._probe is None:  # taken when first needed: a fit resumed at its last epoch has no train start
+            self._probe = trainer.datamodule.probe_images(self.settings.probe_size)
+        images = pl_module.preprocess(self._probe.to(pl_module.device))
+        result = probe_attention(pl_module.model, images, self.settings)
+        self.final = result
+        self._last_measured_epoch = epoch
+        if not trainer.is_global_zero:
+            return result
+        # A measurement replaces any earlier one of the same epoch (a re-run measuring its final model again).
+        self.rows = [row for row in self.rows if int(row["epoch"]) != epoch] + probe_rows(
+            result, epoch, trainer.global_step
+        )
+        write_csv(self.csv_path, self.rows)
+        metrics = scalar_metrics(result)
+        for logger in trainer.loggers:
+            logger.log_metrics({**metrics, "epoch": epoch}, step=trainer.global_step)
+            if isinstance(logger, WandbLogger):
+                self._log_wandb(logger, result, epoch)
+        log.info(
+            "epoch %d: min early-layer MAD %.4f, mean early-layer entropy %.4f",
+            epoch,
+            result.min_mad_early(),
+            result.mean_entropy_early(),
+        )
+        return result
+
+    def _log_wandb(self, logger: WandbLogger, result: ProbeResult, epoch: int) -> None:
+        """Layer x head heatmaps of MAD and entropy, and a table of the per-head values."""
+        import wandb
+
+        mad = plots.layer_head_heatmap(result.stats["mad"], f"MAD, epoch {epoch}")
+        entropy = plots.layer_head_heatmap(result.stats["entropy"], f"entropy, epoch {epoch}", vmax=1.0)
+        table = wandb.Table(columns=list(CSV_FIELDS[2:]))
+        for row in probe_rows(result, epoch, 0):
+            table.add_data(*(row[key] for key in CSV_FIELDS[2:]))
+        logger.experiment.log(
+            {
+                "attn/mad_heatmap": wandb.Image(mad),
+                "attn/entropy_heatmap": wandb.Image(entropy),
+                "attn/per_head": table,
+                "epoch": epoch,
+            }
+        )
+        plots.plt.close(mad)
+        plots.plt.close(entropy)
+
+    def record_section(self) -> dict[str, Any]:
+        """The record's `attention` section (vit_locality.run.record.RecordSection): final tables, initial pair."""
+        if self.final is None:
+            return {}
+        return attention_section(self.final, self._last_measured_epoch, self.initial)

@@ -1,0 +1,62 @@
+"""The two checkpoints a cell resumes from: `last.ckpt` at every epoch boundary, `interrupted.ckpt` on a signal;
+and the stamp in each that says which config wrote it.
+
+File names and the choice between them on resume are vit_locality.run.checkpoints'; writing them whole is
+vit_locality.run.checkpoint_io's (the Trainer's `AtomicCheckpointIO` plugin).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from vit_locality.run.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT, interrupted_checkpoint, stamp_identity
+
+log = logging.getLogger("vit_locality")
+
+
+def last_checkpoint_callback(run_dir: Path, every_n_epochs: int) -> ModelCheckpoint:
+    """`last.ckpt`, rewritten at the end of every `every_n_epochs` epochs. (Lightning's own `save_last` only writes
+    when a top-k checkpoint is saved, so the file name is set directly instead.)"""
+    return ModelCheckpoint(
+        dirpath=Path(run_dir) / CHECKPOINT_DIR,
+        filename=Path(LAST_CHECKPOINT).stem,
+        save_top_k=1,
+        every_n_epochs=every_n_epochs,
+        enable_version_counter=False,
+    )
+
+
+class InterruptCheckpoint(Callback):
+    """On SIGTERM or Ctrl-C, save `interrupted.ckpt` so the next run of the same command continues from there."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = interrupted_checkpoint(run_dir)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if not isinstance(exception, KeyboardInterrupt | SIGTERMException):
+            return
+        # On a GPU the loss is checked for NaN only every few steps: a signal can arrive after weights went bad,
+        # and such a checkpoint would be resumed. The last epoch's last.ckpt is then the resume point.
+        if not all(torch.isfinite(p).all() for p in pl_module.parameters()):
+            log.warning("interrupted at step %d with non-finite weights: no %s saved", trainer.global_step, self.path)
+            return
+        trainer.save_checkpoint(self.path)
+        log.warning("interrupted at step %d: saved %s", trainer.global_step, self.path)
+
+
+class IdentityStamp(Callback):
+    """Stamp the cell's identity hash into every checkpoint the Trainer saves (`last.ckpt`, `interrupted.ckpt`), so
+    a re-run resumes only a checkpoint its own config wrote (vit_locality.run.checkpoints.resume_point)."""
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        stamp_identity(checkpoint, self.identity)

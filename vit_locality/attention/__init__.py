@@ -1,0 +1,1 @@
+"""Attention statistics: the metrics (pure torch), the probe, their logs and pictures."""

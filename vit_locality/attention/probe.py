@@ -1,0 +1,122 @@
+"""Run the fixed probe set through the explicit fp32 attention path and reduce it to per-head statistics.
+
+Shared by the training callback and the offline `analyze` entry point, so both measure the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vit_locality.attention.metrics import AttentionStatsAccumulator
+from vit_locality.model.vit import VisionTransformer
+
+# The first five are the original columns; the locality masses (docs/metrics.md) come after them, so readers that
+# index the old columns keep working.
+STAT_KEYS = ("mad", "entropy", "cls_mass", "mad_std", "entropy_std", "self_mass", "neighbour_mass", "far_mass")
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """How the statistics are computed; every non-default is a stated option, never a silent change."""
+
+    probe_size: int = 512
+    batch_size: int = 128
+    early_layers: int = 2
+    renormalize: bool = True
+    units: str = "unit"  # unit | grid | pixels
+
+    @classmethod
+    def from_mapping(cls, stats: Mapping[str, Any]) -> ProbeSettings:
+        """From the `stats` config group (extra keys such as `enabled` or `pictures` are not the probe's)."""
+        return cls(
+            probe_size=int(stats["probe_size"]),
+            batch_size=int(stats["batch_size"]),
+            early_layers=int(stats["early_layers"]),
+            renormalize=bool(stats["renormalize"]),
+            units=str(stats["units"]),
+        )
+
+
+@dataclass
+class ProbeResult:
+    """Per-head statistics, each a (layers, heads) tensor, plus each head's mean map from the central query."""
+
+    stats: dict[str, torch.Tensor]
+    central_maps: torch.Tensor  # (layers, heads, g, g): mean attention of the central patch query over patches
+    num_images: int
+    early_layers: int
+    settings: ProbeSettings = field(default_factory=ProbeSettings)
+
+    @property
+    def depth(self) -> int:
+        return int(self.stats["mad"].shape[0])
+
+    @property
+    def heads(self) -> int:
+        return int(self.stats["mad"].shape[1])
+
+    def min_mad_early(self) -> float:
+        """The paper's locality figure: the minimum MAD over the heads of the first `early_layers` layers."""
+        return float(self.stats["mad"][: self.early_layers].min())
+
+    def mean_entropy_early(self) -> float:
+        return float(self.stats["entropy"][: self.early_layers].mean())
+
+    def per_layer(self) -> list[dict[str, float]]:
+        rows = []
+        for layer in range(self.depth):
+            row: dict[str, float] = {"layer": layer}
+            for key in ("mad", "entropy"):
+                values = self.stats[key][layer]
+                row.update(
+                    {
+                        f"{key}_min": float(values.min()),
+                        f"{key}_mean": float(values.mean()),
+                        f"{key}_max": float(values.max()),
+                    }
+                )
+            rows.append(row)
+        return rows
+
+
+def central_query_index(grid_size: int) -> int:
+    """Patch index of the query at row g // 2, column g // 2 (on an even grid, just below-right of centre)."""
+    return (grid_size // 2) * grid_size + grid_size // 2
+
+
+@torch.no_grad()
+def probe_attention(
+    model: VisionTransformer,
+    images: torch.Tensor,
+    settings: ProbeSettings,
+) -> ProbeResult:
+    """`images` are normalised float (N, 3, H, W) on the model's device; the model is put in eval mode
+    for the pass and restored afterwards. Autocast is off: the statistics are fp32 whatever the training
+    precision."""
+    was_training = model.training
+    model.eval()
+    grid = model.grid_size
+    accumulators = [
+        AttentionStatsAccumulator(settings.renormalize, settings.units, model.patch_size) for _ in model.blocks
+    ]
+    centre = 1 + central_query_index(grid)
+    central_sum = torch.zeros(len(model.blocks), model.blocks[0].attn.heads, grid * grid)
+    device_type = images.device.type
+    try:
+        with torch.autocast(device_type=device_type, enabled=False):
+            for chunk in images.split(settings.batch_size):
+                _, maps = model.forward_with_attention(chunk.float())
+                for layer, attn in enumerate(maps):
+                    accumulators[layer].update(attn)
+                    central_sum[layer] += attn[:, :, centre, 1:].sum(dim=0).cpu()
+    finally:
+        model.train(was_training)
+    computed = [acc.compute() for acc in accumulators]
+    stats = {key: torch.stack([c[key] for c in computed]).cpu() for key in STAT_KEYS}
+    central = (central_sum / len(images)).view(len(model.blocks), -1, grid, grid)
+    early = min(settings.early_layers, len(model.blocks))
+    return ProbeResult(stats, central, len(images), early, settings)

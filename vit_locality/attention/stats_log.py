@@ -1,0 +1,99 @@
+"""How probe results are recorded: long-format CSV rows, the record's `attention` section, logger scalars and the
+run's pictures.
+
+Used by the training callback and by `python -m vit_locality.analyze`, so both write the same files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from vit_locality.attention import plots
+from vit_locality.attention.probe import STAT_KEYS, ProbeResult
+from vit_locality.run.record import ATTENTION_CSV, atomic_write_text
+
+CSV_FIELDS = ("epoch", "step", "layer", "head", *STAT_KEYS)
+PLANE_PNG = "attention_mad_entropy.png"
+MAPS_PNG = "attention_central_maps.png"
+
+
+def probe_rows(result: ProbeResult, epoch: int, step: int) -> list[dict[str, Any]]:
+    """Long-format rows, one per (layer, head)."""
+    rows = []
+    for layer in range(result.depth):
+        for head in range(result.heads):
+            row: dict[str, Any] = {"epoch": epoch, "step": step, "layer": layer, "head": head}
+            row.update({key: float(result.stats[key][layer, head]) for key in CSV_FIELDS[4:]})
+            rows.append(row)
+    return rows
+
+
+def scalar_metrics(result: ProbeResult) -> dict[str, float]:
+    """Per layer the min, mean and max of MAD and entropy, plus the early-layer headline figures."""
+    metrics = {}
+    for row in result.per_layer():
+        layer = row["layer"]
+        metrics.update({f"attn/layer{layer}/{k}": v for k, v in row.items() if k != "layer"})
+    metrics["attn/min_mad_early"] = result.min_mad_early()
+    metrics["attn/mean_entropy_early"] = result.mean_entropy_early()
+    return metrics
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Rewrite the whole file atomically: a reader never sees half a row, a crash never loses old rows."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buffer.getvalue())
+
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def save_pictures(result: ProbeResult, out_dir: Path, title: str) -> list[Path]:
+    """The heads in the MAD-entropy plane, and the first two layers' central-query maps."""
+    plane = plots.mad_entropy_plane(result.stats["mad"], result.stats["entropy"], title, units=result.settings.units)
+    layers = list(range(min(2, result.depth)))
+    maps = plots.central_query_maps(result.central_maps, layers, f"{title}: mean attention of the central query patch")
+    return [plots.save(plane, out_dir / PLANE_PNG), plots.save(maps, out_dir / MAPS_PNG)]
+
+
+def probe_summary(result: ProbeResult) -> dict[str, Any]:
+    """A probe result as plain data: the headline pair, every per-head value, per-layer reductions, settings."""
+    return {
+        "min_mad_early": result.min_mad_early(),
+        "mean_entropy_early": result.mean_entropy_early(),
+        "early_layers": result.early_layers,
+        "probe_images": result.num_images,
+        "settings": {k: getattr(result.settings, k) for k in ("renormalize", "units", "probe_size")},
+        "per_layer": result.per_layer(),
+        "per_head": {key: result.stats[key].tolist() for key in STAT_KEYS},
+    }
+
+
+def headline_of_rows(rows: list[dict[str, Any]], epoch: int, early_layers: int) -> dict[str, float] | None:
+    """The headline pair of one evaluation, from attention_stats.csv rows (a resumed run's initial model)."""
+    early = [row for row in rows if int(row["epoch"]) == epoch and int(row["layer"]) < early_layers]
+    if not early:
+        return None
+    return {
+        "min_mad_early": min(float(row["mad"]) for row in early),
+        "mean_entropy_early": sum(float(row["entropy"]) for row in early) / len(early),
+    }
+
+
+def attention_section(final: ProbeResult, final_epoch: int, initial: dict[str, float] | None) -> dict[str, Any]:
+    """The run record's `attention` section: the final model's statistics and the initial headline pair."""
+    section: dict[str, Any] = {"final": {"epoch": final_epoch, **probe_summary(final)}}
+    if initial is not None:
+        section["initial"] = dict(initial)
+    section["csv"] = ATTENTION_CSV
+    return {"attention": section}

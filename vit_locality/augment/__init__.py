@@ -1,0 +1,1 @@
+"""The protocol's augmentations: per-sample transforms, batch mixing, batched AutoAugment."""

@@ -1,0 +1,1 @@
+"""Configuration: the checks, resolvers, Trainer options, run identity and the command-line pre-check."""

@@ -1,0 +1,309 @@
+"""Check every cell of a command before anything runs: one line per problem, no traceback.
+
+Left to Hydra, an unknown config option or a mistyped key is a multi-line error, and a sweep with a bad value in
+its fifth cell would train four cells first. This module expands the command line (and the sweep saved in an
+experiment config) into its cells and checks every one of them, and the output directory, so a typo costs a second.
+It belongs to the entry points, which are the only code that imports Hydra; the command line is parsed with
+Hydra's own parser (`upstream.hydra_args_parser`), so the cells checked are the cells Hydra would run.
+
+Composing a cell with Hydra takes 30-50 ms, too slow for a sweep of hundreds of cells. Cells differ mostly in plain
+values (`optim.lr=...`, `seed=...`), so Hydra composes each distinct combination of config-group choices once
+(`data=`, `model=`, `experiment=` ...) and each cell applies its values to a copy the way Hydra's config loader does
+(`key=value` only onto an existing key, `+key=` only a new one, `++key=` either, `~key` deletes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from vit_locality.config.checks import ConfigError, check_directory, register_resolvers, validate, validate_analysis
+from vit_locality.config.identity import settings_suffix
+from vit_locality.upstream import hydra_args_parser
+
+INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}
+# What each entry point's config must satisfy; `remote` (a SLURM submission) skips comparing devices with this host.
+CHECKS: dict[str, Callable[[DictConfig, bool], None]] = {
+    "train": lambda cfg, remote: validate(cfg, check_devices=not remote),
+    "analyze": lambda cfg, remote: validate_analysis(cfg),
+}
+# Entry points that never write into Hydra's output directory (analyze writes beside the checkpoint, or to out_dir).
+NO_OUTPUT_DIR = {"analyze"}
+SPELLING_HINT = "check the spelling; `--cfg job` lists every key"
+INTERPOLATION = re.compile(r"\$\{([\w.]+)\}")
+
+Cell = tuple[str, ...]  # one override string per axis of the sweep
+
+
+def _group_options(conf_dir: Path, group: str) -> list[str]:
+    """The values a user may pick for a config group; files starting with `_` are bases the options build on."""
+    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml") if not p.name.startswith("_"))
+
+
+def no_such_setting(key: str) -> str:
+    return f"{key}: no such setting ({SPELLING_HINT})"
+
+
+def explain(error: Exception, conf_dir: Path) -> str:
+    """One line for a composition error: the key, the value and what is allowed."""
+    text = str(error)
+    missing = re.search(r"Could not find '([\w/]+)/(\w+)'", text)
+    if missing:
+        group, value = missing.groups()
+        return f"{group}={value} is not allowed: one of {', '.join(_group_options(conf_dir, group))}"
+    unknown = re.search(r"Could not override '([\w.]+)'", text) or re.search(r"Key '(\w+)' is not in struct", text)
+    if unknown:
+        return no_such_setting(unknown.group(1))
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
+    full_key = getattr(error, "full_key", None)
+    return f"{full_key}: {first}" if full_key and full_key not in first else first
+
+
+class Composer:
+    """Cells' configs, each group combination composed by Hydra once; parsed overrides cached by their text."""
+
+    def __init__(self, conf_dir: Path, config_name: str) -> None:
+        self.conf_dir = conf_dir
+        self.config_name = config_name
+        self.parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())  # for glob()
+        self._parsed: dict[str, Override] = {}
+        self._composed: dict[Cell, tuple[DictConfig, DictConfig] | Exception] = {}
+
+    def parse(self, text: str) -> Override:
+        if text not in self._parsed:
+            self._parsed[text] = self.parser.parse_overrides([text])[0]
+        return self._parsed[text]
+
+    def is_group(self, override: Override) -> bool:
+        """Hydra picks a config file for a group (a folder of conf/) and sets a value for any other key."""
+        return override.package is not None or (self.conf_dir / override.key_or_group).is_dir()
+
+    def composed(self, groups: Cell) -> tuple[DictConfig, DictConfig]:
+        """(job config, hydra config) for these group choices; a composition error is raised again for each cell."""
+        if groups not in self._composed:
+            try:
+                cfg = compose(config_name=self.config_name, overrides=list(groups), return_hydra_config=True)
+                with open_dict(cfg):
+                    hydra_cfg = cfg.pop("hydra")
+                self._composed[groups] = (cfg, hydra_cfg)
+            except (HydraException, OmegaConfBaseException) as error:
+                self._composed[groups] = error
+        found = self._composed[groups]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    @contextmanager
+    def config(self, cell: Iterable[str]) -> Iterator[tuple[DictConfig, DictConfig]]:
+        """The cell's job config and its hydra config, for reading inside the `with` block only: the values are set
+        on the group combination's shared config and the sections they touched put back afterwards (copying a whole
+        config per cell would cost more than checking it)."""
+        overrides = [self.parse(text) for text in cell]
+        groups = tuple(o.input_line for o in overrides if self.is_group(o))
+        values = [o for o in overrides if o.input_line not in groups]
+        cfg, hydra_cfg = self.composed(groups)
+        tops = {o.key_or_group.split(".")[0] for o in values}
+        saved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [t for t in tops if t in cfg]), resolve=False)
+        try:
+            for override in values:
+                apply_value(cfg, override)
+            yield cfg, hydra_cfg
+        finally:
+            with open_dict(cfg):
+                for top in tops:
+                    if top in saved:
+                        cfg[top] = saved[top]  # raw: interpolations stay interpolations
+                    else:
+                        cfg.pop(top, None)
+
+
+def apply_value(cfg: DictConfig, override: Override) -> None:
+    """A value override as Hydra's config loader applies it after composition; in struct mode, so a key that is not
+    in the config fails unless `+`/`++` adds it."""
+    key, value = override.key_or_group, override.value()
+    if override.is_delete():
+        _delete(cfg, key, value)
+    elif override.is_add() and OmegaConf.select(cfg, key, throw_on_missing=False) is not None:
+        if not isinstance(value, dict | list):
+            raise ConfigError(f"+{key}: {key} is set already; drop the + to change it, or use ++{key}= either way")
+        OmegaConf.update(cfg, key, value, merge=True, force_add=True)
+    elif override.is_add() or override.is_force_add():
+        OmegaConf.update(cfg, key, value, merge=True, force_add=True)
+    else:
+        try:
+            OmegaConf.update(cfg, key, value, merge=True)
+        except (ConfigAttributeError, ConfigKeyError):
+            raise ConfigError(no_such_setting(key)) from None
+
+
+def _delete(cfg: DictConfig, key: str, value: Any) -> None:
+    """`~key` deletes the key; `~key=value` only if it holds that value."""
+    current = OmegaConf.select(cfg, key, throw_on_missing=False)
+    if current is None or (value is not None and value != current):
+        raise ConfigError(f"~{key}: nothing to delete ({key} is {current!r})")
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    with open_dict(node):
+        del node[leaf]
+
+
+def _axes(overrides: Iterable[Override], search: bool = False) -> dict[str, list[str]]:
+    """Each overridden key with its values (one value, or every value of a sweep), as the basic sweeper lists them;
+    with a search sweeper (`search`, e.g. Optuna) an interval(a, b) is checked at both ends."""
+    axes: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                bounds = override.value()
+                if not search or not hasattr(bounds, "start"):
+                    allowed = "a list a,b,c, range(...) or, with a search sweeper, interval(a, b)"
+                    raise ConfigError(f"{override.input_line} is not allowed: {allowed}")
+                axes[key] = [f"{key}={bounds.start}", f"{key}={bounds.end}"]
+                continue
+            axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            axes[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return axes
+
+
+def _split(composer: Composer, texts: list[str], multirun: bool) -> tuple[list[Override], dict[str, str]]:
+    """The job's overrides, and the output directories the command line sets (Hydra's other settings are its own)."""
+    job, dirs = [], {}
+    for override in (composer.parse(text) for text in texts):
+        if override.is_sweep_override() and not multirun:
+            raise ConfigError(f"{override.input_line} is not allowed without -m: one value (quote 'a,b' for a string)")
+        if override.is_sweep_override() and override.is_hydra_override():
+            raise ConfigError(f"{override.input_line} is not allowed: one value (Hydra's settings are not swept)")
+        if not override.is_hydra_override():
+            job.append(override)
+        elif override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):
+            dirs[override.key_or_group] = override.get_value_element_as_str()
+    return job, dirs
+
+
+def output_path(template: str, cfg: DictConfig) -> Path:
+    """The directory a Hydra path template names for this config. Where it interpolates what only Hydra knows at
+    run time (`${now:...}`, `${hydra:...}`), the part before: the directories that must be creatable regardless."""
+
+    def value(match: re.Match[str]) -> str:
+        found = OmegaConf.select(cfg, match.group(1), default=None, throw_on_resolution_failure=False)
+        return match.group(0) if found is None else str(found)
+
+    parts = Path(INTERPOLATION.sub(value, template)).parts
+    return Path(*itertools.takewhile(lambda part: "${" not in part, parts))
+
+
+def _saved_template(hydra_cfg: DictConfig, key: str) -> str:
+    """The raw (unresolved) value of `hydra.run.dir` or `hydra.sweep.dir` in the composed Hydra config."""
+    section, name = key.split(".")[1:]
+    return str(OmegaConf.to_container(hydra_cfg[section], resolve=False)[name])
+
+
+class Plan:
+    """A command's cells and where they write, ready to check."""
+
+    def __init__(self, composer: Composer, texts: list[str], multirun: bool, remote: bool) -> None:
+        self.composer, self.multirun, self.remote = composer, multirun, remote
+        job, self.dirs = _split(composer, texts, multirun)
+        fixed = [o for o in job if not o.is_sweep_override()]
+        self.sweep_problem: str | None = None
+        search, saved = False, {}
+        if multirun:  # the sweep's own config: the fixed overrides (Hydra leaves the swept ones to the cells)
+            with composer.config([o.input_line for o in fixed]) as (cfg, hydra_cfg):
+                self.sweep_problem = self._output_problem("hydra.sweep.dir", cfg, hydra_cfg)
+                params = hydra_cfg.sweeper.get("params")  # a sweep saved in an experiment config adds its axes
+                saved = OmegaConf.to_container(params) if params else {}
+                search = "BasicSweeper" not in str(hydra_cfg.sweeper.get("_target_", "BasicSweeper"))
+        axes = _axes(job, search)
+        saved_axes = _axes((composer.parse(f"{k}={v}") for k, v in saved.items() if k not in axes), search)
+        axes = {**saved_axes, **axes}
+        self.cells: Iterable[Cell] = itertools.product(*axes.values())
+        self.directories: dict[str, str] = {}  # run directory name -> the first cell that writes there
+
+    def problems(self) -> list[str]:
+        """Every distinct problem, in the order the cells show them."""
+        found: list[str] = []
+        self._note(found, self.sweep_problem)
+        for cell in self.cells:
+            self._note(found, self._cell_problem(cell))
+        return found
+
+    @staticmethod
+    def _note(found: list[str], problem: str | None) -> None:
+        if problem and problem not in found:
+            found.append(problem)
+
+    def _output_problem(self, key: str, cfg: DictConfig, hydra_cfg: DictConfig) -> str | None:
+        if self.composer.config_name in NO_OUTPUT_DIR:
+            return None
+        template = self.dirs.get(key) or _saved_template(hydra_cfg, key)
+        try:
+            check_directory(key, template, output_path(template, cfg))
+        except ConfigError as error:
+            return str(error)
+        return None
+
+    def _cell_problem(self, cell: Cell) -> str | None:
+        check = CHECKS.get(self.composer.config_name)
+        try:
+            with self.composer.config(cell) as (cfg, hydra_cfg):
+                if check:
+                    check(cfg, self.remote)
+                if self.multirun:
+                    return self._shared_directory(cell, cfg)
+                return self._output_problem("hydra.run.dir", cfg, hydra_cfg)
+        except ConfigError as error:
+            return str(error)
+        except (ConfigAttributeError, ConfigKeyError) as error:  # the values are in: a setting the run reads is gone
+            return f"{error.full_key}: missing, and the run needs it (deleted with ~{error.full_key}?)"
+        except (HydraException, OmegaConfBaseException) as error:
+            return explain(error, self.composer.conf_dir)
+
+    def _shared_directory(self, cell: Cell, cfg: DictConfig) -> str | None:
+        """Two cells of one sweep must never write into one run directory (the name is the run name plus
+        identity.settings_suffix, as the job's `${cell_settings:}` resolves it)."""
+        if "run_name" not in cfg:
+            return None
+        name = str(cfg.run_name) + settings_suffix(cell)
+        shown = " ".join(cell)
+        first = self.directories.setdefault(name, shown)
+        if first == shown:
+            return None
+        return (
+            f"two cells of this sweep would write into one run directory {name}: {first!r} and {shown!r} differ only "
+            "in settings that cannot change a result; sweep over one of them only, or set sweep_name per command"
+        )
+
+
+def check_command(argv: list[str], conf_dir: Path, config_name: str = "train") -> list[str]:
+    """Problems found in the command's cells, as one-line messages (empty when every cell is fine)."""
+    if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
+        return []
+    args = hydra_args_parser().parse_args(argv)
+    if args.config_path or args.config_dir:  # another config tree (e.g. a DDP child composing a saved cell)
+        return []
+    config_name = args.config_name or config_name
+    remote = any(o.startswith("hydra/launcher=") and "slurm" in o for o in args.overrides)
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+        composer = Composer(Path(conf_dir), config_name)
+        try:
+            plan = Plan(composer, args.overrides, args.multirun, remote)
+        except ConfigError as error:
+            return [str(error)]
+        except (HydraException, OmegaConfBaseException, ValueError) as error:
+            return [explain(error, conf_dir)]
+        return plan.problems()

@@ -1,0 +1,1 @@
+"""The ViT and the LightningModule that trains it."""

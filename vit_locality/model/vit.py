@@ -1,0 +1,169 @@
+"""The compact pre-norm ViT of the study, with a fused attention path for training and an explicit one for
+the statistics.
+
+Both paths share the same weights: `forward` uses `F.scaled_dot_product_attention`; `forward_with_attention`
+computes softmax(QK^T / sqrt(d)) explicitly in fp32 so that per-head attention probabilities can be measured.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vit_locality.catalog import GRID_SIZE
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with a single qkv projection (with bias)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"model.dim={dim} is not divisible by model.heads={heads}")
+        self.heads = heads
+        self.head_dim = dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=True)
+        self.proj = nn.Linear(dim, dim)
+
+    def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch, tokens, dim = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # unbind, not indexing: indexing makes backward zero-fill 3 full-size grads
+        return q, k, v
+
+    def _merge_heads(self, out: torch.Tensor) -> torch.Tensor:
+        batch, heads, tokens, head_dim = out.shape
+        return self.proj(out.transpose(1, 2).reshape(batch, tokens, heads * head_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._split_heads(x)
+        return self._merge_heads(F.scaled_dot_product_attention(q, k, v))
+
+    def forward_with_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Same output as `forward`, plus the (B, heads, T, T) attention probabilities in fp32."""
+        q, k, v = self._split_heads(x)
+        # Autocast would turn these matmuls back into bf16: switch it off so the maps are truly fp32.
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(self.head_dim)
+            probs = scores.softmax(dim=-1)
+            out = (probs @ v.float()).to(v.dtype)
+        return self._merge_heads(out), probs
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + Attn(LN(x)), then x + MLP(LN(x)); no dropout, no drop-path."""
+
+    def __init__(self, dim: int, heads: int, mlp_ratio: float) -> None:
+        super().__init__()
+        hidden = int(dim * mlp_ratio)
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+    def forward_with_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        attn_out, probs = self.attn.forward_with_attention(self.norm1(x))
+        x = x + attn_out
+        return x + self.mlp(self.norm2(x)), probs
+
+
+STEMS = ("patch", "conv")
+
+
+def conv_stem(dim: int, patch_size: int) -> nn.Sequential:
+    """Stride-2 3 x 3 convolutions with BatchNorm and ReLU, one per halving of the patch size, then a 1 x 1
+    convolution to `dim`: the same token grid as the patch embedding, but each token sees its neighbourhood through
+    convolutions before any attention (Xiao et al., 2021, "Early convolutions help transformers see better")."""
+    halvings = patch_size.bit_length() - 1
+    if patch_size < 2 or 1 << halvings != patch_size:
+        raise ValueError(f"the conv stem needs a patch size that is a power of 2 (>= 2), got {patch_size}")
+    layers: list[nn.Module] = []
+    channels = 3
+    for step in range(halvings):
+        width = max(16, dim // 2 ** (halvings - step))
+        layers += [nn.Conv2d(channels, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+        channels = width
+    layers.append(nn.Conv2d(channels, dim, kernel_size=1))
+    return nn.Sequential(*layers)
+
+
+class VisionTransformer(nn.Module):
+    """ViT classifier on a fixed 8 x 8 patch grid (patch = image size / 8), CLS token, learned positions."""
+
+    def __init__(
+        self,
+        num_classes: int,
+        image_size: int = 32,
+        depth: int = 8,
+        dim: int = 192,
+        heads: int = 8,
+        mlp_ratio: float = 2.0,
+        grid_size: int = GRID_SIZE,
+        stem: str = "patch",
+    ) -> None:
+        super().__init__()
+        if image_size % grid_size:
+            raise ValueError(f"image size {image_size} is not divisible by the {grid_size} x {grid_size} patch grid")
+        if depth < 1 or dim < 1 or heads < 1:
+            raise ValueError(f"model.depth={depth}, model.dim={dim}, model.heads={heads}: each must be >= 1")
+        if stem not in STEMS:
+            raise ValueError(f"model.stem={stem!r}: one of {', '.join(STEMS)}")
+        self.grid_size = grid_size
+        self.patch_size = image_size // grid_size
+        self.num_tokens = 1 + grid_size * grid_size
+        if stem == "conv":
+            self.patch_embed: nn.Module = conv_stem(dim, self.patch_size)
+        else:
+            self.patch_embed = nn.Conv2d(3, dim, kernel_size=self.patch_size, stride=self.patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_tokens, dim))
+        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm | nn.BatchNorm2d):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """Normalised float images (B, 3, H, W) -> token sequence (B, 1 + g*g, dim)."""
+        patches = self.patch_embed(images).flatten(2).transpose(1, 2)
+        cls = self.cls_token.expand(len(patches), -1, -1)
+        return torch.cat([cls, patches], dim=1) + self.pos_embed
+
+    def classify(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(tokens)[:, 0])
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.embed(images)
+        for block in self.blocks:
+            x = block(x)
+        return self.classify(x)
+
+    def forward_with_attention(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits plus each layer's fp32 attention probabilities, (B, heads, 1 + g*g, 1 + g*g) per layer."""
+        x = self.embed(images)
+        maps = []
+        for block in self.blocks:
+            x, probs = block.forward_with_attention(x)
+            maps.append(probs)
+        return self.classify(x), maps
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,1 @@
+"""Running one cell: build, lock, resume, record, and the sweep's verdict."""

@@ -1,0 +1,289 @@
+"""The cell runner: one protocol cell, end to end, into its run directory.
+
+Skip a complete cell with the same identity and data, refuse a directory that holds a complete run of another
+config, set aside an unfinished attempt of another config, resume from the furthest checkpoint, record `running`,
+fit, test, record `complete`. Whatever stops the cell (an error, SIGTERM or Ctrl-C at any point) is recorded
+(`failed` with the error, or `interrupted`) before it propagates. Objects come from builders.py; the Trainer's
+callbacks come from the entry point's factory (vit_locality.callbacks), called inside the recorded region so a
+failure there is recorded too; those that implement `RecordSection` add their section to the complete record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+
+from vit_locality.augment.per_sample import describe_protocol
+from vit_locality.config.checks import ConfigError, register_resolvers, validate
+from vit_locality.config.identity import data_fingerprint, identity_hash
+from vit_locality.data import ImageDataModule
+from vit_locality.model.vit import count_parameters
+from vit_locality.run.builders import (
+    build_datamodule,
+    build_loggers,
+    build_module,
+    build_trainer,
+    data_on_device,
+    split_global_batch,
+    trainer_world_size,
+)
+from vit_locality.run.checkpoints import discard_interrupted, resume_point
+from vit_locality.run.interrupts import SigtermGate, sigterm_raises
+from vit_locality.run.lock import RunLock
+from vit_locality.run.record import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_record, write_record
+from vit_locality.run.versions import environment_versions
+from vit_locality.tracking.wandb_run import finish_wandb, publish_run_files
+
+log = logging.getLogger("vit_locality")
+CallbackFactory = Callable[[DictConfig, Path], list[Callback]]
+PREVIOUS_ATTEMPTS = "previous_attempts"
+# What a run leaves in its directory besides Hydra's files: moved together when an attempt is set aside.
+RUN_OUTPUTS = (RESULTS_FILE, "checkpoints", "csv", "wandb", "attention_stats.csv", "*.png")
+
+
+class CellInterrupted(RuntimeError):
+    """SIGTERM (e.g. SLURM preemption) or SIGINT stopped the cell; a resumable checkpoint was saved when it could be."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
+    """The directory's complete record of this identity (a candidate to skip), or None to run the cell.
+
+    A complete record of another identity is refused: a finished result is never overwritten. An unfinished attempt
+    of another identity (failed, interrupted, killed) is set aside, so a corrected command is not blocked by it.
+    An unusable record is no verdict either way: the cell runs (resuming from its checkpoint) and rewrites it."""
+    try:
+        record = read_record(run_dir)
+    except RecordError as error:
+        log.warning("%s: %s; running the cell again", run_dir, error)
+        return None
+    if record is None:
+        return None
+    if record.identity_hash == identity:
+        return record if record.complete else None
+    if record.complete:
+        raise ConfigError(
+            f"run directory {run_dir} already holds a complete run with a different config; choose another "
+            "sweep_name (or change the command) or move that directory away"
+        )
+    aside = set_aside_attempt(run_dir)
+    log.warning("%s held an unfinished run of another config (status %r): moved to %s", run_dir, record.status, aside)
+    return None
+
+
+def set_aside_attempt(run_dir: Path) -> Path:
+    """Move what a run left (record, checkpoints, logs, pictures) into previous_attempts/<UTC time>/; never delete."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    aside = run_dir / PREVIOUS_ATTEMPTS / stamp
+    aside.mkdir(parents=True)
+    for pattern in RUN_OUTPUTS:
+        for path in run_dir.glob(pattern):
+            shutil.move(str(path), str(aside / path.name))
+    return aside
+
+
+def fingerprint_of(datamodule: ImageDataModule) -> dict[str, Any]:
+    """The data a cell reads: its training, evaluation and test labels (set up already)."""
+    arrays = datamodule.arrays
+    assert arrays is not None, "fingerprint_of needs a set-up datamodule"
+    return data_fingerprint(arrays.train_labels, datamodule.eval_split()[1], arrays.test_labels)
+
+
+def same_data(record: RunRecord, datamodule: ImageDataModule) -> bool:
+    """Whether a complete record was measured on this data. Records from before fingerprints count as the same."""
+    recorded = record.data.get("data_fingerprint")
+    return recorded is None or recorded == fingerprint_of(datamodule)
+
+
+def measured_on(cfg: DictConfig, datamodule: ImageDataModule) -> dict[str, Any]:
+    """How many images the figures beside it come from: val/* and test/* accuracy, and the attention statistics."""
+    arrays = datamodule.arrays
+    assert arrays is not None
+    evaluated = len(datamodule.eval_split()[1])
+    return {
+        "eval_split": "val" if cfg.data.val_size else "test",
+        "eval_images": evaluated,
+        "test_images": len(arrays.test_labels),
+        "probe_images": min(int(cfg.stats.probe_size), evaluated) if cfg.stats.enabled else 0,
+    }
+
+
+def protocol_record(cfg: DictConfig, policy: str) -> dict[str, Any]:
+    """The record's `protocol` section: the three flags, the effective policy and the one-line description."""
+    autoaug, cutmix, ls = bool(cfg.aug.autoaug), bool(cfg.aug.cutmix), float(cfg.loss.ls)
+    where = "data_on_device" if data_on_device(cfg) else cfg.aug.device  # on-device data augments there, batched
+    return {
+        "autoaug": autoaug,
+        "cutmix": cutmix,
+        "ls": ls,
+        "policy": policy if autoaug else None,
+        "cutmix_alpha": float(cfg.aug.cutmix_alpha) if cutmix else None,
+        "cutmix_prob": float(cfg.aug.cutmix_prob) if cutmix else None,
+        "description": describe_protocol(
+            autoaug, policy, cutmix, float(cfg.aug.cutmix_alpha), ls, where, float(cfg.aug.cutmix_prob)
+        ),
+        "autoaug_device": where if autoaug else None,
+    }
+
+
+def is_rank_zero() -> bool:
+    return rank_zero_only.rank == 0
+
+
+def run_cell(cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory) -> dict[str, Any]:
+    """Train and test one cell into `run_dir`; return its record (an existing one if complete).
+
+    `make_callbacks(cfg, run_dir)` gives everything the Trainer gets besides loggers (callbacks.build_callbacks):
+    progress display, statistics, checkpointing and per-epoch reseeding, on which resume and its exactness depend."""
+    register_resolvers()
+    validate(cfg)
+    run_dir = Path(run_dir)
+    identity = identity_hash(cfg)
+    # One process per run directory: DDP ranks > 0 (and other nodes) share rank 0's directory, and its lock.
+    holds_lock = is_rank_zero() and os.environ.get("NODE_RANK", "0") == "0"
+    with RunLock(run_dir) if holds_lock else nullcontext(), sigterm_raises() as gate:
+        return _run_locked(cfg, run_dir, make_callbacks, identity, gate)
+
+
+def _run_locked(
+    cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory, identity: str, gate: SigtermGate
+) -> dict[str, Any]:
+    candidate = existing_record(run_dir, identity)
+    record: dict[str, Any] = {"run_name": cfg.run_name, "identity_hash": identity, "seed": int(cfg.seed)}
+    record["tags"] = [str(tag) for tag in cfg.get("tags") or []]  # labels only, outside the identity
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule, policy = build_datamodule(cfg)
+    if candidate is not None:
+        return _skip_or_refuse(cfg, run_dir, candidate, datamodule)
+    # Before anything is recorded: a checkpoint of another config is refused without writing over its directory.
+    resume = resume_point(run_dir, identity)
+    try:
+        return _train_and_test(cfg, run_dir, make_callbacks, record, datamodule, policy, gate, resume)
+    except (KeyboardInterrupt, SIGTERMException, SystemExit) as stop:
+        sigterm = isinstance(stop, SIGTERMException)
+        if is_rank_zero():
+            error = "SIGTERM" if sigterm else "interrupted"
+            write_record(run_dir, {**record, "error": error}, status="interrupted")
+        raise CellInterrupted(
+            f"{cfg.run_name} interrupted ({'SIGTERM' if sigterm else 'SIGINT'}); run the same command to resume",
+            143 if sigterm else 130,
+        ) from stop
+    except BaseException as error:
+        if is_rank_zero():
+            write_record(run_dir, {**record, "error": f"{type(error).__name__}: {error}"}, status="failed")
+        raise
+
+
+def _skip_or_refuse(cfg: DictConfig, run_dir: Path, record: RunRecord, datamodule: ImageDataModule) -> dict[str, Any]:
+    """A complete record of this identity is reused only if it was measured on the same data."""
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    if not same_data(record, datamodule):
+        raise ConfigError(
+            f"run directory {run_dir} holds a complete run of this config measured on other data (its data "
+            f"fingerprint {record.data.get('data_fingerprint')} differs from {fingerprint_of(datamodule)}); "
+            "move that directory away or choose another sweep_name"
+        )
+    log.info("%s is complete already: skipped (results in %s)", cfg.run_name, run_dir)
+    return record.data
+
+
+def _train_and_test(
+    cfg: DictConfig,
+    run_dir: Path,
+    make_callbacks: CallbackFactory,
+    record: dict[str, Any],
+    datamodule: ImageDataModule,
+    policy: str,
+    gate: SigtermGate,
+    resume_at: tuple[Path | None, int],
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    module = build_module(cfg, datamodule, policy)
+    record.update(
+        {
+            "data": {
+                "name": cfg.data.name,
+                "num_classes": datamodule.num_classes,
+                "image_size": datamodule.image_size,
+                "num_train": datamodule.num_train,
+                "eval_split": "val" if cfg.data.val_size else "test",
+            },
+            "data_fingerprint": fingerprint_of(datamodule),
+            "protocol": protocol_record(cfg, policy),
+            "model": {
+                **OmegaConf.to_container(cfg.model, resolve=True),
+                "patch_size": module.model.patch_size,
+                "num_params": count_parameters(module.model),
+            },
+            "config": OmegaConf.to_container(cfg, resolve=True),
+            "versions": environment_versions(),
+        }
+    )
+    log.info("%s | protocol: %s", cfg.run_name, record["protocol"]["description"])
+    parameters = f"{record['model']['num_params']:,}"
+    log.info("model %s: %s parameters, patch %d", cfg.model.name, parameters, module.model.patch_size)
+
+    world_size = trainer_world_size(cfg)
+    global_batch = datamodule.batch_size
+    split_global_batch(datamodule, world_size)
+    record["batch"] = {"global": global_batch, "per_device": datamodule.batch_size, "world_size": world_size}
+    resume, start_epoch = resume_at
+    loggers = build_loggers(cfg, run_dir)
+    # A resumed run skips the sanity-check validation: the run was checked when it first started.
+    trainer = build_trainer(cfg, run_dir, loggers, make_callbacks(cfg, run_dir), sanity_check=resume is None)
+    if trainer.is_global_zero:
+        write_record(run_dir, record, status="running")
+    if resume:
+        log.info("resuming %s from %s (%d epochs done)", cfg.run_name, resume, start_epoch)
+    finished = False
+    try:
+        fit_start = time.perf_counter()
+        with gate.deferring():
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+        if trainer.received_sigterm:  # the signal came too late in fit for Lightning to raise it
+            raise SIGTERMException()
+        fit_seconds = time.perf_counter() - fit_start
+        # `epoch` is the x-axis the module logs (module.py), not a result.
+        val_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch"}
+        test_start = time.perf_counter()
+        test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
+        test_seconds = time.perf_counter() - test_start
+
+        record["metrics"] = {**val_metrics, **{k: float(v) for k, v in test_metrics.items()}}
+        record["measured_on"] = measured_on(cfg, datamodule)
+        record["epochs"] = trainer.current_epoch
+        record["steps"] = trainer.global_step
+        record["precision"] = str(trainer.precision)
+        record["timings"] = {"fit_s": fit_seconds, "test_s": test_seconds, "total_s": time.perf_counter() - started}
+        for callback in trainer.callbacks:
+            if isinstance(callback, RecordSection):
+                record.update(callback.record_section())
+        if trainer.is_global_zero:
+            path = write_record(run_dir, record, status="complete")
+            discard_interrupted(run_dir)  # superseded by the finished run
+            log.info("%s: test acc1 %.4f -> %s", cfg.run_name, record["metrics"].get("test/acc1", float("nan")), path)
+            # The W&B run gets the complete record, statistics, pictures (and checkpoint) before it is finished.
+            publish_run_files(loggers, run_dir, bool(OmegaConf.select(cfg, "logger.wandb.log_model", default=False)))
+        finished = True
+    finally:
+        finish_wandb(loggers, failed=not finished)
+    return {**record, "status": "complete"}

@@ -1,0 +1,146 @@
+"""Where a cell's checkpoints live, which one a re-run resumes from, and which config wrote them.
+
+`last.ckpt` is rewritten at every epoch boundary and `interrupted.ckpt` is written when SIGTERM or SIGINT stops
+a cell mid-epoch (both by callbacks in callbacks/checkpointing.py). Each replacement keeps the checkpoint it
+replaces as `<name>.prev.ckpt` (checkpoint_io.AtomicCheckpointIO), so one found damaged has a predecessor. A re-run
+resumes from the furthest readable one, and only if its own config wrote it: every checkpoint carries the cell's
+identity hash, and a checkpoint of another config (or of no known config) is refused rather than trained on.
+Reading a checkpoint here never unpickles code (`weights_only=True`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vit_locality.config.checks import ConfigError
+
+log = logging.getLogger("vit_locality")
+
+CHECKPOINT_DIR = "checkpoints"
+LAST_CHECKPOINT = "last.ckpt"
+INTERRUPTED_CHECKPOINT = "interrupted.ckpt"
+IDENTITY_ENTRY = "vit_locality"  # the checkpoint's entry naming the config that wrote it
+
+
+class ForeignCheckpoint(ConfigError):
+    """The run directory holds a checkpoint written under another config (or by a version that did not record one):
+    resuming it would train one config's weights under another's settings and record the result as the latter's."""
+
+
+class DamagedCheckpoint(Exception):
+    """A checkpoint file that cannot be read as one (empty, truncated, not a Lightning checkpoint)."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What choosing a resume point needs from a checkpoint, without keeping its tensors."""
+
+    path: Path
+    global_step: int
+    epochs: int
+    identity: str | None
+
+
+def last_checkpoint(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT
+
+
+def interrupted_checkpoint(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR / INTERRUPTED_CHECKPOINT
+
+
+def previous_checkpoint(path: Path) -> Path:
+    """Where the checkpoint that `path` replaced is kept: `last.ckpt` -> `last.prev.ckpt`."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def resume_candidates(run_dir: Path) -> list[Path]:
+    """Every checkpoint a re-run may resume from, in order of preference when two have gone equally far."""
+    current = [last_checkpoint(run_dir), interrupted_checkpoint(run_dir)]
+    return [*current, *(previous_checkpoint(path) for path in current)]
+
+
+def discard_interrupted(run_dir: Path) -> None:
+    """Remove `interrupted.ckpt` and its predecessor once a finished run has superseded them."""
+    for path in (interrupted_checkpoint(run_dir), previous_checkpoint(interrupted_checkpoint(run_dir))):
+        path.unlink(missing_ok=True)
+
+
+def stamp_identity(checkpoint: dict[str, Any], identity: str) -> None:
+    """Record in a checkpoint being saved which config (its identity hash) wrote it."""
+    checkpoint[IDENTITY_ENTRY] = {"identity_hash": identity}
+
+
+def checkpoint_identity(checkpoint: dict[str, Any]) -> str | None:
+    """The identity hash stamped into a checkpoint; None for one written before identities were recorded."""
+    entry = checkpoint.get(IDENTITY_ENTRY)
+    return entry.get("identity_hash") if isinstance(entry, dict) else None
+
+
+def completed_epochs(checkpoint: dict[str, Any]) -> int:
+    """Epochs finished when the checkpoint was written. Lightning's `processed` counter: an end-of-epoch checkpoint
+    is written after validation, before the epoch counts as `completed` (and `epoch` is still the finished one's
+    index)."""
+    try:
+        return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+    except (KeyError, TypeError):
+        return int(checkpoint.get("epoch", 0))
+
+
+def _why_unreadable(error: Exception) -> str:
+    """The first sentence of a load error: enough to tell a truncated file from a foreign one, on one line."""
+    first = str(error).strip().splitlines()[0].split(". ")[0] if str(error).strip() else "no further detail"
+    return f"{type(error).__name__}: {first[:160]}"
+
+
+def read_checkpoint_info(path: Path) -> CheckpointInfo:
+    """Progress and identity of a checkpoint file; DamagedCheckpoint (saying why) when it cannot be one."""
+    if path.stat().st_size == 0:
+        raise DamagedCheckpoint("empty file")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated, overwritten, or not a torch file at all
+        raise DamagedCheckpoint(_why_unreadable(error)) from error
+    if not isinstance(checkpoint, dict) or "global_step" not in checkpoint:
+        raise DamagedCheckpoint("not a Lightning checkpoint (no global_step)")
+    return CheckpointInfo(
+        path, int(checkpoint["global_step"]), completed_epochs(checkpoint), checkpoint_identity(checkpoint)
+    )
+
+
+def foreign_checkpoint(info: CheckpointInfo, expected: str, run_dir: Path) -> ForeignCheckpoint:
+    written_by = f"config {info.identity}" if info.identity else "an unknown config (it records no identity)"
+    return ForeignCheckpoint(
+        f"checkpoint {info.path} was written by {written_by}, not by this one ({expected}); refusing to resume it: "
+        f"move {run_dir} away or choose another sweep_name"
+    )
+
+
+def resume_point(run_dir: Path, identity: str) -> tuple[Path | None, int]:
+    """The furthest readable checkpoint of `last.ckpt` (an epoch boundary), `interrupted.ckpt` (mid-epoch, after a
+    signal) and their predecessors, with its completed epochs; (None, 0) for a fresh start.
+
+    A damaged checkpoint is skipped with a warning naming it and why. Any readable checkpoint whose identity is not
+    `identity` raises ForeignCheckpoint: the directory belongs to another config."""
+    readable: list[CheckpointInfo] = []
+    for path in resume_candidates(run_dir):
+        if not path.exists():
+            continue
+        try:
+            info = read_checkpoint_info(path)
+        except DamagedCheckpoint as damage:
+            log.warning("checkpoint %s is damaged (%s): not resuming from it", path, damage)
+            continue
+        if info.identity != identity:
+            raise foreign_checkpoint(info, identity, Path(run_dir))
+        readable.append(info)
+    if not readable:
+        return None, 0
+    best = max(readable, key=lambda info: info.global_step)  # the first of equals: the preferred candidate
+    return best.path, best.epochs

@@ -1,0 +1,170 @@
+"""One run per run directory at a time: `with RunLock(run_dir): ...` around everything a cell does there.
+
+Two commands on one directory (the same command started twice, or two configs that map to one directory) used to
+both run, and whichever wrote its record last won. The lock is `fcntl.flock` on `<run_dir>/.lock`, held for the
+whole run: the kernel drops it when the holder exits or is killed, so a crashed run never blocks the next one. The
+file names the holder (PID, host, start time) for the refusal, and is emptied on release.
+
+Where flock is not available (network file systems without lock support answer ENOLCK), the holder's record is the
+lock: a holder recorded on this host whose process is gone is taken over; a live one, or one on another host (whose
+process cannot be checked from here), is refused. That fallback is best effort: two processes that read an empty
+record in the same instant can both proceed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+
+from vit_locality.config.checks import ConfigError
+
+log = logging.getLogger("vit_locality")
+
+LOCK_FILE = ".lock"
+FLOCK_UNSUPPORTED = {errno.ENOLCK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+RECORD_LIMIT = 4096  # bytes of a holder record read back; a record is about a hundred
+
+
+class RunLocked(ConfigError):
+    """Another process is running in the run directory; the message names it (PID, host) and the directory."""
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """Who holds a run directory, as recorded in its lock file."""
+
+    pid: int
+    host: str
+    started: str
+
+    @classmethod
+    def this_process(cls) -> LockHolder:
+        return cls(os.getpid(), socket.gethostname(), datetime.now().astimezone().isoformat(timespec="seconds"))
+
+    @classmethod
+    def parse(cls, text: str) -> LockHolder | None:
+        """The recorded holder; None for an empty record (a released lock) or one cut short by a crash."""
+        try:
+            fields = json.loads(text)
+            return cls(int(fields["pid"]), str(fields["host"]), str(fields["started"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def to_text(self) -> str:
+        return json.dumps(asdict(self)) + "\n"
+
+    def is_gone(self) -> bool:
+        """Known to have ended: recorded on this host, and no process has its PID. One on another host cannot be
+        checked from here, so it counts as running."""
+        return self.host == socket.gethostname() and not process_exists(self.pid)
+
+    def describe(self) -> str:
+        return f"PID {self.pid} on {self.host} (since {self.started})"
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+class RunLock:
+    """An exclusive hold on a run directory for the duration of a `with` block; RunLocked if another process has it.
+
+    Not re-entrant: a second RunLock on the same directory, in this process or any other, is refused."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self._descriptor: int | None = None
+        self._flocked = False
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        if self._descriptor is not None:
+            raise RuntimeError(f"{self.path} is held by this RunLock already")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides who may read it
+        try:
+            self._flocked = self._try_flock(descriptor)
+            if not self._flocked:
+                self._claim_record(descriptor)
+            write_holder(descriptor, LockHolder.this_process())
+        except BaseException:
+            os.close(descriptor)
+            raise
+        self._descriptor = descriptor
+
+    def release(self) -> None:
+        """Empty the record and drop the lock. Unlocking explicitly (not only closing) matters: worker processes
+        forked during the run share the open file, and closing it here alone would leave the lock with them."""
+        descriptor, self._descriptor = self._descriptor, None
+        if descriptor is None:
+            return
+        try:
+            os.ftruncate(descriptor, 0)
+            if self._flocked:
+                fcntl.flock(descriptor, fcntl.LOCK_UN)
+        finally:
+            os.close(descriptor)
+
+    def _try_flock(self, descriptor: int) -> bool:
+        """True once the kernel lock is held; False where this file system has no flock; RunLocked if taken."""
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._refusal(read_holder(descriptor)) from None
+        except OSError as error:
+            if error.errno in FLOCK_UNSUPPORTED:
+                log.debug("%s: no flock on this file system (%s); using the holder record alone", self.path, error)
+                return False
+            raise
+        return True
+
+    def _claim_record(self, descriptor: int) -> None:
+        """Without flock: refuse a recorded holder that may be running; take over one known to have ended."""
+        holder = read_holder(descriptor)
+        if holder is None:
+            return
+        if holder.host != socket.gethostname():
+            raise self._refusal(holder, f"; if it is no longer running, delete {self.path}")
+        if not holder.is_gone():
+            raise self._refusal(holder)
+        log.warning("%s: taking over the lock of %s, which is no longer running", self.run_dir, holder.describe())
+
+    def _refusal(self, holder: LockHolder | None, hint: str = "") -> RunLocked:
+        who = holder.describe() if holder else "another process (not yet recorded)"
+        return RunLocked(
+            f"run directory {self.run_dir} is in use by {who}: wait for that run to end or stop it, "
+            f"or choose another sweep_name{hint}"
+        )
+
+
+def read_holder(descriptor: int) -> LockHolder | None:
+    return LockHolder.parse(os.pread(descriptor, RECORD_LIMIT, 0).decode(errors="replace"))
+
+
+def write_holder(descriptor: int, holder: LockHolder) -> None:
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, holder.to_text().encode(), 0)
+    os.fsync(descriptor)  # other hosts read it through the file server

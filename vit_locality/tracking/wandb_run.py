@@ -1,0 +1,179 @@
+"""How a cell meets Weights & Biases: the mode `auto` picks, the group and tags that keep the 8 cells apart on a
+dashboard, the run's own files uploaded before it finishes, and W&B's terminal chatter kept out of the logs.
+
+W&B is a dashboard, never the record: every function here is a no-op without a W&B logger, and nothing here is
+read back by the tables. `wandb` itself is imported only when a run exists, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+import netrc
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from lightning.pytorch.loggers import Logger, WandbLogger
+from omegaconf import DictConfig, OmegaConf
+
+from vit_locality.catalog import cell_name
+from vit_locality.run.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT
+from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE
+from vit_locality.tracking.quiet import quiet_wandb
+
+log = logging.getLogger("vit_locality")
+DEFAULT_HOST = "https://api.wandb.ai"
+# What a cell's W&B run gets besides its metrics: the record, the per-head statistics and the pictures.
+RUN_FILES = (RESULTS_FILE, ATTENTION_CSV, "*.png")
+MAX_TAG = 64  # W&B refuses longer tags
+
+
+class ConfigWandbLogger(WandbLogger):
+    """The run's config is the resolved Hydra config, given to `wandb.init`; Lightning's later call with the
+    module's flat constructor arguments (`lr` beside `optim.lr`) would add a second, differently named copy."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # Lightning passes `anonymous=None`, which wandb answers with a deprecation warning on every run.
+        if self._wandb_init.get("anonymous") is None:
+            self._wandb_init.pop("anonymous", None)
+
+    def log_hyperparams(self, params: Any) -> None:
+        """Nothing: see the class docstring (the CSV logger keeps its hparams.yaml)."""
+
+
+def _settings_file(environ: Mapping[str, str]) -> dict[str, str]:
+    """The `[default]` section of W&B's global settings file (written by `wandb login --host`, `wandb offline`)."""
+    home = Path(environ.get("HOME") or Path.home())
+    config_dir = environ.get("WANDB_CONFIG_DIR") or str(home / ".config" / "wandb")
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(Path(config_dir) / "settings")
+    except (configparser.Error, OSError):
+        return {}
+    return dict(parser["default"]) if parser.has_section("default") else {}
+
+
+def _netrc_path(environ: Mapping[str, str]) -> Path:
+    if environ.get("NETRC"):
+        return Path(environ["NETRC"]).expanduser()
+    home = Path(environ.get("HOME") or Path.home())
+    return home / ".netrc" if (home / ".netrc").exists() or not (home / "_netrc").exists() else home / "_netrc"
+
+
+def api_key_source(environ: Mapping[str, str] | None = None) -> str | None:
+    """Where W&B would find an API key (`wandb login` writes ~/.netrc), or None: the same places, in the same order,
+    as wandb itself looks (the environment, the netrc entry of the W&B host, the settings file)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("WANDB_API_KEY"):
+        return "WANDB_API_KEY"
+    settings = _settings_file(environ)
+    host = urlsplit(environ.get("WANDB_BASE_URL") or settings.get("base_url") or DEFAULT_HOST).netloc
+    path = _netrc_path(environ)
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host) if host else None
+    except (OSError, netrc.NetrcParseError):
+        entry = None
+    if entry and entry[2]:
+        return str(path)
+    return "settings" if settings.get("api_key") else None
+
+
+def resolve_mode(setting: str, environ: Mapping[str, str] | None = None) -> str:
+    """`logger.wandb.mode`: an explicit mode as given; `auto` follows `WANDB_MODE`, then `wandb offline|online`
+    (the settings file), then goes online when a key is found (`api_key_source`), offline otherwise."""
+    if setting != "auto":
+        return setting
+    environ = os.environ if environ is None else environ
+    legacy = {"dryrun": "offline", "run": "online"}
+    for chosen in (environ.get("WANDB_MODE"), _settings_file(environ).get("mode")):
+        if chosen:
+            chosen = legacy.get(chosen, chosen)
+            if chosen in ("online", "offline", "disabled"):
+                return chosen
+    return "online" if api_key_source(environ) else "offline"
+
+
+def run_group(cfg: DictConfig) -> str:
+    """The cell without its seed (its run name less `_s<seed>`): W&B's grouped charts then average the seeds of one
+    cell and keep the 8 cells (and any other swept setting) apart. `logger.wandb.group` overrides it."""
+    chosen = cfg.logger.wandb.get("group")
+    if chosen:
+        return str(chosen)
+    return re.sub(rf"_s{int(cfg.seed)}(?=_|$)", "", str(cfg.run_name), count=1)
+
+
+def run_tags(cfg: DictConfig) -> list[str]:
+    """The cell's paper name and flags, data set, model, `sweep:<sweep_name>`, then the user's `tags`."""
+    autoaug, cutmix, ls = bool(cfg.aug.autoaug), bool(cfg.aug.cutmix), float(cfg.loss.ls)
+    tags = [cell_name(autoaug, cutmix, ls), f"aa{int(autoaug)}", f"cm{int(cutmix)}", f"ls{ls:g}"]
+    tags += [str(cfg.data.name), str(cfg.model.name), f"sweep:{cfg.sweep_name}", *map(str, cfg.get("tags") or [])]
+    return list(dict.fromkeys(tag[:MAX_TAG] for tag in tags))
+
+
+def wandb_logger(cfg: DictConfig, run_dir: Path, run_id: str) -> ConfigWandbLogger:
+    """The cell's W&B logger: one run per cell and directory (`run_id`), grouped by cell, typed by data set."""
+    settings = cfg.logger.wandb
+    quiet_wandb()
+    return ConfigWandbLogger(
+        project=settings.project,
+        entity=settings.entity,
+        group=run_group(cfg),
+        job_type=settings.job_type or str(cfg.data.name),
+        name=cfg.run_name,
+        tags=run_tags(cfg),
+        save_dir=str(run_dir),
+        id=run_id,
+        resume="allow",
+        mode=resolve_mode(settings.mode),
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
+
+
+def wandb_loggers(loggers: Iterable[Logger]) -> list[WandbLogger]:
+    return [logger for logger in loggers if isinstance(logger, WandbLogger)]
+
+
+def publish_run_files(loggers: Iterable[Logger], run_dir: Path, log_model: bool = False) -> None:
+    """Upload the run's results.json, attention_stats.csv and pictures (and with `log_model` the final checkpoint,
+    as a `model` artifact) to its W&B run. Called after results.json is complete and before the run finishes."""
+    for logger in wandb_loggers(loggers):
+        import wandb
+
+        run = logger.experiment
+        try:
+            paths = sorted({path for pattern in RUN_FILES for path in Path(run_dir).glob(pattern) if path.is_file()})
+            for path in paths:
+                run.save(str(path), base_path=str(run_dir), policy="now")
+            pictures = {f"pictures/{path.stem}": wandb.Image(str(path)) for path in paths if path.suffix == ".png"}
+            if pictures:
+                run.log(pictures)
+            checkpoint = Path(run_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT
+            if log_model and checkpoint.is_file():
+                artifact = wandb.Artifact(f"model-{run.id}", type="model", metadata={"run_name": run.name})
+                artifact.add_file(str(checkpoint))
+                run.log_artifact(artifact, aliases=["latest", "final"])
+        except Exception as error:  # the dashboard's copy; the record on disk is complete either way
+            log.warning(
+                "W&B upload of the run's files failed (%s: %s); they are in %s", type(error).__name__, error, run_dir
+            )
+
+
+def finish_wandb(loggers: Iterable[Logger], failed: bool = False) -> None:
+    """Close the W&B run (so it does not leak into the next cell of a multirun), marked failed when the cell
+    failed; an offline run is named with the command that uploads it, since W&B's own hint is silenced."""
+    chosen = wandb_loggers(loggers)
+    if not chosen:
+        return
+    import wandb
+
+    run = wandb.run
+    offline = run is not None and run.settings.mode in ("offline", "dryrun")
+    run_path = Path(run.dir).parent if run is not None else None
+    wandb.finish(exit_code=1 if failed else 0)
+    if offline and run_path is not None:
+        log.info("W&B run saved offline in %s; upload it with: wandb sync %s", run_path, run_path)
