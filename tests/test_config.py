@@ -7,8 +7,9 @@ from helpers import CONF, compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from vit_locality.config.checks import ConfigError, validate
+from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
+from vit_locality.errors import ConfigError
 
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
 

@@ -15,7 +15,7 @@ import torch
 from helpers import QUICK, compose_config, run_cell_as_train, run_train
 from torchvision.transforms import v2
 
-from vit_locality.config.checks import ConfigError, validate
+from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
 from vit_locality.data.on_device import (
     BatchAugment,
@@ -30,6 +30,7 @@ from vit_locality.data.on_device import (
     shard_order,
 )
 from vit_locality.data.sampling import EpochShardSampler
+from vit_locality.errors import ConfigError
 from vit_locality.run.builders import build_datamodule, build_module, data_on_device
 
 PAD = 4

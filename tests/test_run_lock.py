@@ -15,7 +15,7 @@ import sys
 import pytest
 from helpers import REPO
 
-from vit_locality.config.checks import ConfigError
+from vit_locality.errors import ConfigError
 from vit_locality.run.lock import LOCK_FILE, LockHolder, RunLock, RunLocked
 
 # In a child process: hold the lock on argv[1], say so, then wait to be killed.

@@ -16,11 +16,12 @@ import yaml
 from helpers import CONF, QUICK, compose_config, run_train
 from omegaconf import OmegaConf
 
-from vit_locality.config.checks import ConfigError, validate
+from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.preflight import check_command
 from vit_locality.config.trainer_options import RESERVED, check_trainer_options, trainer_parameters
 from vit_locality.config.tree import config_tree_text
+from vit_locality.errors import ConfigError
 from vit_locality.report.aggregate import quick_run
 from vit_locality.run.builders import build_trainer
 from vit_locality.run.record import RunRecord

@@ -20,8 +20,9 @@ from matplotlib.colors import to_rgba
 from omegaconf import OmegaConf
 
 from vit_locality.attention import plots
-from vit_locality.config.checks import ConfigError, validate
+from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
+from vit_locality.errors import ConfigError
 from vit_locality.tracking.quiet import quiet_wandb
 from vit_locality.tracking.wandb_run import resolve_mode, run_group, run_tags
 

@@ -22,7 +22,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.config.checks import ConfigError, register_resolvers, validate_analysis, validate_stats
+from vit_locality.config.checks import register_resolvers, validate_analysis, validate_stats
+from vit_locality.errors import ConfigError
 from vit_locality.paths import CONF_DIR, CONF_PATH
 from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE, RecordError, atomic_write_text, read_record
 from vit_locality.tracking.quiet import quiet_library_noise

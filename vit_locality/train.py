@@ -22,8 +22,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, read_write
 
-from vit_locality.config.checks import ConfigError, register_resolvers
+from vit_locality.config.checks import register_resolvers
 from vit_locality.config.preflight import check_command
+from vit_locality.errors import ConfigError
 from vit_locality.paths import CONF_DIR, CONF_PATH
 
 log = logging.getLogger("vit_locality")

@@ -17,9 +17,9 @@ import pytest
 import torch
 from helpers import QUICK, compose_config, run_cell_as_train
 
-from vit_locality.config.checks import ConfigError
 from vit_locality.config.identity import settings_suffix
 from vit_locality.data import synthetic
+from vit_locality.errors import ConfigError
 from vit_locality.model.classifier import ViTClassifier
 from vit_locality.run import builders
 from vit_locality.run.cell import CellInterrupted, run_cell

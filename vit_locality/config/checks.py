@@ -19,10 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vit_locality.catalog import AUGMENT_POLICIES, COLORJITTER, DATASETS, GRID_SIZE, resolve_policy
 from vit_locality.config.identity import settings_suffix
-
-
-class ConfigError(ValueError):
-    """A setting has a value that is not allowed; the message names the key, the value and what is allowed."""
+from vit_locality.errors import ConfigError
 
 
 def _as_01(value: Any) -> int:

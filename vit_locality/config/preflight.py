@@ -29,8 +29,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from vit_locality.config.checks import ConfigError, check_directory, register_resolvers, validate, validate_analysis
+from vit_locality.config.checks import check_directory, register_resolvers, validate, validate_analysis
 from vit_locality.config.identity import settings_suffix
+from vit_locality.errors import ConfigError
 from vit_locality.upstream import hydra_args_parser
 
 INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vit_locality.config.checks import ConfigError
+from vit_locality.errors import ConfigError
 
 # Arguments the cell runner sets itself: the run directory, loggers, callbacks, checkpoint plugin and progress
 # display follow from other settings (callbacks.progress_bar, logger=...), so they are not `trainer.*` keys.

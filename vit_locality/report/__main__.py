@@ -18,7 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from vit_locality.config.checks import ConfigError, check_directory
+from vit_locality.config.checks import check_directory
+from vit_locality.errors import ConfigError
 from vit_locality.report.aggregate import Aggregate, aggregate
 from vit_locality.report.summary import architecture_warnings, sweep_dirs_problem
 from vit_locality.report.tables import ablation_tables, protocols_table

@@ -17,11 +17,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.augment.per_sample import build_train_transform
 from vit_locality.catalog import resolve_policy
-from vit_locality.config.checks import ConfigError
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.trainer_options import trainer_arguments
 from vit_locality.data import ImageDataModule, datamodule_class
 from vit_locality.data.on_device import BatchAugment, resolve_on_device
+from vit_locality.errors import ConfigError
 from vit_locality.model.classifier import ViTClassifier
 from vit_locality.run.checkpoint_io import AtomicCheckpointIO
 from vit_locality.tracking.csv_log import ResumableCSVLogger

@@ -27,9 +27,10 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.augment.per_sample import describe_protocol
-from vit_locality.config.checks import ConfigError, register_resolvers, validate
+from vit_locality.config.checks import register_resolvers, validate
 from vit_locality.config.identity import data_fingerprint, identity_hash
 from vit_locality.data import ImageDataModule
+from vit_locality.errors import ConfigError
 from vit_locality.model.vit import count_parameters
 from vit_locality.run.builders import (
     build_datamodule,

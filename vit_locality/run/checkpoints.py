@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from vit_locality.config.checks import ConfigError
+from vit_locality.errors import ConfigError
 
 log = logging.getLogger("vit_locality")
 

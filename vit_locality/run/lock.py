@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
-from vit_locality.config.checks import ConfigError
+from vit_locality.errors import ConfigError
 
 log = logging.getLogger("vit_locality")
 
