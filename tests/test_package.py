@@ -1,4 +1,7 @@
-"""The wheel a user installs with `pip install .` (not editable) works from any directory."""
+"""What `pip install .` (a wheel) and `pip install -e .` (editable) install works from any directory.
+
+The checkout keeps `conf/` and `callbacks/` at the top level; installed, they must be `vit_locality.conf` and
+`vit_locality.callbacks` (pyproject's package-dir mapping), with no generic top-level `conf` or `callbacks`."""
 
 from __future__ import annotations
 
@@ -35,9 +38,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-@pytest.fixture(scope="module")
-def fresh_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
-    """A new venv holding only the wheel; the heavy dependencies come from this venv through a .pth file."""
+def new_venv(tmp_path_factory: pytest.TempPathFactory, install: list[str]) -> Path:
+    """A new venv holding only this package (`install`: pip's arguments); the heavy dependencies come from this venv
+    through a .pth file."""
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     purelib = Path(
@@ -56,12 +59,20 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
             "install",
             "-q",
             "--no-deps",
-            str(wheel),
+            "--no-build-isolation",
+            *install,
         ],
         check=True,
         capture_output=True,
     )
     return venv
+
+
+@pytest.fixture(scope="module", params=["wheel", "editable"])
+def fresh_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if request.param == "wheel":
+        return new_venv(tmp_path_factory, [str(request.getfixturevalue("wheel"))])
+    return new_venv(tmp_path_factory, ["-e", str(REPO)])
 
 
 def test_wheel_ships_configs_entry_points_and_license(wheel: Path) -> None:
@@ -75,6 +86,26 @@ def test_wheel_ships_configs_entry_points_and_license(wheel: Path) -> None:
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     for script in SCRIPTS:
         assert f"{script} = " in entry
+
+
+def test_package_list_covers_every_package_folder() -> None:
+    """A sub-package missing from pyproject's explicit list would be left out of the wheel (tests pass in the
+    checkout, the installed command fails)."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "vit_locality").rglob("__init__.py")}
+    found |= {"vit_locality.conf", "vit_locality.callbacks"}
+    assert listed == found
+
+
+def test_installed_package_has_no_top_level_conf_or_callbacks(fresh_venv: Path, tmp_path: Path) -> None:
+    code = (
+        "import importlib.util as u, vit_locality.callbacks as c, vit_locality.paths as p; "
+        "print(u.find_spec('callbacks'), u.find_spec('conf'), (p.CONF_DIR / 'train.yaml').is_file(), c.__name__)"
+    )
+    done = subprocess.run([fresh_venv / "bin" / "python", "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert done.stdout.split() == ["None", "None", "True", "vit_locality.callbacks"], done.stderr
 
 
 def test_installed_train_runs_a_cell_from_any_directory(fresh_venv: Path, tmp_path: Path) -> None:
