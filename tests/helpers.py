@@ -13,7 +13,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from vit_locality.callbacks import build_callbacks
 
-from vit_locality.config.checks import register_resolvers
+from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.schema import register_schemas
 from vit_locality.paths import CONF_DIR
 from vit_locality.run.cell import run_cell
 
@@ -38,6 +39,7 @@ QUICK_NAME = "_data.batch_size-64_data.test_size-64_data.train_size-256_trainer.
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
     register_resolvers()
+    register_schemas()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="train", overrides=overrides or [], return_hydra_config=False)
 

@@ -156,3 +156,40 @@ def test_a_trainer_with_the_plugin_writes_stamped_checkpoints_and_resumes_them(t
         resume_point(tmp_path, "fedcba9876543210")
     resumed = fit_tiny(tmp_path, 3, IDENTITY, resume=last)
     assert resumed.global_step == 6 and saved_step(previous_checkpoint(last)) == 4
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "not a dict", "no weights"])
+def test_a_damaged_checkpoint_is_one_line_for_every_reader(tmp_path, damage, caplog) -> None:
+    """resume, `analyze` and the report's instruments read checkpoints through one reader: each says in one line
+    which file is damaged and why, instead of a traceback from deep inside torch."""
+    from vit_locality.analyze import load_checkpoint
+    from vit_locality.errors import ConfigError, exit_code_of
+    from vit_locality.instruments.loading import read_checkpoint
+    from vit_locality.run.checkpoints import DamagedCheckpoint
+
+    path = last_checkpoint(tmp_path)
+    AtomicCheckpointIO().save_checkpoint(lightning_checkpoint(4, 1), path)
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    else:
+        progress_only = {"global_step": 4, "vit_locality": {"identity_hash": IDENTITY}}
+        torch.save([1, 2] if damage == "not a dict" else progress_only, path)
+    previous_checkpoint(path).unlink(missing_ok=True)
+
+    with caplog.at_level("WARNING", logger="vit_locality"):
+        resumed = resume_point(tmp_path, IDENTITY)
+    warnings = [r.getMessage() for r in caplog.records]
+    if damage == "no weights":  # resuming reads progress and identity alone
+        assert resumed == (path, 0) and not warnings
+    else:
+        assert resumed == (None, 0) and len(warnings) == 1
+    with pytest.raises(DamagedCheckpoint) as instrument:
+        read_checkpoint(tmp_path)
+    with pytest.raises(ConfigError) as analysis:
+        load_checkpoint(path)
+    assert all("\n" not in message for message in [str(instrument.value), str(analysis.value), *warnings])
+    assert all(str(path) in message for message in [str(instrument.value), *warnings])
+    assert f"ckpt_path={str(path)!r} is not allowed" in str(analysis.value)
+    assert exit_code_of(instrument.value) == exit_code_of(analysis.value) == 2

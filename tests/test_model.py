@@ -146,8 +146,9 @@ def test_fused_and_explicit_paths_agree_block_by_block(sharpen: bool) -> None:
         x = model.embed(images)
         peak = 0.0
         for block in model.blocks:
-            fused = block(x)
-            explicit, probs = block.forward_with_attention(x)
+            fused, none = block(x)
+            explicit, probs = block(x, explicit=True)
+            assert none is None  # the fused path measures nothing
             assert fused.dtype == explicit.dtype == torch.float32
             torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
             peak = max(peak, float(probs.max()))
@@ -230,9 +231,9 @@ def test_block_output_matches_a_hand_computed_pre_norm_block() -> None:
     block, dim, heads = model.blocks[1], 64, 4
     head_dim = dim // heads
     with torch.no_grad():
-        x = model.blocks[0](model.embed(torch.randn(2, 3, 32, 32)))
-        fused = block(x)
-        explicit, _ = block.forward_with_attention(x)
+        x, _ = model.blocks[0](model.embed(torch.randn(2, 3, 32, 32)))
+        fused, _ = block(x)
+        explicit, _ = block(x, explicit=True)
 
         xd = x.double()
         y = _layer_norm_by_hand(xd, block.norm1)
@@ -266,9 +267,9 @@ def test_explicit_attention_matches_a_hand_computed_softmax(layer: int, head: in
     with torch.no_grad():
         x = model.embed(images)
         for block in model.blocks[:layer]:
-            x = block(x)
+            x, _ = block(x)
         block = model.blocks[layer]
-        _, probs = block.forward_with_attention(x)
+        _, probs = block(x, explicit=True)
 
         dim, head_dim = 192, 192 // 8
         y = F.layer_norm(x, (dim,), block.norm1.weight, block.norm1.bias, block.norm1.eps)

@@ -203,11 +203,11 @@ def test_setting_is_checked_resolved_and_part_of_the_identity() -> None:
 def test_on_device_data_moves_autoaugment_out_of_the_module() -> None:
     """With on-device data the loader augments; the module must not run AutoAugment a second time."""
     cfg = compose_config([*QUICK, "data.on_device=true", "aug.device=gpu", "protocol=modern"])
-    datamodule, policy = build_datamodule(cfg)
-    assert datamodule.on_device and datamodule.batch_augment.policy == policy == "cifar10"
-    assert build_module(cfg, datamodule, policy).device_autoaugment is None
+    datamodule = build_datamodule(cfg)
+    assert datamodule.on_device and datamodule.batch_augment.policy == "cifar10"
+    assert build_module(cfg, datamodule).device_autoaugment is None
     worker = compose_config([*QUICK, "data.on_device=false", "aug.device=gpu", "protocol=modern"])
-    assert build_module(worker, *build_datamodule(worker)).device_autoaugment is not None
+    assert build_module(worker, build_datamodule(worker)).device_autoaugment is not None
     loader = datamodule.train_dataloader()
     assert isinstance(loader, DeviceTrainLoader) and len(loader) == 256 // 64
     images, labels = next(iter(loader))

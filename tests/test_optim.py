@@ -33,8 +33,8 @@ TINY_RUN = [
 
 def _paper_module():
     cfg = compose_config(["model=vit_paper", "data=synthetic", "data.num_classes=100", "trainer=cpu"])
-    datamodule, policy = build_datamodule(cfg)
-    return build_module(cfg, datamodule, policy)
+    datamodule = build_datamodule(cfg)
+    return build_module(cfg, datamodule)
 
 
 def test_weight_decay_falls_on_the_34_weight_matrices_only() -> None:
@@ -118,8 +118,8 @@ def _fit(max_epochs: int, **trainer_options) -> tuple[L.Trainer, list[list[float
     """A tiny in-process fit of TINY_RUN; the trainer and the learning rate of each batch."""
     torch.manual_seed(0)
     cfg = compose_config(TINY_RUN)
-    datamodule, policy = build_datamodule(cfg)
-    module = build_module(cfg, datamodule, policy)
+    datamodule = build_datamodule(cfg)
+    module = build_module(cfg, datamodule)
     rates = _LearningRates()
     trainer = L.Trainer(
         accelerator="cpu",
@@ -176,7 +176,7 @@ def test_each_process_takes_the_single_process_number_of_batches(world_size: int
     from its 512 / W samples: still 8 batches, on every rank, so DDP leaves the schedule's length unchanged."""
     cfg = compose_config([*TINY_RUN, "data.train_size=512", "data.batch_size=64"])
     for rank in range(world_size):
-        datamodule, _ = build_datamodule(cfg)
+        datamodule = build_datamodule(cfg)
         split_global_batch(datamodule, world_size)
         assert datamodule.batch_size == 64 // world_size
         datamodule.trainer = SimpleNamespace(

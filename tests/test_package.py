@@ -6,6 +6,7 @@ The checkout keeps `conf/` and `callbacks/` at the top level; installed, they mu
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -26,11 +27,30 @@ SCRIPTS = (
 )
 
 
+def source_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The files a clean clone would have (tracked, plus new files git does not ignore): building in the checkout
+    would reuse its `build/` folder, whose stale modules end up in the wheel."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    copy = tmp_path_factory.mktemp("source")
+    for name in listed:
+        if (REPO / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, copy / name)
+    return copy
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    source = source_copy(tmp_path_factory)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(source)],
         check=True,
         capture_output=True,
     )

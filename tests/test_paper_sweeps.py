@@ -46,7 +46,7 @@ def test_protocols_experiment_sweeps_baseline_and_modern(tmp_path: Path) -> None
     sweep = tmp_path / "protocols"
     proc = run_train(["-m", "experiment=protocols", *QUICK, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    flags = sorted(run.flags for run in scan_records([sweep]).complete)
-    assert flags == [(False, False, 0.0), (True, True, 0.1)]
+    cells = sorted(run.protocol.cell_name for run in scan_records([sweep]).complete)
+    assert cells == ["Baseline", "Modern"]
     report = run_report(["protocols", str(sweep), "--out", str(tmp_path / "reports")])
     assert report.returncode == 0 and "synthetic" in report.stdout

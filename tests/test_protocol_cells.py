@@ -11,7 +11,7 @@ from helpers import compose_config
 from torchvision.transforms import v2
 
 import vit_locality.augment.batched_autoaugment as batched
-from vit_locality.catalog import cell_name
+from vit_locality.protocol import Protocol
 from vit_locality.run.builders import build_datamodule, build_module
 from vit_locality.run.cell import protocol_record
 
@@ -30,26 +30,26 @@ def _transform_types(datamodule) -> list[type]:
 
 @pytest.mark.parametrize(("autoaug", "cutmix", "ls"), CELLS)
 def test_cell_transforms(autoaug: bool, cutmix: bool, ls: float) -> None:
-    datamodule, policy = build_datamodule(_cell_cfg(autoaug, cutmix, ls))
+    datamodule = build_datamodule(_cell_cfg(autoaug, cutmix, ls))
     crop, flip, *rest = datamodule.train_transform.transforms
     assert isinstance(crop, v2.RandomCrop) and crop.size == (32, 32) and crop.padding == [4, 4, 4, 4]
     assert isinstance(flip, v2.RandomHorizontalFlip)
     if autoaug:
         assert len(rest) == 1 and isinstance(rest[0], v2.AutoAugment)
-        assert rest[0].policy == v2.AutoAugmentPolicy.CIFAR10 and policy == "cifar10"
+        assert rest[0].policy == v2.AutoAugmentPolicy.CIFAR10 and datamodule.batch_augment.policy == "cifar10"
     else:
         assert rest == []
 
 
 @pytest.mark.parametrize("autoaug", [False, True])
 def test_tiny_imagenet_uses_colorjitter_and_patch_8(autoaug: bool) -> None:
-    datamodule, policy = build_datamodule(_cell_cfg(autoaug, False, 0.0, data="tiny_imagenet"))
+    datamodule = build_datamodule(_cell_cfg(autoaug, False, 0.0, data="tiny_imagenet"))
     crop = datamodule.train_transform.transforms[0]
     assert crop.size == (64, 64) and crop.padding == [8, 8, 8, 8]
     rest = datamodule.train_transform.transforms[2:]
     if autoaug:
         (jitter,) = rest
-        assert isinstance(jitter, v2.ColorJitter) and policy == "colorjitter"
+        assert isinstance(jitter, v2.ColorJitter) and datamodule.batch_augment.policy == "colorjitter"
         assert jitter.brightness == (0.6, 1.4) and jitter.contrast == (0.6, 1.4) and jitter.saturation == (0.6, 1.4)
         assert jitter.hue is None
     else:
@@ -58,8 +58,11 @@ def test_tiny_imagenet_uses_colorjitter_and_patch_8(autoaug: bool) -> None:
 
 def test_policy_override() -> None:
     cfg = compose_config(["data=synthetic", "aug.autoaug=true", "aug.policy=svhn"])
-    datamodule, policy = build_datamodule(cfg)
-    assert policy == "svhn" and datamodule.train_transform.transforms[-1].policy == v2.AutoAugmentPolicy.SVHN
+    datamodule = build_datamodule(cfg)
+    assert (
+        datamodule.batch_augment.policy == "svhn"
+        and datamodule.train_transform.transforms[-1].policy == v2.AutoAugmentPolicy.SVHN
+    )
 
 
 # Logits with a different value for every class of a row, so that the loss depends on where the target mass goes.
@@ -84,7 +87,7 @@ def test_cell_loss(autoaug: bool, cutmix: bool, ls: float, monkeypatch: pytest.M
     its label), not from the CutMix code, so a wrong share, partner, or smoothing applied twice or not at all moves
     the loss away from the hand-computed value."""
     cfg = _cell_cfg(autoaug, cutmix, ls)
-    datamodule, _ = build_datamodule(cfg)
+    datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
     torch.manual_seed(0)
     images = (torch.arange(8, dtype=torch.uint8) * 30).view(8, 1, 1, 1).expand(8, 3, 32, 32).contiguous()
@@ -112,13 +115,13 @@ def test_cell_loss(autoaug: bool, cutmix: bool, ls: float, monkeypatch: pytest.M
 
 @pytest.mark.parametrize(("autoaug", "cutmix", "ls"), CELLS)
 def test_cell_record_and_name(autoaug: bool, cutmix: bool, ls: float) -> None:
-    record = protocol_record(_cell_cfg(autoaug, cutmix, ls), "cifar10")
+    record = protocol_record(_cell_cfg(autoaug, cutmix, ls))
     assert (record["autoaug"], record["cutmix"], record["ls"]) == (autoaug, cutmix, ls)
     desc = record["description"]
     assert ("autoaugment(cifar10)" in desc) == autoaug
     assert ("cutmix(alpha=1.0)" in desc) == cutmix
     assert ("ls=0.1" in desc) == (ls > 0)
-    assert cell_name(record["autoaug"], record["cutmix"], record["ls"]) in {
+    assert Protocol.from_record(record).cell_name in {
         "Baseline",
         "+AA",
         "+CM",
@@ -131,7 +134,7 @@ def test_cell_record_and_name(autoaug: bool, cutmix: bool, ls: float) -> None:
 
 
 def test_cell_names_follow_the_paper() -> None:
-    names = {cell: cell_name(*cell) for cell in CELLS}
+    names = {(aa, cm, ls): Protocol(autoaug=aa, cutmix=cm, ls=ls).cell_name for aa, cm, ls in CELLS}
     assert names[(False, False, 0.0)] == "Baseline"
     assert names[(True, True, 0.1)] == "Modern"
     assert names[(False, True, 0.1)] == "-AA"
@@ -147,11 +150,11 @@ def test_autoaugment_on_the_device_moves_it_out_of_the_workers(monkeypatch: pyte
     recorded choices must span the policy. One sub-policy for the whole batch gives at most 9 different images
     (each op applied or not, with either sign) and a single choice."""
     cfg = compose_config(["data=synthetic", "model=vit_tiny", "aug.autoaug=true", "aug.device=gpu"])
-    datamodule, policy = build_datamodule(cfg)
+    datamodule = build_datamodule(cfg)
     assert [type(t) for t in datamodule.train_transform.transforms] == [v2.RandomCrop, v2.RandomHorizontalFlip]
-    module = build_module(cfg, datamodule, policy)
+    module = build_module(cfg, datamodule)
     assert module.device_autoaugment is not None
-    assert "autoaugment(cifar10, batched on gpu)" in protocol_record(cfg, policy)["description"]
+    assert "autoaugment(cifar10, batched on gpu)" in protocol_record(cfg)["description"]
 
     recorded: list[batched.AutoAugmentDraws] = []
     real_apply = batched.apply
@@ -162,7 +165,6 @@ def test_autoaugment_on_the_device_moves_it_out_of_the_workers(monkeypatch: pyte
     images = image.expand(256, 3, 32, 32).contiguous()
     labels = torch.arange(256) % 10
     torch.manual_seed(0)
-    module.hparams.cutmix = False
     module.training_loss(images, labels)
 
     (draws,) = recorded
@@ -177,5 +179,5 @@ def test_autoaugment_on_the_device_moves_it_out_of_the_workers(monkeypatch: pyte
 
 def test_autoaugment_off_builds_no_device_augmentation() -> None:
     cfg = compose_config(["data=synthetic", "model=vit_tiny", "aug.autoaug=false", "aug.device=gpu"])
-    datamodule, policy = build_datamodule(cfg)
-    assert build_module(cfg, datamodule, policy).device_autoaugment is None
+    datamodule = build_datamodule(cfg)
+    assert build_module(cfg, datamodule).device_autoaugment is None

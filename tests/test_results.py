@@ -33,11 +33,18 @@ def test_status_is_written_last_and_read_back(tmp_path: Path) -> None:
     text = path.read_text()
     assert list(json.loads(text))[-1] == "status" and text.rstrip().endswith('"status": "complete"\n}')
     record = read_record(tmp_path)
-    assert record is not None and record.complete and record.flags == (False, True, 0.1)
+    assert record is not None and record.complete and record.protocol.cutmix and record.protocol.ls == 0.1
     headline = record.headline()
     assert (headline.acc1, headline.min_mad, headline.entropy) == (0.75, 0.4, 0.9)  # accuracy stays a fraction
     with pytest.raises(ValueError, match="status='done'"):
         write_record(tmp_path, complete_payload(), status="done")
+
+
+def test_a_record_that_gives_no_version_is_version_1(tmp_path: Path) -> None:
+    write_record(tmp_path, complete_payload(), status="complete")
+    assert read_record(tmp_path).record_version == 1
+    write_record(tmp_path, complete_payload(record_version=2), status="complete")
+    assert read_record(tmp_path).record_version == 2
 
 
 def test_no_record_is_none_not_an_error(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import sys
 import pytest
 from helpers import REPO
 
-from vit_locality.errors import ConfigError
+from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.run.lock import LOCK_FILE, LockHolder, RunLock, RunLocked
 
 # In a child process: hold the lock on argv[1], say so, then wait to be killed.
@@ -37,7 +37,8 @@ def test_a_second_lock_in_the_same_process_is_refused_naming_the_holder(tmp_path
         RunLock(tmp_path).acquire()
     message = str(refusal.value)
     assert f"run directory {tmp_path} is in use by PID {os.getpid()} on {socket.gethostname()}" in message
-    assert "\n" not in message and isinstance(refusal.value, ConfigError)  # the entry point exits 2
+    assert "\n" not in message and first_line(refusal.value) == message
+    assert exit_code_of(refusal.value) == 2 and not isinstance(refusal.value, ConfigError)  # not a bad setting
 
 
 def test_the_lock_is_released_on_exit_and_on_an_exception(tmp_path) -> None:
@@ -121,3 +122,26 @@ def test_without_flock_a_holder_on_another_host_is_refused_with_the_way_out(tmp_
         RunLock(tmp_path).acquire()
     assert "on elsewhere" in str(refusal.value)
     assert str(refusal.value).endswith(f"if it is no longer running, delete {tmp_path / LOCK_FILE}")
+
+
+def test_train_py_refuses_a_locked_run_directory_with_status_2_and_one_line(tmp_path) -> None:
+    """The entry point takes the status from RunLocked itself: 2, with the refusal as its one line."""
+    from helpers import QUICK, run_train
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run_dir)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        proc = run_train([*QUICK, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output
+    (line,) = [line for line in output.splitlines() if "in use by" in line]
+    assert f"run directory {run_dir} is in use by PID {holder.pid} on {socket.gethostname()}" in line

@@ -8,6 +8,8 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -19,6 +21,7 @@ from omegaconf import OmegaConf
 from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.preflight import check_command
+from vit_locality.config.schema import DECLARED_TRAINER_KEYS
 from vit_locality.config.trainer_options import RESERVED, check_trainer_options, trainer_parameters
 from vit_locality.config.tree import config_tree_text
 from vit_locality.errors import ConfigError
@@ -27,12 +30,31 @@ from vit_locality.run.builders import build_trainer
 from vit_locality.run.record import RunRecord
 
 
-def test_parameters_read_from_source_are_the_installed_signature() -> None:
-    """The source reading (no Lightning import) must agree with Python's own view of Trainer.__init__."""
+def test_parameters_are_the_installed_signature() -> None:
     signature = inspect.signature(L.Trainer.__init__)
     assert set(trainer_parameters()) == set(signature.parameters) - {"self"}
     assert {"int", "bool"} <= trainer_parameters()["fast_dev_run"]
     assert {"int", "float", "None"} <= trainer_parameters()["limit_train_batches"]
+    assert {"bool", "str", "None"} == trainer_parameters()["deterministic"]  # Literal["warn"] is a string
+
+
+def test_declared_trainer_keys_are_trainer_arguments() -> None:
+    assert set(trainer_parameters()) >= DECLARED_TRAINER_KEYS
+
+
+def _lightning_loaded_by_check(args: list[str]) -> bool:
+    code = (
+        "import sys; from vit_locality.config.preflight import check_command; from vit_locality.paths import CONF_DIR; "
+        f"assert check_command({args!r}, CONF_DIR) == []; print('lightning' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return out.strip() == "True"
+
+
+def test_the_trainer_signature_is_read_only_for_other_trainer_settings() -> None:
+    """Lightning takes seconds to import: a command with only the declared trainer settings is checked without it."""
+    assert not _lightning_loaded_by_check(["data=synthetic", "trainer.max_epochs=3", "trainer=cpu"])
+    assert _lightning_loaded_by_check(["data=synthetic", "+trainer.max_steps=3"])
 
 
 @pytest.mark.parametrize(
@@ -104,7 +126,7 @@ def test_settings_that_change_results_enter_the_identity() -> None:
     assert identity_hash(compose_config([*QUICK, "++trainer.max_steps=3"])) != base
     assert identity_hash(compose_config([*QUICK, "+trainer.accumulate_grad_batches=2"])) != base
     assert identity_hash(compose_config([*QUICK, "+trainer.profiler=simple"])) == base  # measuring time only
-    assert identity_hash(compose_config([*QUICK, "extras.print_config=false"])) == base
+    assert identity_hash(compose_config([*QUICK, "startup.print_config=false"])) == base
 
 
 @pytest.mark.parametrize("name", ["fdr", "limit", "overfit", "profiler"])
@@ -135,7 +157,7 @@ def test_config_tree_shows_every_section_with_values() -> None:
     for section in ("data", "model", "aug", "loss", "optim", "trainer", "stats"):
         assert any(line.strip(" │├└─") == section for line in lines), section
     assert "lr: 0.001" in text and "name: vit_tiny" in text and "hydra" not in text
-    assert compose_config(["experiment=demo"]).extras.print_config is False
+    assert compose_config(["experiment=demo"]).startup.print_config is False
 
 
 @pytest.mark.slow
@@ -150,7 +172,7 @@ def test_fast_dev_run_ends_at_once_with_a_record(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_rich_progress_bar_runs(tmp_path: Path) -> None:
-    args = [*QUICK, "callbacks.progress_bar=rich", "extras.print_config=false", f"hydra.run.dir={tmp_path / 'run'}"]
+    args = [*QUICK, "callbacks.progress_bar=rich", "startup.print_config=false", f"hydra.run.dir={tmp_path / 'run'}"]
     done = run_train(args, tmp_path)
     assert done.returncode == 0, done.stderr[-1500:]
     assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "complete"
@@ -162,7 +184,7 @@ def test_optuna_search_optimises_the_metric_the_cells_return(tmp_path: Path) -> 
     sweep = tmp_path / "search"
     quick = [a for a in QUICK if not a.startswith("data.num_workers")]  # data workers on, as users run it
     args = ["-m", "hparams_search=optuna_lr", *quick, "data.train_size=192", "data.val_size=64",
-            "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={sweep}", "extras.print_config=false"]  # fmt: skip
+            "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={sweep}", "startup.print_config=false"]  # fmt: skip
     done = run_train(args, tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     records = [json.loads(p.read_text()) for p in sweep.glob("*/results.json")]

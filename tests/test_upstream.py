@@ -10,6 +10,7 @@ import pytest
 import torch
 from torchvision.transforms import v2
 
+from vit_locality import upstream
 from vit_locality.augment.per_sample import autoaugment_policy
 from vit_locality.catalog import AUTOAUGMENT_POLICIES
 from vit_locality.upstream import (
@@ -17,7 +18,14 @@ from vit_locality.upstream import (
     apply_autoaugment_op,
     autoaugment_space,
     autoaugment_sub_policies,
+    cache_logger_experiment,
+    checkpoint_epochs_processed,
+    csv_experiment_writer_class,
+    epochs_processed,
     hydra_args_parser,
+    logger_experiment,
+    python_unpickler_class,
+    wandb_init_arguments,
 )
 
 OPS = {
@@ -110,3 +118,79 @@ def test_a_vanished_instance_attribute_names_itself(attribute, call) -> None:
     delattr(augment, attribute)
     with pytest.raises(UpstreamChanged, match=rf"torchvision \S+ has no v2\.AutoAugment\.{attribute}, .*upstream\.py"):
         call(augment)
+
+
+def test_lightning_and_pickle_privates_have_the_shape_relied_on(tmp_path) -> None:
+    import pickle
+
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    from vit_locality.tracking.csv_log import ResumableCSVLogger, ResumableExperimentWriter
+
+    assert issubclass(ResumableExperimentWriter, csv_experiment_writer_class())
+    logger = ResumableCSVLogger(save_dir=str(tmp_path), name="", version="csv")
+    assert logger_experiment(logger) is None
+    writer = logger.experiment
+    assert logger_experiment(logger) is writer and isinstance(logger_experiment(CSVLogger(str(tmp_path))), type(None))
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert epochs_processed(trainer) == 0
+    assert checkpoint_epochs_processed({"loops": {"fit_loop": {"epoch_progress": {"current": {"processed": 3}}}}}) == 3
+    assert python_unpickler_class() is pickle._Unpickler
+
+
+def _fake_logger() -> object:
+    class Logger:
+        _experiment = None
+        _wandb_init: dict = {}  # noqa: RUF012
+
+    return Logger()
+
+
+@pytest.mark.parametrize(
+    ("owner", "attribute", "call"),
+    [
+        ("lightning.fabric.loggers.csv_logs._ExperimentWriter", "_check_log_dir_exists", csv_experiment_writer_class),
+        ("pickle", "_Unpickler", python_unpickler_class),
+    ],
+)
+def test_a_vanished_class_level_private_names_itself(owner: str, attribute: str, call, monkeypatch) -> None:
+    monkeypatch.delattr(f"{owner}.{attribute}")
+    with pytest.raises(UpstreamChanged, match=rf"has no \S*{attribute}, .*vit_locality/upstream\.py needs updating"):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("attribute", "call"),
+    [
+        ("_experiment", logger_experiment),
+        ("_experiment", lambda logger: cache_logger_experiment(logger, object())),
+        ("_wandb_init", wandb_init_arguments),
+    ],
+)
+def test_a_vanished_logger_slot_names_itself(attribute: str, call) -> None:
+    call(_fake_logger())  # present: fine
+    logger = _fake_logger()
+    delattr(type(logger), attribute)
+    with pytest.raises(UpstreamChanged, match=rf"lightning \S+ has no \w*Logger\.{attribute}, .*upstream\.py"):
+        call(logger)
+
+
+def test_a_vanished_epoch_counter_names_itself() -> None:
+    class FitLoop:
+        pass
+
+    class Trainer:
+        fit_loop = FitLoop()
+
+    with pytest.raises(UpstreamChanged, match=r"has no fit_loop\.epoch_progress"):
+        epochs_processed(Trainer())
+    with pytest.raises(UpstreamChanged, match=r"epoch_progress.*upstream\.py"):
+        checkpoint_epochs_processed({"loops": {"fit_loop": {}}})
+
+
+def test_pickle_has_no_version_and_is_named_by_pythons() -> None:
+    import pickle
+
+    error = upstream._changed(pickle, "pickle._Unpickler")
+    assert str(error).startswith("pickle (Python 3.") and "has no pickle._Unpickler" in str(error)

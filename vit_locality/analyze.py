@@ -22,10 +22,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.config.checks import register_resolvers, validate_analysis, validate_stats
-from vit_locality.errors import ConfigError
+from vit_locality.config.checks import validate_analysis, validate_stats
+from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.schema import register_schemas
+from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
-from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE, RecordError, atomic_write_text, read_record
+from vit_locality.run.atomic import atomic_write_text
+from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
 from vit_locality.tracking.quiet import quiet_library_noise
 
 log = logging.getLogger("vit_locality")
@@ -50,7 +53,7 @@ def run_config(run_dir: Path) -> DictConfig:
         try:
             return OmegaConf.load(hydra_cfg)
         except Exception as error:  # YAML syntax, not UTF-8, a directory: the file is unusable whatever the cause
-            raise ConfigError(f"{hydra_cfg} is unreadable: {_first_line(error)}") from None
+            raise ConfigError(f"{hydra_cfg} is unreadable: {first_line(error)}") from None
     raise ConfigError(f"checkpoint's run directory {run_dir} has neither {RESULTS_FILE} nor .hydra/config.yaml")
 
 
@@ -82,38 +85,33 @@ def test_accuracy(module: Any, datamodule: Any) -> dict[str, float]:
     return {"test/acc1": correct1 / count, "test/acc5": correct5 / count, "test/loss": loss_sum / count}
 
 
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
 def _not_ours(checkpoint: Path, why: str) -> ConfigError:
     return ConfigError(f"ckpt_path={str(checkpoint)!r} is not allowed: a checkpoint written by train.py ({why})")
 
 
 def load_checkpoint(checkpoint: Path) -> dict[str, Any]:
-    """The checkpoint's contents (tensors and plain data only, never code), or ConfigError when it is not one of
-    this project's: random bytes, a truncated download or another program's file would fail deep inside Lightning."""
-    import torch
+    """The checkpoint's contents, or ConfigError when it is not one of this project's: random bytes, a truncated
+    download or another program's file would fail deep inside Lightning."""
+    from vit_locality.run.checkpoints import DamagedCheckpoint, read_checkpoint_file
 
     try:
-        meta = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises several types (and long texts) for a file that is not a checkpoint
-        why = f"torch cannot read it ({type(error).__name__}): not a checkpoint, a damaged one, or one holding code"
+        return read_checkpoint_file(checkpoint, needs=CHECKPOINT_KEYS)
+    except DamagedCheckpoint as damage:
+        why = f"it holds no {' or '.join(damage.missing)}" if damage.missing else f"torch cannot read it: {damage.why}"
         raise _not_ours(checkpoint, why) from None
-    missing = [key for key in CHECKPOINT_KEYS if not isinstance(meta, dict) or key not in meta]
-    if missing:
-        raise _not_ours(checkpoint, f"it holds no {' or '.join(missing)}")
-    return meta
 
 
-def load_module(checkpoint: Path, device: str) -> Any:
-    """The trained model; a checkpoint of another model (other hyper-parameters or weights) is a ConfigError."""
+def load_module(checkpoint: Path, contents: dict[str, Any], device: str) -> Any:
+    """The trained model, rebuilt from the checkpoint's `contents` as Lightning would (hyper-parameters, then
+    weights, strictly); a checkpoint of another model (other hyper-parameters or weights) is a ConfigError."""
     from vit_locality.model.classifier import ViTClassifier
 
     try:
-        return ViTClassifier.load_from_checkpoint(checkpoint, map_location=device, weights_only=True)
+        module = ViTClassifier(**contents["hyper_parameters"])
+        module.load_state_dict(contents["state_dict"])
     except Exception as error:  # a mismatch surfaces as TypeError, KeyError or RuntimeError from Lightning or torch
-        raise _not_ours(checkpoint, f"its model does not load: {_first_line(error)}") from None
+        raise _not_ours(checkpoint, f"its model does not load: {first_line(error)}") from None
+    return module.to(device)
 
 
 def analysis_device(requested: str) -> str:
@@ -147,8 +145,8 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     if cfg.data_root:
         run_cfg.data.root = cfg.data_root
     run_cfg.data.num_workers = 0
-    module = load_module(checkpoint, analysis_device(cfg.device))
-    datamodule, _ = build_datamodule(run_cfg)
+    module = load_module(checkpoint, meta, analysis_device(cfg.device))
+    datamodule = build_datamodule(run_cfg)
     datamodule.setup("test")
     metrics = test_accuracy(module, datamodule)
     settings = ProbeSettings.from_mapping(cfg.stats)
@@ -190,17 +188,14 @@ def fail(message: str, code: int) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONF_PATH, config_name="analyze")
 def main(cfg: DictConfig) -> None:
-    from vit_locality.data import DataError
-
     quiet_library_noise()
     try:
         analyze(cfg)
-    except (ConfigError, DataError) as error:
-        fail(str(error), 2)
     except Exception as error:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" and exit_code_of(error) == 1:
             raise
-        fail(f"{type(error).__name__}: {_first_line(error)} (HYDRA_FULL_ERROR=1 shows the traceback)", 1)
+        hint = " (HYDRA_FULL_ERROR=1 shows the traceback)" if exit_code_of(error) == 1 else ""
+        fail(first_line(error) + hint, exit_code_of(error))
 
 
 def cli() -> None:
@@ -208,6 +203,7 @@ def cli() -> None:
     from vit_locality.config.preflight import check_command
 
     register_resolvers()
+    register_schemas()  # the stats group's file names its schema
     problems = check_command(sys.argv[1:], CONF_DIR, config_name="analyze")
     for problem in problems[:-1]:
         print(f"error: {problem}", file=sys.stderr)

@@ -49,7 +49,4 @@ CELL_NAMES = {
 }
 CELL_ORDER = list(CELL_NAMES.values())
 CELL_FLAGS = {name: flags for flags, name in CELL_NAMES.items()}  # name -> (AA, CM, LS on)
-
-
-def cell_name(autoaug: bool, cutmix: bool, ls: float) -> str:
-    return CELL_NAMES[(bool(autoaug), bool(cutmix), float(ls) > 0)]
+# A run's cell name comes from its protocol (vit_locality.protocol.Protocol.cell_name), which reads these names.

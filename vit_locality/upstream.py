@@ -1,10 +1,11 @@
 """The private upstream APIs this project depends on, each behind one function.
 
-Batched AutoAugment reuses torchvision's own policy tables, magnitude bins and op dispatch rather than copying them,
-and the preflight check parses a command line exactly as Hydra will; neither is public API in those libraries, so
-a new release may rename or drop them. Every such access goes through this module: when one disappears, the caller
-gets `UpstreamChanged` naming the library, its version and the attribute, instead of an AttributeError from deep
-inside a training step, and this file is the one place to update.
+Batched AutoAugment reuses torchvision's own policy tables, magnitude bins and op dispatch rather than copying them;
+the preflight check parses a command line exactly as Hydra will; the resumable CSV log, the W&B logger, the data's
+resume state and the safe unpickler reach into Lightning and Python's pickle. None of that is public API in those
+libraries, so a new release may rename or drop it. Every such access goes through this module: when one disappears,
+the caller gets `UpstreamChanged` naming the library, its version and the attribute, instead of an AttributeError
+from deep inside a training step, and this file is the one place to update.
 
 Nothing heavy is imported at module level: the preflight check of `train.py` needs only the Hydra parser and must
 answer before torch is loaded, and library code must not load Hydra.
@@ -13,11 +14,16 @@ answer before torch is loaded, and library code must not load Hydra.
 from __future__ import annotations
 
 import argparse
+import platform
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from vit_locality.errors import VitLocalityError
+
 if TYPE_CHECKING:
+    import pickle
+
     import torch
     from torchvision.transforms import v2
 
@@ -26,20 +32,30 @@ __all__ = [
     "apply_autoaugment_op",
     "autoaugment_space",
     "autoaugment_sub_policies",
+    "cache_logger_experiment",
+    "checkpoint_epochs_processed",
+    "csv_experiment_writer_class",
+    "epochs_processed",
     "hydra_args_parser",
+    "logger_experiment",
+    "python_unpickler_class",
+    "wandb_init_arguments",
 ]
 
 SubPolicy = tuple[tuple[str, float, int | None], ...]  # (op name, probability, magnitude bin or None) per op
 Space = dict[str, tuple[Callable[[int, int, int], Any], bool]]  # op -> (magnitudes_fn -> tensor or None, signed)
 
 
-class UpstreamChanged(RuntimeError):
+class UpstreamChanged(VitLocalityError, RuntimeError):
     """A private upstream attribute this project relies on is gone from the installed version."""
+
+    exit_code = 1
 
 
 def _changed(library: ModuleType, attribute: str) -> UpstreamChanged:
+    version = getattr(library, "__version__", None) or f"(Python {platform.python_version()})"
     return UpstreamChanged(
-        f"{library.__name__} {library.__version__} has no {attribute}, a private API this project calls: "
+        f"{library.__name__} {version} has no {attribute}, a private API this project calls: "
         "vit_locality/upstream.py needs updating for this version"
     )
 
@@ -85,3 +101,60 @@ def hydra_args_parser() -> argparse.ArgumentParser:
     except ImportError:
         raise _changed(hydra, "hydra._internal.utils.get_args_parser") from None
     return get_args_parser()
+
+
+def csv_experiment_writer_class() -> type:
+    """Lightning's CSV `ExperimentWriter`, checked to still call `_check_log_dir_exists` (which deletes an existing
+    metrics.csv) from its constructor: tracking.csv_log overrides that hook, and an override of a renamed hook would
+    silently stop protecting the earlier attempts' rows."""
+    import lightning
+    from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+    _private(lightning, ExperimentWriter, "csv_logs.ExperimentWriter", "_check_log_dir_exists")
+    return ExperimentWriter
+
+
+def logger_experiment(logger: Any) -> Any:
+    """The experiment object a Lightning logger has built (None before its first use), from its `_experiment`."""
+    import lightning
+
+    return _private(lightning, logger, type(logger).__name__, "_experiment")
+
+
+def cache_logger_experiment(logger: Any, experiment: Any) -> None:
+    """Store `experiment` where Lightning's logger methods (`save`, `finalize`) look for it."""
+    logger_experiment(logger)  # UpstreamChanged if the slot is gone
+    logger._experiment = experiment
+
+
+def wandb_init_arguments(logger: Any) -> dict[str, Any]:
+    """The keyword arguments Lightning's `WandbLogger` will pass to `wandb.init` (its `_wandb_init`), to edit."""
+    import lightning
+
+    return _private(lightning, logger, "WandbLogger", "_wandb_init")
+
+
+def epochs_processed(trainer: Any) -> int:
+    """The fit loop's count of processed epochs: an epoch counts once its end-of-epoch work has run."""
+    import lightning
+
+    progress = _private(lightning, trainer.fit_loop, "fit_loop", "epoch_progress")
+    return int(progress.current.processed)
+
+
+def checkpoint_epochs_processed(checkpoint: dict[str, Any]) -> int:
+    """The same count as saved in a checkpoint (`loops.fit_loop.epoch_progress.current.processed`)."""
+    import lightning
+
+    try:
+        return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+    except (KeyError, TypeError):
+        raise _changed(lightning, "checkpoint['loops']['fit_loop']['epoch_progress']['current']['processed']") from None
+
+
+def python_unpickler_class() -> type[pickle.Unpickler]:
+    """Python's pure-Python unpickler (`pickle._Unpickler`), which data.safe_pickle subclasses to check every
+    opcode (the C one cannot be hooked per opcode)."""
+    import pickle
+
+    return _private(pickle, pickle, "pickle", "_Unpickler")

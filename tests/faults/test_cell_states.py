@@ -24,6 +24,7 @@ from vit_locality.model.classifier import ViTClassifier
 from vit_locality.run import builders
 from vit_locality.run.cell import CellInterrupted, run_cell
 from vit_locality.run.record import read_record
+from vit_locality.run.record_sections import RECORD_VERSION
 
 CELL = [*QUICK, "trainer.max_epochs=2", "stats.pictures=false"]
 
@@ -151,6 +152,18 @@ def test_a_complete_run_on_other_data_is_not_reused(tmp_path: Path, monkeypatch)
     assert _status(run_dir) == "complete"
 
 
+def test_a_complete_run_that_records_no_data_fingerprint_is_not_reused(tmp_path: Path) -> None:
+    """Reuse needs evidence of the same data: a record without a fingerprint is refused, never assumed to match."""
+    run_dir = tmp_path / "run"
+    run_cell_as_train(compose_config(CELL), run_dir)
+    record = json.loads((run_dir / "results.json").read_text())
+    del record["data_fingerprint"]
+    (run_dir / "results.json").write_text(json.dumps(record))
+    with pytest.raises(ConfigError, match=r"measured on other data \(its data fingerprint \(none\) differs"):
+        run_cell_as_train(compose_config(CELL), run_dir)
+    assert _status(run_dir) == "complete"
+
+
 def test_an_unfinished_attempt_of_another_config_is_set_aside_not_deleted(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_cell_as_train(compose_config([*CELL, "optim.lr=0.01"]), run_dir)
@@ -242,6 +255,7 @@ def test_the_record_says_what_was_measured_on_and_cutmix_prob(tmp_path: Path) ->
     record = run_cell_as_train(compose_config(args), run_dir)
     # 256 training images, 32 of them held out for validation; 64 test images; the probe takes 32 of the 32.
     assert record["measured_on"] == {"eval_split": "val", "eval_images": 32, "test_images": 64, "probe_images": 32}
+    assert json.loads((run_dir / "results.json").read_text())["record_version"] == RECORD_VERSION
     assert record["attention"]["final"]["probe_images"] == 32
     assert record["protocol"]["cutmix_prob"] == 0.5
     assert "cutmix(alpha=1.0, p=0.5)" in record["protocol"]["description"]
@@ -249,7 +263,7 @@ def test_the_record_says_what_was_measured_on_and_cutmix_prob(tmp_path: Path) ->
 
 def test_cutmix_prob_mixes_about_that_share_of_batches(monkeypatch) -> None:
     """p=0.5: of 400 batches about half are mixed (binomial: 200 +- 3 sd = 170..230); p=1 draws nothing at all."""
-    import vit_locality.model.classifier as module
+    import vit_locality.augment.mixing as module
 
     mixed = []
     real = module.cutmix_batch
@@ -262,16 +276,16 @@ def test_cutmix_prob_mixes_about_that_share_of_batches(monkeypatch) -> None:
     cfg = compose_config([*CELL, "aug.cutmix_prob=0.5"])
     from vit_locality.run.builders import build_datamodule, build_module
 
-    datamodule, policy = build_datamodule(cfg)
+    datamodule = build_datamodule(cfg)
     datamodule.setup("fit")
-    classifier = build_module(cfg, datamodule, policy)
+    classifier = build_module(cfg, datamodule)
     images = torch.zeros(4, 3, 32, 32, dtype=torch.uint8)
     labels = torch.arange(4)
     torch.manual_seed(0)
     for _ in range(400):
         classifier.training_loss(images, labels)
     assert 170 <= len(mixed) <= 230
-    always = build_module(compose_config([*CELL, "aug.cutmix_prob=1.0"]), datamodule, policy)
+    always = build_module(compose_config([*CELL, "aug.cutmix_prob=1.0"]), datamodule)
     state = torch.random.get_rng_state()
-    always._mix_this_batch()
+    module.cutmix_this_batch(always.protocol.cutmix_prob)
     assert torch.equal(state, torch.random.get_rng_state())

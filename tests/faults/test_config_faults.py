@@ -14,8 +14,9 @@ from omegaconf import OmegaConf
 
 from vit_locality.config import checks as config
 from vit_locality.config import preflight
-from vit_locality.config.checks import register_resolvers
 from vit_locality.config.preflight import Composer, check_command, explain
+from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.schema import OptimConfig, register_schemas
 
 NAME_RULE = "letters, digits and _ . + - (it names a directory)"
 
@@ -47,7 +48,7 @@ CASES = [
     (["data=synthetic", "data.test_size=0"], "data.test_size=0 is not allowed: an integer >= 1"),
     (["data=synthetic", "data.num_classes=0"], "data.num_classes=0 is not allowed: an integer >= 2"),
     (["data=synthetic", "data.num_classes=1"], "data.num_classes=1 is not allowed: an integer >= 2"),
-    (["data=synthetic", "data.period=1"], "data.period=1 is not allowed: a number of pixels >= 2, finite"),
+    (["data=synthetic", "data.period=1"], "data.period=1.0 is not allowed: a number of pixels >= 2, finite"),
     (["data=synthetic", "data.train_size=-5"], "data.train_size=-5 is not allowed: an integer >= 1"),
     (["data=synthetic", "data.noise=inf"], "data.noise=inf is not allowed: a number >= 0, finite"),
     (["data.eval_batch_size=0"], "data.eval_batch_size=0 is not allowed: an integer >= 1, or null"),
@@ -66,9 +67,9 @@ CASES = [
     (["optim.lr=inf"], "optim.lr=inf is not allowed: > 0, finite"),
     (["optim.weight_decay=inf"], "optim.weight_decay=inf is not allowed: >= 0, finite"),
     (["optim.warmup_epochs=inf"], "optim.warmup_epochs=inf is not allowed: >= 0, finite"),
-    (["optim.betas=[2,3]"], "optim.betas=[2, 3] is not allowed: two numbers in [0, 1)"),
+    (["optim.betas=[2,3]"], "optim.betas=[2.0, 3.0] is not allowed: two numbers in [0, 1)"),
     (["optim.betas=[0.9]"], "optim.betas=[0.9] is not allowed: two numbers in [0, 1)"),
-    (["optim.min_lr_ratio=-5"], "optim.min_lr_ratio=-5 is not allowed: a number in [0, 1]"),
+    (["optim.min_lr_ratio=-5"], "optim.min_lr_ratio=-5.0 is not allowed: a number in [0, 1]"),
     (["aug.cutmix_alpha=inf"], "aug.cutmix_alpha=inf is not allowed: > 0, finite"),
     (["model.mlp_ratio=nan"], "model.mlp_ratio=nan is not allowed: > 0, finite"),
     # trainer
@@ -76,10 +77,10 @@ CASES = [
     (["trainer.strategy=bogus"], "trainer.strategy='bogus' is not allowed: one of auto, ddp, ddp_spawn"),
     (["trainer.accelerator=bogus"], "trainer.accelerator='bogus' is not allowed: one of auto, cpu, cuda, gpu"),
     (["trainer.num_nodes=0"], "trainer.num_nodes=0 is not allowed: an integer >= 1"),
-    (["trainer.num_nodes=abc"], "trainer.num_nodes='abc' is not allowed: an integer >= 1"),
+    (["trainer.num_nodes=abc"], "trainer.num_nodes='abc' is not allowed: an integer"),  # the schema's type
     (["trainer.log_every_n_steps=0"], "trainer.log_every_n_steps=0 is not allowed: an integer >= 1"),
     (["trainer.check_val_every_n_epoch=0"], "trainer.check_val_every_n_epoch=0 is not allowed: an integer >= 1"),
-    (["trainer.gradient_clip_val=-1"], "trainer.gradient_clip_val=-1 is not allowed: null or a number >= 0"),
+    (["trainer.gradient_clip_val=-1"], "trainer.gradient_clip_val=-1.0 is not allowed: null or a number >= 0"),
     (["trainer.deterministic=maybe"], "trainer.deterministic='maybe' is not allowed: true, false or warn"),
     (["trainer.limit_train_batches=1.5"], "trainer.limit_train_batches=1.5 is not allowed: null, a count"),
     (["trainer.devices=0"], "trainer.devices=0 is not allowed: an integer >= 1, -1 or auto"),
@@ -111,6 +112,11 @@ CASES = [
     (["+seed=3"], "+seed: seed is set already"),
     (["~seed"], "seed: missing, and the run needs it"),
     (["~logger.wandb"], "~logger.wandb: nothing to delete"),
+    (["~stats.pictures"], "~stats.pictures is not allowed: a setting the schema declares"),
+    # the schema's types and choices, in every cell (a cell's values never leave a later cell untyped)
+    (["optim.lr=abc"], "optim.lr='abc' is not allowed: a number"),
+    (["-m", "stats.units=grid,miles"], "stats.units='miles' is not allowed: one of unit, grid, pixels"),
+    (["-m", "seed=0,1", "callbacks.progress_bar=none,bar"], "callbacks.progress_bar='bar' is not allowed: one of"),
     (["data.train_size=3"], "data.train_size: no such setting"),  # a synthetic-only key on CIFAR-100
 ]
 
@@ -169,7 +175,7 @@ def test_a_sweep_composes_each_group_choice_once(monkeypatch: pytest.MonkeyPatch
 SAME_AS_HYDRA = [
     ["data=synthetic", "data.train_size=100", "optim.lr=0.5", "seed=7"],
     ["+data.extra=1", "++seed=3", "optim.betas=[0.8,0.9]", "run_name=fixed"],
-    ["experiment=demo", "optim={lr:0.1,warmup_epochs:0}", "~stats.pictures"],
+    ["experiment=demo", "optim={lr:0.1,warmup_epochs:0}", "~tags"],
     ["model=vit_tiny", "++new_top_level=x", "logger=wandb", "logger.wandb.mode=offline"],
     [],
 ]
@@ -177,11 +183,13 @@ SAME_AS_HYDRA = [
 
 def test_cells_are_configured_as_hydra_composes_them() -> None:
     register_resolvers()
+    register_schemas()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         composer = Composer(CONF, "train")
         for overrides in SAME_AS_HYDRA * 2:
             with composer.config(overrides) as (cfg, _):
                 ours = OmegaConf.to_container(cfg, resolve=False)
+                assert OmegaConf.get_type(cfg.optim) is OptimConfig  # still typed after earlier cells
             theirs = OmegaConf.to_container(compose(config_name="train", overrides=overrides), resolve=False)
             assert ours == theirs, overrides
 
@@ -238,7 +246,8 @@ def test_output_directory_this_user_cannot_write(tmp_path: Path) -> None:
         (["aug.cutmx=true"], "error: aug.cutmx: no such setting"),
         (["data=imagenet"], "error: data=imagenet is not allowed"),
         (["-m", "data=synthetic", "loss.ls=0,1.5"], "error: loss.ls=1.5 is not allowed"),
-        (["trainer.num_nodes=abc"], "error: trainer.num_nodes='abc' is not allowed: an integer >= 1"),
+        (["trainer.num_nodes=abc"], "error: trainer.num_nodes='abc' is not allowed: an integer"),
+        (["optim.lr=abc"], "error: optim.lr='abc' is not allowed: a number"),
         (["logger=wandb", "logger.wandb.mode=onlin"], "error: logger.wandb.mode='onlin' is not allowed: one of auto"),
         (["-m", "sweep_name=../../x", "seed=0,1"], "error: sweep_name='../../x' is not allowed"),
     ],

@@ -13,7 +13,8 @@ from typing import Any
 
 from vit_locality.attention import plots
 from vit_locality.attention.probe import STAT_KEYS, ProbeResult
-from vit_locality.run.record import ATTENTION_CSV, atomic_write_text
+from vit_locality.run.atomic import atomic_write_text
+from vit_locality.run.record import ATTENTION_CSV
 
 CSV_FIELDS = ("epoch", "step", "layer", "head", *STAT_KEYS)
 PLANE_PNG = "attention_mad_entropy.png"

@@ -1,8 +1,12 @@
-"""Batch-level CutMix (Yun et al. 2019) on the device, with lambda corrected to the pasted area.
+"""Batch mixing on the device: `mix_batch`, the one entry point the LightningModule calls, does what the
+protocol asks of a batch.
 
-One Beta(alpha, alpha) draw per batch sets the box; each image's partner is given by a random permutation.
-The soft targets put (1 - lambda) on the partner's label, lambda being the share of the image that is kept.
-Label smoothing is not applied here: it happens once, in the loss.
+CutMix (Yun et al. 2019), with lambda corrected to the pasted area: one Beta(alpha, alpha) draw per batch sets the
+box; each image's partner is given by a random permutation. The soft targets put (1 - lambda) on the partner's
+label, lambda being the share of the image that is kept.
+
+Label smoothing is not applied here: it happens once, in the loss. Every draw uses torch's global generator, which
+the run reseeds per epoch (exact resume).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from vit_locality.protocol import Protocol
 
 
 @dataclass
@@ -50,3 +56,22 @@ def cutmix_batch(
     own = F.one_hot(labels, num_classes).to(torch.float32)
     targets = kept * own + (1.0 - kept) * own[partner]
     return CutMixResult(mixed, targets, kept, partner, (top, left, bottom, right))
+
+
+def cutmix_this_batch(prob: float) -> bool:
+    """CutMix on a batch with probability `prob` (Yun et al.'s CIFAR recipe used 0.5). At 1 nothing is drawn, so
+    runs with the default keep the random stream they always had."""
+    return prob >= 1.0 or float(torch.rand(())) < prob
+
+
+def mix_batch(
+    images: torch.Tensor, labels: torch.Tensor, num_classes: int, protocol: Protocol
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batch as the protocol trains on it: (images, targets for the loss, labels accuracy is measured against).
+
+    Unmixed, the targets are the labels. Mixed, they are (B, num_classes) soft targets and accuracy is measured
+    against each image's dominant label."""
+    if protocol.cutmix and cutmix_this_batch(protocol.cutmix_prob):
+        mixed = cutmix_batch(images, labels, num_classes, protocol.cutmix_alpha)
+        return mixed.images, mixed.targets, mixed.targets.argmax(dim=1)
+    return images, labels, labels

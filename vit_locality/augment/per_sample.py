@@ -1,7 +1,8 @@
 """Per-sample training transforms of the protocol, on uint8 (3, H, W) tensors inside the data workers.
 
 Crop + flip are always on; `autoaug` adds AutoAugment (one sub-policy drawn per image, because the
-transform is called per sample) or ColorJitter, whichever policy `domain.resolve_policy` chose for the run.
+transform is called per sample) or ColorJitter, whichever policy `catalog.resolve_policy` chose for the run.
+The protocol's one-line description is `protocol.Protocol.describe`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from vit_locality.catalog import AUTOAUGMENT_POLICIES, COLORJITTER
 
 
 def autoaugment_policy(name: str) -> v2.AutoAugmentPolicy:
-    """torchvision's enum for one of `domain.AUTOAUGMENT_POLICIES`, whose values are those very names."""
+    """torchvision's enum for one of `catalog.AUTOAUGMENT_POLICIES`, whose values are those very names."""
     if name not in AUTOAUGMENT_POLICIES:
         raise ValueError(f"policy={name!r}: allowed AutoAugment policies are {', '.join(AUTOAUGMENT_POLICIES)}")
     return v2.AutoAugmentPolicy(name)
@@ -31,27 +32,3 @@ def build_train_transform(image_size: int, autoaug: bool, policy: str) -> v2.Com
         else:
             steps.append(v2.AutoAugment(autoaugment_policy(policy)))
     return v2.Compose(steps)
-
-
-def describe_protocol(
-    autoaug: bool,
-    policy: str,
-    cutmix: bool,
-    cutmix_alpha: float,
-    ls: float,
-    autoaug_device: str = "cpu",
-    cutmix_prob: float = 1.0,
-) -> str:
-    """One line stating the effective protocol: `crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0)`."""
-    parts = ["crop+flip"]
-    if autoaug:  # where it runs: per sample in the workers (cpu), or batched on the training device
-        where = {"gpu": ", batched on gpu", "data_on_device": ", batched on the device"}.get(autoaug_device, "")
-        jitter = f"colorjitter(0.4,0.4,0.4{where})"
-        parts.append(jitter if policy == COLORJITTER else f"autoaugment({policy}{where})")
-    if cutmix:
-        parts.append(
-            f"cutmix(alpha={cutmix_alpha})" if cutmix_prob >= 1 else f"cutmix(alpha={cutmix_alpha}, p={cutmix_prob})"
-        )
-    if ls:
-        parts.append(f"ls={ls}")
-    return " | ".join(parts)

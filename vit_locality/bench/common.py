@@ -19,7 +19,8 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from vit_locality.config.checks import register_resolvers
+from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.schema import register_schemas
 from vit_locality.model.classifier import adamw_with_decay_groups
 from vit_locality.model.vit import VisionTransformer
 from vit_locality.paths import CONF_DIR
@@ -35,6 +36,7 @@ def bench_config(model: str, device: torch.device, overrides: Sequence[str] = ()
     without running Hydra's app: synthetic data (nothing to download) and the paper's 100-class head."""
     trainer = ["trainer=cpu"] if device.type == "cpu" else ["trainer=default", "trainer.accelerator=gpu"]
     register_resolvers()
+    register_schemas()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         base = ["data=synthetic", "data.num_classes=100", f"model={model}", *trainer]
         return compose(config_name="train", overrides=[*base, *overrides])

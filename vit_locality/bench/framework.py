@@ -99,11 +99,11 @@ def quiet() -> Iterator[None]:
 
 def plain_loop(cfg: DictConfig, module: ViTClassifier, datamodule: ImageDataModule, clock: StepClock) -> float:
     """The loop a researcher writes by hand; seconds per step over the same window as the Trainer's."""
-    hp, epochs = module.hparams, cfg.trainer.max_epochs
+    optim, epochs = module.optim, cfg.trainer.max_epochs
     module.to(clock.device).train()
-    optimizer = adamw_with_decay_groups(module.model, hp.lr, hp.weight_decay, tuple(hp.betas))
+    optimizer = adamw_with_decay_groups(module.model, optim.lr, optim.weight_decay, optim.betas)
     total = cfg.trainer.limit_train_batches * epochs  # what the Trainer's estimated_stepping_batches gives
-    schedule = warmup_cosine_schedule(optimizer, total, epochs, hp.warmup_epochs, hp.min_lr_ratio)
+    schedule = warmup_cosine_schedule(optimizer, total, epochs, optim.warmup_epochs, optim.min_lr_ratio)
     amp = autocast(cfg)
     for idx, (images, labels) in enumerate(datamodule.train_dataloader()):
         if clock.mark(idx):
@@ -123,7 +123,7 @@ def measure(case: FrameworkCase, device: torch.device, run_dir: Path) -> Result:
     rest = ["data.test_size=64", "protocol=baseline", "stats.enabled=false", "callbacks.progress_bar=tqdm"]
     cfg = bench_config(case.model, device, [*trainer, *data, *rest])
     with quiet():
-        datamodule, _ = build_datamodule(cfg)
+        datamodule = build_datamodule(cfg)
         datamodule.train_transform = None
         datamodule.setup("fit")
         module = build_module(cfg, datamodule)

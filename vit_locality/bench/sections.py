@@ -75,8 +75,9 @@ def data_headroom(
     torch.manual_seed(0)
     sizes = [f"data.train_size={loader_images}", "data.test_size=64", f"data.batch_size={batch}"]
     cfg = bench_config(model, device, ["protocol=modern", *sizes])
-    datamodule, policy = build_datamodule(cfg)
+    datamodule = build_datamodule(cfg)
     datamodule.setup("fit")
+    policy = datamodule.batch_augment.policy
     images, labels = datamodule.arrays.train_images[:samples], datamodule.arrays.train_labels[:samples]
     baseline = build_train_transform(cfg.data.image_size, False, policy)
     pipelines = {"baseline": baseline, "modern": datamodule.train_transform}

@@ -1,8 +1,10 @@
-"""Config helpers that need OmegaConf only (no Hydra, no torch): resolvers for run names and the checks on values.
+"""The checks on a composed config's values that its schema (schema.py) cannot express: ranges, closed lists of
+names, and rules across settings (`data.batch_size` against `aug.cutmix`, `stats.early_layers` against
+`model.depth`). Keys and types are the schema's: OmegaConf refuses `optim.lr=abc` while composing.
 
-The checks run on the composed config before anything is built, so a typo costs a second, not a run; that is
-why this module takes its vocabulary from the torch-free `domain` module (torch is imported only to count
-devices, and only when a check reaches that point).
+The checks run before anything is built, so a typo costs a second, not a run; that is why this module takes its
+vocabulary from the torch-free `catalog` module (torch is imported only to count devices, and only when a check
+reaches that point; Lightning only when a `trainer.*` setting outside the declared ones is used).
 """
 
 from __future__ import annotations
@@ -10,43 +12,17 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from vit_locality.catalog import AUGMENT_POLICIES, COLORJITTER, DATASETS, GRID_SIZE, resolve_policy
-from vit_locality.config.identity import settings_suffix
+from vit_locality.catalog import DATASETS, GRID_SIZE
+from vit_locality.config.file_access import check_directory, file_problem
+from vit_locality.config.schema import DECLARED_TRAINER_KEYS
 from vit_locality.errors import ConfigError
-
-
-def _as_01(value: Any) -> int:
-    return int(bool(value))
-
-
-def _compact_number(value: Any) -> str:
-    """0 and 0.0 both print as `0`, 0.10 as `0.1`: one cell, one directory name."""
-    return f"{float(value):g}"
-
-
-def _cell_settings() -> str:
-    """The part of a run directory's name for the settings this job's command line changes (identity.py). Read from
-    Hydra's job config when Hydra is running the job; nothing otherwise (a config composed in a test or a tool)."""
-    hydra_config = sys.modules.get("hydra.core.hydra_config")
-    if hydra_config is None or not hydra_config.HydraConfig.initialized():
-        return ""
-    return settings_suffix(hydra_config.HydraConfig.get().overrides.task)
-
-
-def register_resolvers() -> None:
-    """`${as_01:...}` (bool -> 0/1), `${compact_number:...}` (0.10 -> 0.1) and `${cell_settings:}`, used by
-    `run_name`."""
-    for name, fn in (("as_01", _as_01), ("compact_number", _compact_number), ("cell_settings", _cell_settings)):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
-
+from vit_locality.protocol import Protocol
 
 # Names the trainer takes, from Lightning's own registries (AcceleratorRegistry plus the connector's `auto` and `gpu`,
 # StrategyRegistry plus `auto`, and the `_PRECISION_INPUT` literal plus this project's `auto`). Written out so the
@@ -70,9 +46,7 @@ STRATEGIES = (
 )
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
 PRECISIONS += ("transformer-engine", "transformer-engine-float16")
-STATS_UNITS = ("unit", "grid", "pixels")  # vit_locality.attention.metrics.UNITS, which imports torch
-PROGRESS_BARS = ("tqdm", "rich", "none")  # callbacks.progress_display
-WANDB_MODES = ("auto", "online", "offline", "disabled")  # auto: online with WANDB_API_KEY (builders.build_loggers)
+MODEL_STEMS = ("patch", "conv")
 ANALYSIS_DEVICES = ("auto", "cpu", "cuda")
 # Official training-set sizes, which data.val_size must leave images of (the synthetic set's is data.train_size).
 TRAIN_SIZES = {"cifar10": 50_000, "cifar100": 50_000, "tiny_imagenet": 100_000}
@@ -133,10 +107,9 @@ def validate(cfg: DictConfig, check_devices: bool = True) -> None:
     `trainer.devices` with this machine (a SLURM submission host has none of the compute nodes' GPUs)."""
     data_name = cfg.data.name
     _check(data_name in DATASETS, "data.name", data_name, f"one of {', '.join(DATASETS)}")
-    _check_aug(cfg.aug, data_name)
+    Protocol.from_cfg(cfg)  # the protocol checks its own settings (aug.*, loss.ls)
     _check_data(cfg.data, cfg.aug.cutmix)
     _check_model(cfg.model)
-    _check(_is_number(cfg.loss.ls) and 0 <= cfg.loss.ls < 1, "loss.ls", cfg.loss.ls, "a number in [0, 1)")
     _check_optim(cfg.optim)
     _check_trainer(cfg.trainer, check_devices)
     _check_global_batch(cfg.data.batch_size, cfg.trainer)
@@ -144,18 +117,6 @@ def validate(cfg: DictConfig, check_devices: bool = True) -> None:
     _check_callbacks(cfg.callbacks)
     _check_logger(cfg.logger)
     _check_run(cfg)
-
-
-def _check_aug(aug: DictConfig, dataset: str) -> None:
-    _flags(aug, "aug", "autoaug", "cutmix")
-    _one_of("aug.policy", aug.policy, ("auto", *AUGMENT_POLICIES))
-    _check(aug.device in ("cpu", "gpu"), "aug.device", aug.device, "cpu (per sample, in the workers) or gpu (batched)")
-    if aug.device == "gpu" and aug.autoaug:
-        colorjitter = resolve_policy(aug.policy, dataset) == COLORJITTER
-        _check(not colorjitter, "aug.device", aug.device, "cpu when the policy is colorjitter (Tiny-ImageNet)")
-    _check(_is_finite(aug.cutmix_alpha) and aug.cutmix_alpha > 0, "aug.cutmix_alpha", aug.cutmix_alpha, "> 0, finite")
-    prob = aug.get("cutmix_prob", 1.0)
-    _check(_is_finite(prob) and 0 <= prob <= 1, "aug.cutmix_prob", prob, "a number in [0, 1]")
 
 
 def _check_data(data: DictConfig, cutmix: bool) -> None:
@@ -170,8 +131,7 @@ def _check_data(data: DictConfig, cutmix: bool) -> None:
     _check(on_device in ("auto", True, False), "data.on_device", on_device, "auto (on with CUDA), true or false")
     _integer(data, "data", "split_seed", 0)
     if "root" in data:
-        _check(isinstance(data.root, str) and data.root != "", "data.root", data.root, "a directory path")
-        _flags(data, "data", "download", "verify")
+        _check(data.root != "", "data.root", data.root, "a directory path")
     if data.name == "synthetic":
         _check_synthetic(data)
     if "image_size" in data:
@@ -202,8 +162,10 @@ def _check_model(model: DictConfig) -> None:
         _integer(model, "model", key, 1)
     _check(model.dim % model.heads == 0, "model.dim", model.dim, f"a multiple of model.heads={model.heads}")
     _check(_is_finite(model.mlp_ratio) and model.mlp_ratio > 0, "model.mlp_ratio", model.mlp_ratio, "> 0, finite")
-    compile_ = model.get("compile", "auto")
+    compile_ = model.compile
     _check(compile_ in ("auto", True, False), "model.compile", compile_, "auto, true or false")
+    if "stem" in model:
+        _one_of("model.stem", model.stem, MODEL_STEMS)
 
 
 def _check_optim(optim: DictConfig) -> None:
@@ -211,10 +173,10 @@ def _check_optim(optim: DictConfig) -> None:
     for key in ("weight_decay", "warmup_epochs"):
         _check(_is_finite(optim[key]) and optim[key] >= 0, f"optim.{key}", optim[key], ">= 0, finite")
     betas = optim.betas
-    pair = isinstance(betas, ListConfig) and len(betas) == 2 and all(_is_number(b) and 0 <= b < 1 for b in betas)
-    _check(pair, "optim.betas", betas, "two numbers in [0, 1), e.g. [0.9,0.999]")
+    pair = len(betas) == 2 and all(0 <= b < 1 for b in betas)
+    _check(pair, "optim.betas", list(betas), "two numbers in [0, 1), e.g. [0.9,0.999]")
     ratio = optim.min_lr_ratio
-    _check(_is_number(ratio) and 0 <= ratio <= 1, "optim.min_lr_ratio", ratio, "a number in [0, 1] (of optim.lr)")
+    _check(0 <= ratio <= 1, "optim.min_lr_ratio", ratio, "a number in [0, 1] (of optim.lr)")
 
 
 def _check_trainer(trainer: DictConfig, check_devices: bool) -> None:
@@ -254,10 +216,13 @@ TRAINER_COUNTS = {
 
 
 def _check_other_trainer_arguments(trainer: DictConfig) -> None:
-    """Any other Trainer argument given as `+trainer.<name>`: known to the installed Trainer, of a type it takes."""
+    """Any other Trainer argument (`+trainer.<name>`, or set by a debug config): known to the installed Trainer, of
+    a type it takes. Asked of Lightning only when there is one, so an ordinary command is checked without it."""
     from vit_locality.config.trainer_options import check_trainer_options
 
-    check_trainer_options({k: v for k, v in OmegaConf.to_container(trainer).items() if k != "precision"})
+    others = {k: v for k, v in OmegaConf.to_container(trainer).items() if k not in DECLARED_TRAINER_KEYS}
+    if others:
+        check_trainer_options(others)
     for name, minimum in TRAINER_COUNTS.items():
         value = trainer.get(name)
         if value is not None:
@@ -295,15 +260,12 @@ def _check_global_batch(batch_size: int, trainer: DictConfig) -> None:
 
 def validate_stats(stats: DictConfig, depth: int | None) -> None:
     """The probe's settings; `depth` (unknown to `analyze` until it reads the run) bounds `early_layers`."""
-    _flags(stats, "stats", "enabled", "renormalize", "pictures")
     for name in ("probe_size", "batch_size", "every_n_epochs"):
         _integer(stats, "stats", name, 1)
     _integer(stats, "stats", "early_layers", 1, depth)
-    _one_of("stats.units", stats.units, STATS_UNITS)
 
 
 def _check_callbacks(callbacks: DictConfig) -> None:
-    _one_of("callbacks.progress_bar", callbacks.progress_bar, PROGRESS_BARS)
     _integer(callbacks, "callbacks", "checkpoint_every_n_epochs", 1)
 
 
@@ -311,11 +273,7 @@ def _check_logger(logger: DictConfig) -> None:
     wandb = logger.get("wandb")
     if wandb is None:
         return
-    _one_of("logger.wandb.mode", wandb.mode, WANDB_MODES)
-    _check(isinstance(wandb.project, str) and wandb.project != "", "logger.wandb.project", wandb.project, "a name")
-    for key in ("entity", "group", "job_type"):
-        _check(wandb[key] is None or isinstance(wandb[key], str), f"logger.wandb.{key}", wandb[key], "a name or null")
-    _check(_is_bool(wandb.get("log_model", False)), "logger.wandb.log_model", wandb.get("log_model"), "true or false")
+    _check(wandb.project != "", "logger.wandb.project", wandb.project, "a name")
 
 
 def _check_run(cfg: DictConfig) -> None:
@@ -333,7 +291,6 @@ def _check_run(cfg: DictConfig) -> None:
     metric = cfg.get("optimized_metric")
     allowed = "null or a record metric, e.g. val/acc1, test/acc1, min_mad_early, mean_entropy_early"
     _check(metric is None or (isinstance(metric, str) and metric.strip() != ""), "optimized_metric", metric, allowed)
-    _flags(cfg.extras, "extras", "print_config")
 
 
 def validate_analysis(cfg: DictConfig) -> None:
@@ -350,37 +307,6 @@ def validate_analysis(cfg: DictConfig) -> None:
         _check(cfg[key] is None or isinstance(cfg[key], str), key, cfg[key], "a directory path, or null")
     if cfg.out_dir:
         check_directory("out_dir", cfg.out_dir, Path(cfg.out_dir))
-
-
-def file_problem(path: Path) -> str | None:
-    """Why `path` is not a readable file, or None."""
-    if path.is_dir():
-        return "a directory"
-    if not path.exists():
-        return "no such file"
-    if not path.is_file():
-        return "not a regular file"
-    return None if os.access(path, os.R_OK) else "this user cannot read it"
-
-
-def directory_problem(path: Path) -> str | None:
-    """Why this user could not create `path` as a directory or write into it, or None. Asked before anything runs,
-    so a typo in an output path costs a second rather than a run that cannot save. `os.access` answers for this
-    user (root writes through read-only modes; a read-only file system stops root too)."""
-    existing = next(p for p in (path, *path.parents, Path(".")) if p.exists() or p.is_symlink())
-    if existing.is_file():
-        return f"{existing} is a file"
-    if not existing.is_dir():
-        return f"{existing} is not a directory"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"this user cannot write in {existing}"
-    return None
-
-
-def check_directory(key: str, value: Any, path: Path) -> None:
-    """ConfigError naming `key` when `path` is no directory this user can create or write into."""
-    problem = directory_problem(path)
-    _check(problem is None, key, value, f"a directory this user can create and write ({problem})")
 
 
 def available_devices(accelerator: str) -> tuple[int, str]:

@@ -26,7 +26,7 @@ NOT_IDENTITY = (
     "tags",  # labels for W&B and the record
     "logger",
     "callbacks",
-    "extras",
+    "startup",  # what a cell shows when it starts
     "optimized_metric",
     "data.root",
     "data.num_workers",

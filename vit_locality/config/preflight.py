@@ -14,10 +14,12 @@ values (`optim.lr=...`, `seed=...`), so Hydra composes each distinct combination
 
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +29,19 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    ConfigTypeError,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
-from vit_locality.config.checks import check_directory, register_resolvers, validate, validate_analysis
+from vit_locality.config.checks import validate, validate_analysis
+from vit_locality.config.file_access import check_directory
 from vit_locality.config.identity import settings_suffix
+from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError
 from vit_locality.upstream import hydra_args_parser
 
@@ -57,8 +68,32 @@ def no_such_setting(key: str) -> str:
     return f"{key}: no such setting ({SPELLING_HINT})"
 
 
+def _allowed_type(node: Any) -> str:
+    """What a schema field takes, in words, from the node OmegaConf refused a value for."""
+    kind = node._metadata.ref_type if node is not None else None
+    null = " or null" if node is not None and node._is_optional() else ""
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return f"one of {', '.join(str(member.value) for member in kind)}{null}"
+    words = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return words.get(kind, "a value of the type the schema gives") + null
+
+
+def _schema_refusal(error: ValidationError) -> str | None:
+    """`optim.lr='abc' is not allowed: a number` for a value the schema (schema.py) refuses, or None."""
+    if not error.full_key or error.parent_node is None:
+        return None
+    node = error.parent_node._get_node(error.key, validate_access=False, throw_on_missing_key=False)
+    value = error.value
+    shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    return f"{error.full_key}={shown!r} is not allowed: {_allowed_type(node)}"
+
+
 def explain(error: Exception, conf_dir: Path) -> str:
     """One line for a composition error: the key, the value and what is allowed."""
+    refused = next((e for e in (error, error.__cause__) if isinstance(e, ValidationError)), None)
+    line = _schema_refusal(refused) if refused is not None else None
+    if line:
+        return line
     text = str(error)
     missing = re.search(r"Could not find '([\w/]+)/(\w+)'", text)
     if missing:
@@ -116,7 +151,7 @@ class Composer:
         values = [o for o in overrides if o.input_line not in groups]
         cfg, hydra_cfg = self.composed(groups)
         tops = {o.key_or_group.split(".")[0] for o in values}
-        saved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [t for t in tops if t in cfg]), resolve=False)
+        saved = {top: copy.deepcopy(cfg._get_node(top)) for top in tops if top in cfg}  # typed nodes stay typed
         try:
             for override in values:
                 apply_value(cfg, override)
@@ -125,7 +160,7 @@ class Composer:
             with open_dict(cfg):
                 for top in tops:
                     if top in saved:
-                        cfg[top] = saved[top]  # raw: interpolations stay interpolations
+                        cfg[top] = saved[top]  # the node itself: interpolations and its schema stay
                     else:
                         cfg.pop(top, None)
 
@@ -150,14 +185,18 @@ def apply_value(cfg: DictConfig, override: Override) -> None:
 
 
 def _delete(cfg: DictConfig, key: str, value: Any) -> None:
-    """`~key` deletes the key; `~key=value` only if it holds that value."""
+    """`~key` deletes the key; `~key=value` only if it holds that value. A setting a schema declares cannot be
+    deleted (Hydra refuses it too)."""
     current = OmegaConf.select(cfg, key, throw_on_missing=False)
     if current is None or (value is not None and value != current):
         raise ConfigError(f"~{key}: nothing to delete ({key} is {current!r})")
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
-    with open_dict(node):
-        del node[leaf]
+    try:
+        with open_dict(cfg):  # as Hydra's config loader: a schema's own flags still hold below
+            del node[leaf]
+    except ConfigTypeError:
+        raise ConfigError(f"~{key} is not allowed: a setting the schema declares (set it instead)") from None
 
 
 def _axes(overrides: Iterable[Override], search: bool = False) -> dict[str, list[str]]:
@@ -299,6 +338,7 @@ def check_command(argv: list[str], conf_dir: Path, config_name: str = "train") -
     config_name = args.config_name or config_name
     remote = any(o.startswith("hydra/launcher=") and "slurm" in o for o in args.overrides)
     register_resolvers()
+    register_schemas()
     with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
         composer = Composer(Path(conf_dir), config_name)
         try:

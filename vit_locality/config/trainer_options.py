@@ -1,19 +1,20 @@
 """Every Lightning `Trainer` argument as a `trainer.<name>` setting, checked against the installed Trainer.
 
-The check reads the parameter list and type hints of `Trainer.__init__` from Lightning's source file, without
-importing Lightning (which takes seconds): a typo (`+trainer.max_step=3`) or a wrong type (`trainer.max_steps=abc`)
-is a one-line error before any cell starts, and a Lightning release that adds an argument makes it settable here
-with no change to this project.
+The settings conf/trainer/default.yaml declares are typed by the schema (schema.TrainerConfig). Any other one
+(`+trainer.max_steps=3`, or one a debug config sets) is checked here against `inspect.signature(Trainer.__init__)`:
+a typo (`+trainer.max_step=3`) or a wrong type (`+trainer.max_steps=abc`) is a one-line error before any cell starts,
+and a Lightning release that adds an argument makes it settable here with no change to this project. Importing
+Lightning takes seconds, so it happens only for a command that uses such a setting.
 """
 
 from __future__ import annotations
 
-import ast
 import difflib
 import functools
-import importlib.util
+import inspect
+import types
+import typing
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from vit_locality.errors import ConfigError
@@ -33,74 +34,45 @@ CHOICES = {
     "gradient_clip_algorithm": ("norm", "value"),
     "profiler": ("simple", "advanced", "pytorch", "xla"),
 }
-# Type names in the signature that a config value (YAML scalar or list) can stand for.
-PLAIN_TYPES = {
-    "int": int,
-    "float": float,
-    "bool": bool,
-    "str": str,
-    "None": type(None),
-    "list": list,
-    "dict": dict,
-    "_PATH": str,
-    "_LITERAL_WARN": str,
-    "_PRECISION_INPUT": str,
-}
+# The types in the signature that a config value (YAML scalar or list) can stand for, by name.
+PLAIN_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "None": type(None), "list": list, "dict": dict}
+PATH_TYPES = {"Path", "PathLike"}  # a string in a config
 
 
-def _trainer_source() -> Path:
-    spec = importlib.util.find_spec("lightning")  # a top-level lookup: does not import the package
-    if spec is None or spec.origin is None:
-        raise ConfigError("trainer.*: Lightning is not installed in this environment (pip install lightning)")
-    return Path(spec.origin).parent / "pytorch" / "trainer" / "trainer.py"
-
-
-def _type_names(annotation: ast.expr | None) -> set[str]:
-    """`Optional[Union[int, float]]` -> {"int", "float", "None"}; unknown classes keep their own names."""
-    if annotation is None:
+def _type_names(annotation: Any) -> set[str]:
+    """`Optional[Union[int, float]]` -> {"int", "float", "None"}; `Literal["warn"]` -> {"str"}; `list[int]` ->
+    {"list"}; other classes keep their own names (a value from a config never matches them)."""
+    if annotation is inspect.Parameter.empty or annotation is Any:
         return {"object"}
-    if isinstance(annotation, ast.Constant) and annotation.value is None:
+    if annotation is None or annotation is type(None):
         return {"None"}
-    if isinstance(annotation, ast.Name):
-        return {annotation.id}
-    if isinstance(annotation, ast.Attribute):
-        return {annotation.attr}
-    if isinstance(annotation, ast.BinOp):  # int | None
-        return _type_names(annotation.left) | _type_names(annotation.right)
-    if isinstance(annotation, ast.Subscript):
-        outer = _type_names(annotation.value)
-        if outer & {"Optional", "Union"}:
-            inner = annotation.slice
-            parts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
-            names = {"None"} if "Optional" in outer else set()
-            for part in parts:
-                names |= _type_names(part)
-            return names
-        return (
-            {"list"}
-            if outer & {"list", "List", "Sequence", "Iterable"}
-            else {"dict"}
-            if outer & {"dict", "Dict"}
-            else outer
-        )
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_type_names(part) for part in typing.get_args(annotation)))
+    if origin is typing.Literal:
+        return {"None" if value is None else type(value).__name__ for value in typing.get_args(annotation)}
+    if origin is not None:  # list[int], dict[str, int], Iterable[Logger] ...
+        return _type_names(origin)
+    if isinstance(annotation, type):
+        if annotation.__name__ in PATH_TYPES:
+            return {"str"}
+        if issubclass(annotation, list | tuple) or annotation.__name__ in ("Sequence", "Iterable"):
+            return {"list"}
+        if issubclass(annotation, dict):
+            return {"dict"}
+        return {annotation.__name__}
     return {"object"}
 
 
 @functools.cache
 def trainer_parameters() -> dict[str, frozenset[str]]:
-    """The installed `Trainer.__init__`'s keyword arguments and the type names each accepts."""
-    source = _trainer_source()
+    """The installed `Trainer.__init__`'s keyword arguments and the type names each accepts (imports Lightning)."""
     try:
-        tree = ast.parse(source.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ConfigError(f"trainer.*: cannot read Lightning's Trainer ({source}): {error}") from None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == "Trainer":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    arguments = [*item.args.args[1:], *item.args.kwonlyargs]
-                    return {arg.arg: frozenset(_type_names(arg.annotation)) for arg in arguments}
-    raise ConfigError(f"trainer.*: no Trainer.__init__ found in {source}; this Lightning version is not supported")
+        import lightning
+    except ImportError:
+        raise ConfigError("trainer.*: Lightning is not installed in this environment (pip install lightning)") from None
+    parameters = list(inspect.signature(lightning.Trainer.__init__).parameters.values())[1:]  # after self
+    return {p.name: frozenset(_type_names(p.annotation)) for p in parameters if p.kind is not p.VAR_KEYWORD}
 
 
 def _accepts(value: Any, names: frozenset[str]) -> bool:
@@ -123,9 +95,7 @@ def _accepts(value: Any, names: frozenset[str]) -> bool:
 
 def _describe(names: frozenset[str]) -> str:
     shown = [name if name != "None" else "null" for name in sorted(names) if name in PLAIN_TYPES]
-    return " or ".join(
-        dict.fromkeys("a string" if n in ("str", "_PATH", "_LITERAL_WARN", "_PRECISION_INPUT") else n for n in shown)
-    )
+    return " or ".join(dict.fromkeys("a string" if n == "str" else n for n in shown))
 
 
 def check_trainer_options(trainer: Mapping[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""The composed config as a tree, printed when a cell starts (`extras.print_config`), so what ran is on screen."""
+"""The composed config as a tree, printed when a cell starts (`startup.print_config`), so what ran is on screen."""
 
 from __future__ import annotations
 

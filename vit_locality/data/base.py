@@ -31,6 +31,8 @@ from vit_locality.data.on_device import (
     resolve_on_device,
 )
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw, transform_seeded
+from vit_locality.errors import VitLocalityError
+from vit_locality.upstream import epochs_processed
 
 # Python's default start method on this platform ('fork' on Linux up to 3.13), named explicitly: a process started by
 # a launcher with its own process class (joblib's loky workers) has that class as its default, and the DataLoader's
@@ -65,8 +67,10 @@ def _exit_on_sigterm_from(parent: int) -> None:
     os._exit(0)
 
 
-class DataError(RuntimeError):
+class DataError(VitLocalityError, RuntimeError):
     """A data set is missing, corrupted or malformed; the message names the file and what to do."""
+
+    exit_code = 2
 
 
 @dataclass
@@ -261,7 +265,7 @@ class ImageDataModule(L.LightningDataModule):
         first training loader before it restores its own epoch counter."""
         if self.trainer is None:
             return {}
-        return {"train_epoch": int(self.trainer.fit_loop.epoch_progress.current.processed)}
+        return {"train_epoch": epochs_processed(self.trainer)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.start_epoch = int(state_dict.get("train_epoch", 0))

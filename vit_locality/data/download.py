@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import os
 import re
 import shutil
 import stat
 import tarfile
-import tempfile
 import urllib.request
 import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NoReturn
+from typing import IO, BinaryIO, NoReturn
 
 from tqdm import tqdm
 
 from vit_locality.data.base import DataError
+from vit_locality.errors import first_line
+from vit_locality.run.atomic import replace_atomically
 
 _CHUNK = 1 << 20
 # tarfile's "data" extraction filter: Python 3.12+, back-ported to 3.8.17, 3.9.17, 3.10.12 and 3.11.4.
@@ -61,12 +61,6 @@ class ArchiveSpec:
     folder: str  # under the data root, created by extracting the archive
 
 
-def one_line(err: BaseException) -> str:
-    """An exception as `Type: message` (or `Type` when it has none) on a single line, for a DataError."""
-    message = " ".join(str(err).split())
-    return f"{type(err).__name__}: {message}" if message else type(err).__name__
-
-
 def md5sum(path: Path) -> str:
     """Hex md5 of a file, read in chunks so archives of hundreds of MB need no memory."""
     digest = hashlib.md5(usedforsecurity=False)
@@ -94,26 +88,20 @@ def download_url(
 
     Network failures propagate as OSError (URLError is one) so the caller can say what data was wanted.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+
+    def fetch(out: BinaryIO) -> None:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             total = int(response.headers.get("Content-Length") or 0) or size
             with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name) as bar:
                 while chunk := response.read(_CHUNK):
                     out.write(chunk)
                     bar.update(len(chunk))
-        check_file(
-            tmp,
-            md5=md5,
-            size=size,
-            what=f"download of {url}",
-            hint="the transfer was corrupted: re-run to try again",
-        )
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    def verify(downloaded: Path) -> None:
+        hint = "the transfer was corrupted: re-run to try again"
+        check_file(downloaded, md5=md5, size=size, what=f"download of {url}", hint=hint)
+
+    replace_atomically(dest, fetch, check=verify)
     return dest
 
 
@@ -136,7 +124,7 @@ def fetch_and_extract(
             raise
         except (OSError, ValueError, http.client.HTTPException) as err:
             raise DataError(
-                f"{dataset}: {missing} not found and downloading {spec.url} failed ({one_line(err)}); "
+                f"{dataset}: {missing} not found and downloading {spec.url} failed ({first_line(err)}); "
                 f"fetch it by hand, {place}"
             ) from None
     elif verify:
@@ -309,6 +297,6 @@ def safe_extract(archive: Path, target: Path) -> None:
     # RuntimeError: what zipfile raises for a member packed with bzip2 or lzma when Python lacks that module.
     except (OSError, EOFError, zlib.error, tarfile.TarError, zipfile.BadZipFile, RuntimeError) as err:
         raise DataError(
-            f"{archive}: extraction into {target} failed ({one_line(err)}); if the archive is corrupted, "
+            f"{archive}: extraction into {target} failed ({first_line(err)}); if the archive is corrupted, "
             "delete it and re-run to download it again"
         ) from None

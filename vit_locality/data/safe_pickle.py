@@ -36,7 +36,8 @@ from typing import IO, Any, NoReturn
 import numpy as np
 
 from vit_locality.data.base import DataError
-from vit_locality.data.download import one_line
+from vit_locality.errors import first_line
+from vit_locality.upstream import python_unpickler_class
 
 # The largest official file, CIFAR-100's train batch, is 155 MB; its 50000 x 3072 uint8 array is 154 MB and,
 # re-pickled by Python 3, costs as much again as the `_codecs.encode` bytes it is rebuilt from (~310 MB).
@@ -162,7 +163,7 @@ def _dtype_state_bytes(dtype: np.dtype, state: Any) -> int:
     return 0
 
 
-class RestrictedUnpickler(pickle._Unpickler):
+class RestrictedUnpickler(python_unpickler_class()):
     """Unpickler whose `find_class` only hands out the globals in ALLOWED_GLOBALS, and which checks every call
     (REDUCE, NEWOBJ, INST, OBJ) and every array or dtype state (BUILD) before running it: its dtypes must be
     number types, and what it allocates is charged to a budget of MAX_UNPICKLED_BYTES.
@@ -170,7 +171,7 @@ class RestrictedUnpickler(pickle._Unpickler):
     `file` should be in memory (io.BytesIO): a length field then yields at most what the file holds.
     """
 
-    dispatch = dict(pickle._Unpickler.dispatch)
+    dispatch = dict(python_unpickler_class().dispatch)
 
     def __init__(self, file: IO[bytes], source: str) -> None:
         super().__init__(file, encoding="latin1")
@@ -286,5 +287,5 @@ def load_pickle(path: str | Path, hint: str = "delete it and re-run to download 
         RuntimeError,  # numpy, for some malformed scalar states; RecursionError, for nesting too deep
     ) as err:
         raise DataError(
-            f"{path}: not a readable pickle ({one_line(err)}); the file is truncated or corrupted: {hint}"
+            f"{path}: not a readable pickle ({first_line(err)}); the file is truncated or corrupted: {hint}"
         ) from None

@@ -12,10 +12,9 @@ write, loads too. Code that needs the class count of such a set must call `setup
 
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
 import zipfile
+from functools import partial
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import numpy as np
@@ -24,8 +23,10 @@ from PIL import Image
 from tqdm import tqdm
 
 from vit_locality.data.base import DataError, ImageArrays
-from vit_locality.data.download import ArchiveSpec, one_line
+from vit_locality.data.download import ArchiveSpec
 from vit_locality.data.downloadable import DownloadableDataModule
+from vit_locality.errors import first_line
+from vit_locality.run.atomic import replace_atomically
 
 CACHE_NAME = "cache_uint8.npz"
 CACHE_VERSION = 1
@@ -116,7 +117,7 @@ class TinyImageNetDataModule(DownloadableDataModule):
                     return None
                 return {key: cache[key] for key in keys}
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-            warnings.warn(f"{path} is unreadable ({one_line(err)}); rebuilding it", stacklevel=2)
+            warnings.warn(f"{path} is unreadable ({first_line(err)}); rebuilding it", stacklevel=2)
             return None
 
     def _build_cache(self, classes: list[str]) -> dict[str, np.ndarray]:
@@ -133,13 +134,8 @@ class TinyImageNetDataModule(DownloadableDataModule):
             "test_images": test_images,
             "test_labels": test_labels,
         }
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{CACHE_NAME}.", suffix=".part", dir=self.folder)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                np.savez(out, version=np.int64(CACHE_VERSION), classes=np.array(classes), **arrays)
-            os.replace(tmp_name, self.cache_path)
-        finally:
-            Path(tmp_name).unlink(missing_ok=True)
+        write = partial(np.savez, version=np.int64(CACHE_VERSION), classes=np.array(classes), **arrays)
+        replace_atomically(self.cache_path, write)
         return arrays
 
     def _train_files(self, classes: list[str]) -> list[tuple[Path, int]]:
@@ -214,7 +210,7 @@ class TinyImageNetDataModule(DownloadableDataModule):
             raise DataError(f"{self.name}: image {path} is missing; {self.redo_hint()}") from None
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
             raise DataError(
-                f"{path}: cannot decode the image ({one_line(err)}); the file is corrupted: {self.redo_hint()}"
+                f"{path}: cannot decode the image ({first_line(err)}); the file is corrupted: {self.redo_hint()}"
             ) from None
         return np.asarray(rgb)
 

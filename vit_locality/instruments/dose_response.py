@@ -30,10 +30,10 @@ def dose_coordinates(run: RunRecord) -> dict[str, float | None] | None:
     aug = (run.config or {}).get("aug")
     if not isinstance(aug, dict):
         return None
-    autoaug, cutmix, ls = run.flags
-    prob = float(aug.get("cutmix_prob", 1.0)) if cutmix else 0.0
-    alpha = float(aug.get("cutmix_alpha", 1.0)) if cutmix and prob > 0 else None
-    return {"autoaug": float(autoaug), "cutmix_alpha": alpha, "cutmix_prob": prob, "ls": ls}
+    protocol = run.protocol
+    prob = float(aug.get("cutmix_prob", 1.0)) if protocol.cutmix else 0.0
+    alpha = float(aug.get("cutmix_alpha", 1.0)) if protocol.cutmix and prob > 0 else None
+    return {"autoaug": float(protocol.autoaug), "cutmix_alpha": alpha, "cutmix_prob": prob, "ls": protocol.ls}
 
 
 @dataclass

@@ -3,29 +3,30 @@ weights in `checkpoints/last.ckpt`, the hyper-parameters saved beside them, and 
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vit_locality.model.vit import VisionTransformer
+from vit_locality.model.vit import ModelConfig, VisionTransformer
+from vit_locality.run.checkpoints import last_checkpoint, read_checkpoint_file
 
-CHECKPOINT = Path("checkpoints") / "last.ckpt"
-ARCH_KEYS = ("depth", "dim", "heads", "mlp_ratio", "stem")
+MODEL_ENTRIES = ("state_dict", "hyper_parameters")  # what rebuilding the model needs from a checkpoint
 
 
 def read_checkpoint(run_dir: Path) -> dict[str, Any] | None:
-    """The run's last checkpoint (tensors and plain data only, never code); None when it has none."""
-    path = Path(run_dir) / CHECKPOINT
+    """The run's last checkpoint; None when it has none; DamagedCheckpoint (one line) when it is not one."""
+    path = last_checkpoint(run_dir)
     if not path.is_file():
         return None
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return read_checkpoint_file(path, needs=MODEL_ENTRIES)
 
 
 def model_from_checkpoint(checkpoint: dict[str, Any]) -> VisionTransformer:
     """The ViT the checkpoint's LightningModule held, weights loaded, in eval mode."""
     hparams = checkpoint["hyper_parameters"]
-    arch = {key: hparams["model"][key] for key in ARCH_KEYS if key in hparams["model"]}
+    arch = asdict(ModelConfig.from_mapping(hparams["model"]))
     model = VisionTransformer(num_classes=int(hparams["num_classes"]), image_size=int(hparams["image_size"]), **arch)
     prefix = "model."
     model.load_state_dict({k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
@@ -56,6 +57,6 @@ def probe_images(config: dict[str, Any], count: int) -> torch.Tensor:
     cfg.data.num_workers = 0
     if "download" in cfg.data:
         cfg.data.download = False  # a report never fetches data
-    datamodule, _ = build_datamodule(cfg)
+    datamodule = build_datamodule(cfg)
     datamodule.setup("validate")
     return datamodule.probe_images(count).cpu()

@@ -1,8 +1,15 @@
-"""The LightningModule: uint8 batches in, the protocol's CutMix and loss, AdamW with warm-up + cosine."""
+"""The LightningModule: uint8 batches in, the protocol's batch mixing and loss, AdamW with warm-up + cosine.
+
+It takes three typed objects, the protocol (vit_locality.protocol), the optimiser settings and the architecture
+(ModelConfig), and stores each as a plain dict, so checkpoints load with `weights_only=True`. Checkpoints written
+before (one flat list of hyper-parameters) still load: `legacy_settings` maps them onto the three objects.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import lightning as L
@@ -10,12 +17,16 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
-from vit_locality.augment.mixing import cutmix_batch
-from vit_locality.model.vit import VisionTransformer
+from vit_locality.augment.mixing import mix_batch
+from vit_locality.errors import VitLocalityError
+from vit_locality.model.vit import ModelConfig, VisionTransformer
+from vit_locality.protocol import Protocol
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(VitLocalityError, RuntimeError):
     """The training loss became NaN or infinite; training stops before a checkpoint can store bad weights."""
+
+    exit_code = 3
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
@@ -29,9 +40,10 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: flo
 def adamw_with_decay_groups(
     model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float]
 ) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only: not on biases, norms, the CLS token or the position embeddings."""
+    """AdamW with weight decay on matrices only: not on biases, norms, nor what the model's `no_weight_decay()`
+    names (the ViT's CLS token and position embeddings)."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    exempt = {"cls_token", "pos_embed"}
+    exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
     groups = [
         {"params": [p for n, p in named if p.ndim >= 2 and n not in exempt], "weight_decay": weight_decay},
         {"params": [p for n, p in named if p.ndim < 2 or n in exempt], "weight_decay": 0.0},
@@ -50,8 +62,54 @@ def warmup_cosine_schedule(
     )
 
 
+@dataclass(frozen=True)
+class OptimSettings:
+    """The `optim` config group: AdamW's settings and the warm-up + cosine schedule's."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_epochs: float = 5.0
+    min_lr_ratio: float = 0.0
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> OptimSettings:
+        """The settings in a config section or a checkpoint's dict, as plain floats; other keys are ignored."""
+        names = {field.name for field in fields(cls)}
+        values = {key: value for key, value in mapping.items() if key in names}
+        if "betas" in values:
+            values["betas"] = tuple(float(beta) for beta in values["betas"])
+        return cls(**{key: value if key == "betas" else float(value) for key, value in values.items()})
+
+
+# The flat hyper-parameters of checkpoints written before the module took typed objects, by where they now live.
+LEGACY_PROTOCOL = ("cutmix", "cutmix_alpha", "cutmix_prob")
+LEGACY_OPTIM = ("lr", "weight_decay", "betas", "warmup_epochs", "min_lr_ratio")
+
+
+def legacy_settings(flat: Mapping[str, Any]) -> tuple[Protocol, OptimSettings]:
+    """The protocol and optimiser settings of an older checkpoint's flat hyper-parameters. Such a checkpoint named
+    the AutoAugment policy only when it ran batched in the module (`device_autoaugment`); per-sample AutoAugment
+    happened in the data workers and left no trace in the module."""
+    known = {*LEGACY_PROTOCOL, *LEGACY_OPTIM, "label_smoothing", "device_autoaugment"}
+    unknown = sorted(set(flat) - known)
+    if unknown:
+        raise TypeError(f"ViTClassifier got unexpected hyper-parameters: {', '.join(unknown)}")
+    policy = flat.get("device_autoaugment")
+    protocol = Protocol(
+        autoaug=bool(policy),
+        policy=policy,
+        autoaug_device="gpu" if policy else "cpu",
+        ls=float(flat.get("label_smoothing", 0.0)),
+        **{key: flat[key] for key in LEGACY_PROTOCOL if key in flat},
+    )
+    optim = OptimSettings.from_mapping({key: flat[key] for key in LEGACY_OPTIM if key in flat})
+    return protocol.normalized(), optim
+
+
 class ViTClassifier(L.LightningModule):
-    """Trains the ViT on one cell; every argument is a plain value so checkpoints load weights-only."""
+    """Trains the ViT on one cell. `protocol` (the cell's augmentation and loss), `optim` and `model` are typed
+    objects, stored as plain dicts so checkpoints load weights-only."""
 
     def __init__(
         self,
@@ -59,33 +117,44 @@ class ViTClassifier(L.LightningModule):
         image_size: int,
         mean: list[float],
         std: list[float],
-        model: dict[str, Any],
-        cutmix: bool = False,
-        cutmix_alpha: float = 1.0,
-        cutmix_prob: float = 1.0,
-        label_smoothing: float = 0.0,
-        lr: float = 1e-3,
-        weight_decay: float = 0.05,
-        betas: tuple[float, float] = (0.9, 0.999),
-        warmup_epochs: float = 5.0,
-        min_lr_ratio: float = 0.0,
+        model: ModelConfig | Mapping[str, Any],
+        protocol: Protocol | Mapping[str, Any] | None = None,
+        optim: OptimSettings | Mapping[str, Any] | None = None,
         nonfinite_check_every: int = 1,
-        device_autoaugment: str | None = None,
         compile_model: bool = False,
+        **legacy: Any,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        if legacy:  # a checkpoint written before the typed objects: flat cutmix, lr, label_smoothing, ...
+            protocol, optim = legacy_settings(legacy)
+        # Each given as its object, or as the plain dict a checkpoint stores.
+        self.protocol = protocol if isinstance(protocol, Protocol) else Protocol(**(protocol or {}))
+        self.optim = optim if isinstance(optim, OptimSettings) else OptimSettings.from_mapping(optim or {})
+        self.arch = model if isinstance(model, ModelConfig) else ModelConfig.from_mapping(model)
+        self.num_classes = num_classes
+        self.save_hyperparameters(
+            {
+                "num_classes": num_classes,
+                "image_size": image_size,
+                "mean": list(mean),
+                "std": list(std),
+                "model": asdict(self.arch),  # a plain dict of the architecture, as every checkpoint holds
+                "protocol": asdict(self.protocol),
+                "optim": asdict(self.optim),
+                "nonfinite_check_every": nonfinite_check_every,
+                "compile_model": compile_model,
+            }
+        )
         self._first_bad_step: torch.Tensor | None = None
         self._train_sums: torch.Tensor | None = None  # (loss x images, correct) over the epoch so far
         self._train_seen = 0
-        arch = {k: model[k] for k in ("depth", "dim", "heads", "mlp_ratio", "stem") if k in model}
-        self.model = VisionTransformer(num_classes=num_classes, image_size=image_size, **arch)
+        self.model = VisionTransformer.from_config(self.arch, num_classes, image_size)
         # aug.device=gpu: AutoAugment runs here, batched on the device, instead of per sample in the workers.
         self.device_autoaugment: torch.nn.Module | None = None
-        if device_autoaugment:
+        if self.protocol.batched_autoaugment:
             from vit_locality.augment.batched_autoaugment import BatchedAutoAugment
 
-            self.device_autoaugment = BatchedAutoAugment(device_autoaugment)
+            self.device_autoaugment = BatchedAutoAugment(self.protocol.policy)
         if compile_model:  # compiles __call__ only: the statistics' explicit attention path stays eager
             self.model.compile()
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1) * 255.0, persistent=False)
@@ -108,29 +177,18 @@ class ViTClassifier(L.LightningModule):
     def training_loss(
         self, images: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The protocol's loss on one uint8 batch: CutMix when on, label smoothing once, in the loss.
+        """The protocol's loss on one uint8 batch: the protocol's batch mixing (mixing.mix_batch), label smoothing
+        once, in the loss.
 
-        Returns the loss, the logits and the labels accuracy is measured against: the dominant label under CutMix
-        (logged as `train/acc1` in every cell).
+        Returns the loss, the logits and the labels accuracy is measured against: the dominant label of a mixed
+        batch (logged as `train/acc1` in every cell).
         """
-        hp = self.hparams
         if self.device_autoaugment is not None:
             images = self.device_autoaugment(images)
-        if hp.cutmix and self._mix_this_batch():
-            mixed = cutmix_batch(images, labels, hp.num_classes, hp.cutmix_alpha)
-            images, targets = mixed.images, mixed.targets
-            reference = targets.argmax(dim=1)
-        else:
-            targets = reference = labels
+        images, targets, reference = mix_batch(images, labels, self.num_classes, self.protocol)
         logits = self(images)
-        loss = F.cross_entropy(logits, targets, label_smoothing=hp.label_smoothing)
+        loss = F.cross_entropy(logits, targets, label_smoothing=self.protocol.ls)
         return loss, logits, reference
-
-    def _mix_this_batch(self) -> bool:
-        """CutMix on a batch with probability `cutmix_prob` (Yun et al.'s CIFAR recipe used 0.5). At 1, nothing is
-        drawn, so runs with the default keep the random stream they always had."""
-        prob = self.hparams.cutmix_prob
-        return prob >= 1.0 or float(torch.rand(())) < prob
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss, logits, reference = self.training_loss(*batch)
@@ -209,10 +267,10 @@ class ViTClassifier(L.LightningModule):
         self._evaluate(batch, "test", self.test_acc1, self.test_acc5)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        hp = self.hparams
-        optimizer = adamw_with_decay_groups(self.model, hp.lr, hp.weight_decay, tuple(hp.betas))
+        optim = self.optim
+        optimizer = adamw_with_decay_groups(self.model, optim.lr, optim.weight_decay, optim.betas)
         total = int(self.trainer.estimated_stepping_batches)
         schedule = warmup_cosine_schedule(
-            optimizer, total, self.trainer.max_epochs or 1, hp.warmup_epochs, hp.min_lr_ratio
+            optimizer, total, self.trainer.max_epochs or 1, optim.warmup_epochs, optim.min_lr_ratio
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

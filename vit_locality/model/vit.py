@@ -1,19 +1,42 @@
 """The compact pre-norm ViT of the study, with a fused attention path for training and an explicit one for
 the statistics.
 
-Both paths share the same weights: `forward` uses `F.scaled_dot_product_attention`; `forward_with_attention`
-computes softmax(QK^T / sqrt(d)) explicitly in fp32 so that per-head attention probabilities can be measured.
+One attention forward serves both, switched by `explicit`: fused, it calls `F.scaled_dot_product_attention`;
+explicit, it computes softmax(QK^T / sqrt(d)) in fp32 and also returns the per-head probabilities to measure.
+`forward` trains on the fused path; `forward_with_attention` runs the explicit one. The architecture's settings
+are one typed `ModelConfig`, the only list of them that checkpoints are rebuilt from.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vit_locality.catalog import GRID_SIZE
+
+
+@dataclass
+class ModelConfig:
+    """The architecture: what a checkpoint's `model` hyper-parameter holds and a model is rebuilt from."""
+
+    depth: int = 8
+    dim: int = 192
+    heads: int = 8
+    mlp_ratio: float = 2.0
+    stem: str = "patch"
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> ModelConfig:
+        """The architecture keys of a `model` config or hyper-parameter; the others (name, compile) do not shape
+        the network and are ignored. A key it lacks (`stem` in older checkpoints) takes the default."""
+        names = {field.name for field in fields(cls)}
+        return cls(**{key: value for key, value in mapping.items() if key in names})
 
 
 class Attention(nn.Module):
@@ -38,13 +61,12 @@ class Attention(nn.Module):
         batch, heads, tokens, head_dim = out.shape
         return self.proj(out.transpose(1, 2).reshape(batch, tokens, heads * head_dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, explicit: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The attention output, and on the explicit path the (B, heads, T, T) probabilities in fp32 (else None).
+        Both paths give the same output up to rounding (tests/test_model.py)."""
         q, k, v = self._split_heads(x)
-        return self._merge_heads(F.scaled_dot_product_attention(q, k, v))
-
-    def forward_with_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Same output as `forward`, plus the (B, heads, T, T) attention probabilities in fp32."""
-        q, k, v = self._split_heads(x)
+        if not explicit:
+            return self._merge_heads(F.scaled_dot_product_attention(q, k, v)), None
         # Autocast would turn these matmuls back into bf16: switch it off so the maps are truly fp32.
         with torch.autocast(device_type=x.device.type, enabled=False):
             scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(self.head_dim)
@@ -64,12 +86,9 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
-
-    def forward_with_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        attn_out, probs = self.attn.forward_with_attention(self.norm1(x))
+    def forward(self, x: torch.Tensor, explicit: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The block's output and, on the explicit path, its attention probabilities (Attention.forward)."""
+        attn_out, probs = self.attn(self.norm1(x), explicit)
         x = x + attn_out
         return x + self.mlp(self.norm2(x)), probs
 
@@ -129,6 +148,15 @@ class VisionTransformer(nn.Module):
         self.head = nn.Linear(dim, num_classes)
         self._init_weights()
 
+    @classmethod
+    def from_config(cls, config: ModelConfig, num_classes: int, image_size: int) -> VisionTransformer:
+        return cls(num_classes=num_classes, image_size=image_size, **asdict(config))
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameters AdamW leaves undecayed besides biases and norms: the CLS token and the position embeddings,
+        which are not weights of a map (decaying them pulls every position towards the same embedding)."""
+        return {"cls_token", "pos_embed"}
+
     def _init_weights(self) -> None:
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
@@ -150,17 +178,19 @@ class VisionTransformer(nn.Module):
         return self.head(self.norm(tokens)[:, 0])
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits, on the fused attention path (training, evaluation)."""
         x = self.embed(images)
         for block in self.blocks:
-            x = block(x)
+            x, _ = block(x)
         return self.classify(x)
 
     def forward_with_attention(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Logits plus each layer's fp32 attention probabilities, (B, heads, 1 + g*g, 1 + g*g) per layer."""
+        """Logits plus each layer's fp32 attention probabilities, (B, heads, 1 + g*g, 1 + g*g) per layer, on the
+        explicit path (the statistics)."""
         x = self.embed(images)
         maps = []
         for block in self.blocks:
-            x, probs = block.forward_with_attention(x)
+            x, probs = block(x, explicit=True)
             maps.append(probs)
         return self.classify(x), maps
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from vit_locality.catalog import GRID_SIZE
+from vit_locality.errors import first_line
 from vit_locality.instruments import loading
 from vit_locality.instruments.dose_response import AXES, dose_curves
 from vit_locality.instruments.pasted_box import BoxResult, box_locality
@@ -25,6 +25,7 @@ from vit_locality.instruments.trajectory import Trajectory, matched_levels, val_
 from vit_locality.report.aggregate import Aggregate, Group, slug, summarise
 from vit_locality.report.figures import early_layers, emergence_series
 from vit_locality.report.tables import MISSING, Table, format_stat
+from vit_locality.run.checkpoints import DamagedCheckpoint
 from vit_locality.run.record import RunRecord
 
 MASS_KEYS = ("self_mass", "neighbour_mass", "far_mass")
@@ -77,8 +78,8 @@ def _measure_run(run: RunRecord, box_images: int, notes: list[str], cache: dict[
         if checkpoint is not None:
             result.similarity = position_similarity(loading.position_embedding(checkpoint))
             result.locality = position_locality(result.similarity)
-    except Exception as error:  # a damaged or foreign file: torch raises several types
-        why = f"{type(error).__name__}: {_first_line(error)}"
+    except Exception as error:  # a damaged file, or one whose weights lack the position embedding
+        why = error.why if isinstance(error, DamagedCheckpoint) else first_line(error)
         notes.append(
             f"{run.run_dir}: checkpoints/last.ckpt is unusable ({why}); left out of the position and box instruments"
         )
@@ -94,28 +95,24 @@ def _measure_run(run: RunRecord, box_images: int, notes: list[str], cache: dict[
             images = cache[key]
         except Exception as error:  # data not on this machine, or a config the data layer no longer takes
             notes.append(
-                f"{run.run_dir}: probe images not rebuilt ({_first_line(error)}); left out of the box instrument"
+                f"{run.run_dir}: probe images not rebuilt ({first_line(error)}); left out of the box instrument"
             )
             return result
         try:
             model = loading.model_from_checkpoint(checkpoint)
         except Exception as error:  # hyper-parameters and weights that do not fit one another
-            notes.append(f"{run.run_dir}: the checkpoint's model does not load ({_first_line(error)}); no box")
+            notes.append(f"{run.run_dir}: the checkpoint's model does not load ({first_line(error)}); no box")
             return result
         result.box = box_locality(model, loading.normalise(images, checkpoint))
     return result
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 # ---- per-head locality masses -----------------------------------------------------------------------------------
 
 
 def head_masses(run: RunRecord) -> dict[str, torch.Tensor] | None:
-    """The final model's (layers, heads) self / neighbour / far tables; None for a record without them (written
-    before they existed, or statistics off)."""
+    """The final model's (layers, heads) self / neighbour / far tables; None for a record without them (statistics
+    off, or not measured per head)."""
     per_head = run.final_attention.get("per_head") or {}
     try:
         tables = {key: torch.tensor(per_head[key], dtype=torch.float64) for key in (*MASS_KEYS, "mad")}
@@ -314,10 +311,3 @@ def instrument_tables(found: Instruments) -> list[Table]:
     """Every instrument's table for one (data set, model); a table without rows is left out."""
     tables = [masses_table(found), positions_table(found), box_table(found), matched_table(found), dose_table(found)]
     return [table for table in tables if table.rows]
-
-
-def write_tables(tables: list[Table], out_dir: Path) -> list[Path]:
-    paths: list[Path] = []
-    for table in tables:
-        paths += table.write(out_dir)
-    return paths

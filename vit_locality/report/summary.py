@@ -13,21 +13,22 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from vit_locality.catalog import CELL_ORDER, cell_name
+from vit_locality.catalog import CELL_ORDER
+from vit_locality.errors import VitLocalityError, exit_code_of, first_line
 from vit_locality.run.record import RunRecord, scan_records
 
 
 def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
-        autoaug, cutmix, ls = run.flags
+        protocol = run.protocol
         headline = run.headline()
         rows.append(
             {
-                "cell": cell_name(autoaug, cutmix, ls),
-                "AA": int(autoaug),
-                "CM": int(cutmix),
-                "LS": f"{ls:g}",
+                "cell": protocol.cell_name,
+                "AA": int(protocol.autoaug),
+                "CM": int(protocol.cutmix),
+                "LS": f"{protocol.ls:g}",
                 "data": run.data_name,
                 "model": run.model_name,
                 "seed": run.seed,
@@ -37,8 +38,8 @@ def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
                 "run": str(run.run_dir),
             }
         )
-    order = {name: i for i, name in enumerate(CELL_ORDER)}
-    return sorted(rows, key=lambda r: (r["data"], r["model"], order[r["cell"]], r["seed"]))
+    order = {name: i for i, name in enumerate(CELL_ORDER)}  # the paper's 8 cells first, any other cell after
+    return sorted(rows, key=lambda r: (r["data"], r["model"], order.get(r["cell"], len(order)), r["cell"], r["seed"]))
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -101,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli() -> None:
-    """The installed console script."""
-    sys.exit(main())
+    """The installed console script: a project error is its one line on stderr and its exit status."""
+    try:
+        status = main()
+    except VitLocalityError as error:
+        print(f"error: {first_line(error)}", file=sys.stderr)
+        status = exit_code_of(error)
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -16,13 +16,14 @@ from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.augment.per_sample import build_train_transform
-from vit_locality.catalog import resolve_policy
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.trainer_options import trainer_arguments
 from vit_locality.data import ImageDataModule, datamodule_class
 from vit_locality.data.on_device import BatchAugment, resolve_on_device
 from vit_locality.errors import ConfigError
-from vit_locality.model.classifier import ViTClassifier
+from vit_locality.model.classifier import OptimSettings, ViTClassifier
+from vit_locality.model.vit import ModelConfig
+from vit_locality.protocol import Protocol
 from vit_locality.run.checkpoint_io import AtomicCheckpointIO
 from vit_locality.tracking.csv_log import ResumableCSVLogger
 from vit_locality.tracking.wandb_run import wandb_logger
@@ -45,8 +46,8 @@ def compile_wanted(cfg: DictConfig) -> bool:
     return uses_cuda(cfg.trainer.accelerator) if setting == "auto" else bool(setting)
 
 
-def build_datamodule(cfg: DictConfig) -> tuple[ImageDataModule, str]:
-    """The configured datamodule with the protocol's per-sample transform, and the effective policy.
+def build_datamodule(cfg: DictConfig) -> ImageDataModule:
+    """The configured datamodule with the protocol's per-sample transform.
 
     With `aug.device=gpu` the workers only crop and flip; AutoAugment then runs batched in the LightningModule.
     With on-device data (`data.on_device`, auto: on CUDA) there are no workers: the datamodule augments whole
@@ -55,11 +56,11 @@ def build_datamodule(cfg: DictConfig) -> tuple[ImageDataModule, str]:
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "name"}
     kwargs["on_device"] = data_on_device(cfg)
     datamodule = cls(**kwargs, seed=int(cfg.seed))  # the training draws derive from the run's seed
-    policy = resolve_policy(cfg.aug.policy, cfg.data.name)
-    per_sample_autoaug = bool(cfg.aug.autoaug) and cfg.aug.device == "cpu"
-    datamodule.train_transform = build_train_transform(datamodule.image_size, per_sample_autoaug, policy)
-    datamodule.batch_augment = BatchAugment(datamodule.image_size, bool(cfg.aug.autoaug), policy)
-    return datamodule, policy
+    protocol = Protocol.from_cfg(cfg, kwargs["on_device"])
+    policy = protocol.policy
+    datamodule.train_transform = build_train_transform(datamodule.image_size, protocol.per_sample_autoaugment, policy)
+    datamodule.batch_augment = BatchAugment(datamodule.image_size, protocol.autoaug, policy)
+    return datamodule
 
 
 def data_on_device(cfg: DictConfig) -> bool:
@@ -67,26 +68,18 @@ def data_on_device(cfg: DictConfig) -> bool:
     return resolve_on_device(cfg.data.get("on_device", False), uses_cuda(cfg.trainer.accelerator))
 
 
-def build_module(cfg: DictConfig, datamodule: ImageDataModule, policy: str | None = None) -> ViTClassifier:
-    on_device = bool(cfg.aug.autoaug) and cfg.aug.device == "gpu" and not data_on_device(cfg)
+def build_module(cfg: DictConfig, datamodule: ImageDataModule) -> ViTClassifier:
+    """The cell's LightningModule: the model, the protocol and the optimiser settings of `cfg`."""
     return ViTClassifier(
         num_classes=datamodule.num_classes,
         image_size=datamodule.image_size,
         mean=list(datamodule.mean),
         std=list(datamodule.std),
-        model=OmegaConf.to_container(cfg.model, resolve=True),
-        cutmix=bool(cfg.aug.cutmix),
-        cutmix_alpha=float(cfg.aug.cutmix_alpha),
-        cutmix_prob=float(cfg.aug.cutmix_prob),
-        label_smoothing=float(cfg.loss.ls),
-        lr=float(cfg.optim.lr),
-        weight_decay=float(cfg.optim.weight_decay),
-        betas=tuple(cfg.optim.betas),
-        warmup_epochs=float(cfg.optim.warmup_epochs),
-        min_lr_ratio=float(cfg.optim.min_lr_ratio),
+        model=ModelConfig.from_mapping(OmegaConf.to_container(cfg.model, resolve=True)),
+        protocol=Protocol.from_cfg(cfg, data_on_device(cfg)),
+        optim=OptimSettings.from_mapping(OmegaConf.to_container(cfg.optim, resolve=True)),
         # Checking the loss costs a device sync: every step on CPU (free), every 25 steps on a GPU.
         nonfinite_check_every=25 if uses_cuda(cfg.trainer.accelerator) else 1,
-        device_autoaugment=policy if on_device else None,
         compile_model=compile_wanted(cfg),
     )
 

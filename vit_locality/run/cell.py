@@ -26,12 +26,12 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.augment.per_sample import describe_protocol
-from vit_locality.config.checks import register_resolvers, validate
-from vit_locality.config.identity import data_fingerprint, identity_hash
+from vit_locality.config.checks import validate
+from vit_locality.config.identity import identity_hash
+from vit_locality.config.resolvers import register_resolvers
 from vit_locality.data import ImageDataModule
-from vit_locality.errors import ConfigError
-from vit_locality.model.vit import count_parameters
+from vit_locality.errors import ConfigError, VitLocalityError
+from vit_locality.protocol import Protocol
 from vit_locality.run.builders import (
     build_datamodule,
     build_loggers,
@@ -45,7 +45,14 @@ from vit_locality.run.checkpoints import discard_interrupted, resume_point
 from vit_locality.run.interrupts import SigtermGate, sigterm_raises
 from vit_locality.run.lock import RunLock
 from vit_locality.run.record import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_record, write_record
-from vit_locality.run.versions import environment_versions
+from vit_locality.run.record_sections import (
+    batch_section,
+    fingerprint_of,
+    identity_sections,
+    result_sections,
+    same_data,
+    setup_sections,
+)
 from vit_locality.tracking.wandb_run import finish_wandb, publish_run_files
 
 log = logging.getLogger("vit_locality")
@@ -55,8 +62,9 @@ PREVIOUS_ATTEMPTS = "previous_attempts"
 RUN_OUTPUTS = (RESULTS_FILE, "checkpoints", "csv", "wandb", "attention_stats.csv", "*.png")
 
 
-class CellInterrupted(RuntimeError):
-    """SIGTERM (e.g. SLURM preemption) or SIGINT stopped the cell; a resumable checkpoint was saved when it could be."""
+class CellInterrupted(VitLocalityError):
+    """SIGTERM (e.g. SLURM preemption) or SIGINT stopped the cell; a resumable checkpoint was saved when it could be.
+    Its exit status is the shell's for the signal: 143 SIGTERM, 130 SIGINT."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
@@ -99,48 +107,9 @@ def set_aside_attempt(run_dir: Path) -> Path:
     return aside
 
 
-def fingerprint_of(datamodule: ImageDataModule) -> dict[str, Any]:
-    """The data a cell reads: its training, evaluation and test labels (set up already)."""
-    arrays = datamodule.arrays
-    assert arrays is not None, "fingerprint_of needs a set-up datamodule"
-    return data_fingerprint(arrays.train_labels, datamodule.eval_split()[1], arrays.test_labels)
-
-
-def same_data(record: RunRecord, datamodule: ImageDataModule) -> bool:
-    """Whether a complete record was measured on this data. Records from before fingerprints count as the same."""
-    recorded = record.data.get("data_fingerprint")
-    return recorded is None or recorded == fingerprint_of(datamodule)
-
-
-def measured_on(cfg: DictConfig, datamodule: ImageDataModule) -> dict[str, Any]:
-    """How many images the figures beside it come from: val/* and test/* accuracy, and the attention statistics."""
-    arrays = datamodule.arrays
-    assert arrays is not None
-    evaluated = len(datamodule.eval_split()[1])
-    return {
-        "eval_split": "val" if cfg.data.val_size else "test",
-        "eval_images": evaluated,
-        "test_images": len(arrays.test_labels),
-        "probe_images": min(int(cfg.stats.probe_size), evaluated) if cfg.stats.enabled else 0,
-    }
-
-
-def protocol_record(cfg: DictConfig, policy: str) -> dict[str, Any]:
-    """The record's `protocol` section: the three flags, the effective policy and the one-line description."""
-    autoaug, cutmix, ls = bool(cfg.aug.autoaug), bool(cfg.aug.cutmix), float(cfg.loss.ls)
-    where = "data_on_device" if data_on_device(cfg) else cfg.aug.device  # on-device data augments there, batched
-    return {
-        "autoaug": autoaug,
-        "cutmix": cutmix,
-        "ls": ls,
-        "policy": policy if autoaug else None,
-        "cutmix_alpha": float(cfg.aug.cutmix_alpha) if cutmix else None,
-        "cutmix_prob": float(cfg.aug.cutmix_prob) if cutmix else None,
-        "description": describe_protocol(
-            autoaug, policy, cutmix, float(cfg.aug.cutmix_alpha), ls, where, float(cfg.aug.cutmix_prob)
-        ),
-        "autoaug_device": where if autoaug else None,
-    }
+def protocol_record(cfg: DictConfig) -> dict[str, Any]:
+    """The record's `protocol` section (Protocol.record)."""
+    return Protocol.from_cfg(cfg, data_on_device(cfg)).record()
 
 
 def is_rank_zero() -> bool:
@@ -166,16 +135,15 @@ def _run_locked(
     cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory, identity: str, gate: SigtermGate
 ) -> dict[str, Any]:
     candidate = existing_record(run_dir, identity)
-    record: dict[str, Any] = {"run_name": cfg.run_name, "identity_hash": identity, "seed": int(cfg.seed)}
-    record["tags"] = [str(tag) for tag in cfg.get("tags") or []]  # labels only, outside the identity
+    record = identity_sections(cfg, identity)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    datamodule, policy = build_datamodule(cfg)
+    datamodule = build_datamodule(cfg)
     if candidate is not None:
         return _skip_or_refuse(cfg, run_dir, candidate, datamodule)
     # Before anything is recorded: a checkpoint of another config is refused without writing over its directory.
     resume = resume_point(run_dir, identity)
     try:
-        return _train_and_test(cfg, run_dir, make_callbacks, record, datamodule, policy, gate, resume)
+        return _train_and_test(cfg, run_dir, make_callbacks, record, datamodule, gate, resume)
     except (KeyboardInterrupt, SIGTERMException, SystemExit) as stop:
         sigterm = isinstance(stop, SIGTERMException)
         if is_rank_zero():
@@ -198,7 +166,7 @@ def _skip_or_refuse(cfg: DictConfig, run_dir: Path, record: RunRecord, datamodul
     if not same_data(record, datamodule):
         raise ConfigError(
             f"run directory {run_dir} holds a complete run of this config measured on other data (its data "
-            f"fingerprint {record.data.get('data_fingerprint')} differs from {fingerprint_of(datamodule)}); "
+            f"fingerprint {record.data.get('data_fingerprint', '(none)')} differs from {fingerprint_of(datamodule)}); "
             "move that directory away or choose another sweep_name"
         )
     log.info("%s is complete already: skipped (results in %s)", cfg.run_name, run_dir)
@@ -211,34 +179,14 @@ def _train_and_test(
     make_callbacks: CallbackFactory,
     record: dict[str, Any],
     datamodule: ImageDataModule,
-    policy: str,
     gate: SigtermGate,
     resume_at: tuple[Path | None, int],
 ) -> dict[str, Any]:
     started = time.perf_counter()
     datamodule.prepare_data()
     datamodule.setup("fit")
-    module = build_module(cfg, datamodule, policy)
-    record.update(
-        {
-            "data": {
-                "name": cfg.data.name,
-                "num_classes": datamodule.num_classes,
-                "image_size": datamodule.image_size,
-                "num_train": datamodule.num_train,
-                "eval_split": "val" if cfg.data.val_size else "test",
-            },
-            "data_fingerprint": fingerprint_of(datamodule),
-            "protocol": protocol_record(cfg, policy),
-            "model": {
-                **OmegaConf.to_container(cfg.model, resolve=True),
-                "patch_size": module.model.patch_size,
-                "num_params": count_parameters(module.model),
-            },
-            "config": OmegaConf.to_container(cfg, resolve=True),
-            "versions": environment_versions(),
-        }
-    )
+    module = build_module(cfg, datamodule)
+    record.update(setup_sections(cfg, datamodule, module.model, protocol_record(cfg)))
     log.info("%s | protocol: %s", cfg.run_name, record["protocol"]["description"])
     parameters = f"{record['model']['num_params']:,}"
     log.info("model %s: %s parameters, patch %d", cfg.model.name, parameters, module.model.patch_size)
@@ -246,7 +194,7 @@ def _train_and_test(
     world_size = trainer_world_size(cfg)
     global_batch = datamodule.batch_size
     split_global_batch(datamodule, world_size)
-    record["batch"] = {"global": global_batch, "per_device": datamodule.batch_size, "world_size": world_size}
+    record.update(batch_section(global_batch, datamodule.batch_size, world_size))
     resume, start_epoch = resume_at
     loggers = build_loggers(cfg, run_dir)
     # A resumed run skips the sanity-check validation: the run was checked when it first started.
@@ -269,12 +217,9 @@ def _train_and_test(
         test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
         test_seconds = time.perf_counter() - test_start
 
-        record["metrics"] = {**val_metrics, **{k: float(v) for k, v in test_metrics.items()}}
-        record["measured_on"] = measured_on(cfg, datamodule)
-        record["epochs"] = trainer.current_epoch
-        record["steps"] = trainer.global_step
-        record["precision"] = str(trainer.precision)
-        record["timings"] = {"fit_s": fit_seconds, "test_s": test_seconds, "total_s": time.perf_counter() - started}
+        timings = {"fit_s": fit_seconds, "test_s": test_seconds, "total_s": time.perf_counter() - started}
+        test_metrics = {k: float(v) for k, v in test_metrics.items()}
+        record.update(result_sections(cfg, trainer, datamodule, val_metrics, test_metrics, timings))
         for callback in trainer.callbacks:
             if isinstance(callback, RecordSection):
                 record.update(callback.record_section())

@@ -5,19 +5,23 @@ a cell mid-epoch (both by callbacks in callbacks/checkpointing.py). Each replace
 replaces as `<name>.prev.ckpt` (checkpoint_io.AtomicCheckpointIO), so one found damaged has a predecessor. A re-run
 resumes from the furthest readable one, and only if its own config wrote it: every checkpoint carries the cell's
 identity hash, and a checkpoint of another config (or of no known config) is refused rather than trained on.
-Reading a checkpoint here never unpickles code (`weights_only=True`).
+Every reader of a checkpoint file (resume, `analyze`, the report's instruments) goes through
+`read_checkpoint_file`, which never unpickles code (`weights_only=True`) and turns any file that is not one into a
+one-line DamagedCheckpoint.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vit_locality.errors import ConfigError
+from vit_locality.errors import VitLocalityError
+from vit_locality.upstream import UpstreamChanged, checkpoint_epochs_processed
 
 log = logging.getLogger("vit_locality")
 
@@ -27,13 +31,22 @@ INTERRUPTED_CHECKPOINT = "interrupted.ckpt"
 IDENTITY_ENTRY = "vit_locality"  # the checkpoint's entry naming the config that wrote it
 
 
-class ForeignCheckpoint(ConfigError):
-    """The run directory holds a checkpoint written under another config (or by a version that did not record one):
-    resuming it would train one config's weights under another's settings and record the result as the latter's."""
+class ForeignCheckpoint(VitLocalityError):
+    """The run directory holds a checkpoint written under another config (or one that records no config): resuming
+    it would train one config's weights under another's settings and record the result as the latter's."""
+
+    exit_code = 2
 
 
-class DamagedCheckpoint(Exception):
-    """A checkpoint file that cannot be read as one (empty, truncated, not a Lightning checkpoint)."""
+class DamagedCheckpoint(VitLocalityError):
+    """A checkpoint file that cannot be read as one (empty, truncated, not a torch file, one holding code, or lacking
+    what a Lightning checkpoint holds). `why` is the reason alone; `missing` the entries it lacks, if that is why."""
+
+    exit_code = 2
+
+    def __init__(self, path: Path, why: str, missing: tuple[str, ...] = ()) -> None:
+        super().__init__(f"checkpoint {path} is damaged ({why})")
+        self.path, self.why, self.missing = Path(path), why, missing
 
 
 @dataclass(frozen=True)
@@ -78,7 +91,7 @@ def stamp_identity(checkpoint: dict[str, Any], identity: str) -> None:
 
 
 def checkpoint_identity(checkpoint: dict[str, Any]) -> str | None:
-    """The identity hash stamped into a checkpoint; None for one written before identities were recorded."""
+    """The identity hash stamped into a checkpoint; None for one that carries none (not written by a cell)."""
     entry = checkpoint.get(IDENTITY_ENTRY)
     return entry.get("identity_hash") if isinstance(entry, dict) else None
 
@@ -88,8 +101,8 @@ def completed_epochs(checkpoint: dict[str, Any]) -> int:
     is written after validation, before the epoch counts as `completed` (and `epoch` is still the finished one's
     index)."""
     try:
-        return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
-    except (KeyError, TypeError):
+        return checkpoint_epochs_processed(checkpoint)
+    except UpstreamChanged:  # a checkpoint without Lightning's loop state
         return int(checkpoint.get("epoch", 0))
 
 
@@ -99,16 +112,25 @@ def _why_unreadable(error: Exception) -> str:
     return f"{type(error).__name__}: {first[:160]}"
 
 
-def read_checkpoint_info(path: Path) -> CheckpointInfo:
-    """Progress and identity of a checkpoint file; DamagedCheckpoint (saying why) when it cannot be one."""
+def read_checkpoint_file(path: Path, needs: Iterable[str] = ()) -> dict[str, Any]:
+    """A checkpoint's contents (tensors and plain data, never code); DamagedCheckpoint, saying why in one line, for
+    a file that is not a checkpoint holding every entry of `needs`."""
+    path = Path(path)
     if path.stat().st_size == 0:
-        raise DamagedCheckpoint("empty file")
+        raise DamagedCheckpoint(path, "empty file")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated, overwritten, or not a torch file at all
-        raise DamagedCheckpoint(_why_unreadable(error)) from error
-    if not isinstance(checkpoint, dict) or "global_step" not in checkpoint:
-        raise DamagedCheckpoint("not a Lightning checkpoint (no global_step)")
+    except Exception as error:  # truncated, overwritten, holding code, or not a torch file at all
+        raise DamagedCheckpoint(path, _why_unreadable(error)) from None
+    missing = tuple(key for key in needs if not isinstance(checkpoint, dict) or key not in checkpoint)
+    if not isinstance(checkpoint, dict) or missing:
+        raise DamagedCheckpoint(path, f"not a Lightning checkpoint (no {' or '.join(missing) or 'entries'})", missing)
+    return checkpoint
+
+
+def read_checkpoint_info(path: Path) -> CheckpointInfo:
+    """Progress and identity of a checkpoint file; DamagedCheckpoint (saying why) when it cannot be one."""
+    checkpoint = read_checkpoint_file(path, needs=("global_step",))
     return CheckpointInfo(
         path, int(checkpoint["global_step"]), completed_epochs(checkpoint), checkpoint_identity(checkpoint)
     )
@@ -135,7 +157,7 @@ def resume_point(run_dir: Path, identity: str) -> tuple[Path | None, int]:
         try:
             info = read_checkpoint_info(path)
         except DamagedCheckpoint as damage:
-            log.warning("checkpoint %s is damaged (%s): not resuming from it", path, damage)
+            log.warning("%s: not resuming from it", damage)
             continue
         if info.identity != identity:
             raise foreign_checkpoint(info, identity, Path(run_dir))

@@ -1,9 +1,9 @@
 """One run per run directory at a time: `with RunLock(run_dir): ...` around everything a cell does there.
 
-Two commands on one directory (the same command started twice, or two configs that map to one directory) used to
-both run, and whichever wrote its record last won. The lock is `fcntl.flock` on `<run_dir>/.lock`, held for the
-whole run: the kernel drops it when the holder exits or is killed, so a crashed run never blocks the next one. The
-file names the holder (PID, host, start time) for the refusal, and is emptied on release.
+Two commands on one directory (the same command started twice, or two configs that map to one directory) would
+otherwise both run, and whichever wrote its record last would win. The lock is `fcntl.flock` on `<run_dir>/.lock`,
+held for the whole run: the kernel drops it when the holder exits or is killed, so a crashed run never blocks the
+next one. The file names the holder (PID, host, start time) for the refusal, and is emptied on release.
 
 Where flock is not available (network file systems without lock support answer ENOLCK), the holder's record is the
 lock: a holder recorded on this host whose process is gone is taken over; a live one, or one on another host (whose
@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
-from vit_locality.errors import ConfigError
+from vit_locality.errors import VitLocalityError
 
 log = logging.getLogger("vit_locality")
 
@@ -33,8 +33,10 @@ FLOCK_UNSUPPORTED = {errno.ENOLCK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS
 RECORD_LIMIT = 4096  # bytes of a holder record read back; a record is about a hundred
 
 
-class RunLocked(ConfigError):
+class RunLocked(VitLocalityError):
     """Another process is running in the run directory; the message names it (PID, host) and the directory."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

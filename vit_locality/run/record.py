@@ -15,19 +15,24 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from vit_locality.errors import VitLocalityError
+from vit_locality.protocol import Protocol as TrainingProtocol  # typing.Protocol is imported here too
+from vit_locality.run.atomic import atomic_write_text
 
 RESULTS_FILE = "results.json"
 ATTENTION_CSV = "attention_stats.csv"
 STATUSES = ("running", "interrupted", "failed", "complete")
 
 
-class RecordError(ValueError):
+class RecordError(VitLocalityError, ValueError):
     """A results.json that cannot be used; the message is the one-line reason."""
+
+    exit_code = 2
 
 
 @runtime_checkable
@@ -35,37 +40,6 @@ class RecordSection(Protocol):
     """A Lightning callback that contributes a section to the record of a complete run (e.g. `attention`)."""
 
     def record_section(self) -> dict[str, Any]: ...
-
-
-def umask_mode() -> int:
-    """The mode `open()` gives a new file (0o666 less the umask): mkstemp's 0o600 would hide results from the team.
-    Linux reports the umask in /proc/self/status; `os.umask` can only read it by setting it for every thread at
-    once, so that is the fallback."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename over `path`; readable as the umask says."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, umask_mode())
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_record(run_dir: Path, payload: Mapping[str, Any], status: str) -> Path:
@@ -116,14 +90,19 @@ class RunRecord:
         return value if isinstance(value, str) else None
 
     @property
+    def record_version(self) -> int:
+        """The record's layout (run/record_sections.py); a record that does not say is version 1."""
+        value = self.data.get("record_version", 1)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+    @property
     def seed(self) -> int:
         return self.data["seed"]
 
     @property
-    def flags(self) -> tuple[bool, bool, float]:
-        """(AutoAugment, CutMix, label smoothing)."""
-        protocol = self.data["protocol"]
-        return bool(protocol["autoaug"]), bool(protocol["cutmix"]), float(protocol["ls"])
+    def protocol(self) -> TrainingProtocol:
+        """The run's protocol (cell name, flags, grouping), read through the one type every reader uses."""
+        return TrainingProtocol.from_record(self.data["protocol"])
 
     @property
     def data_name(self) -> str:

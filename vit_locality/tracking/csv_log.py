@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from vit_locality.run.record import atomic_write_text
+from vit_locality.run.atomic import atomic_write_text
+from vit_locality.upstream import cache_logger_experiment, csv_experiment_writer_class, logger_experiment
 
 
 def _signature(row: dict[str, Any]) -> tuple[str, frozenset[str]]:
@@ -26,7 +26,7 @@ def _signature(row: dict[str, Any]) -> tuple[str, frozenset[str]]:
     return str(row.get("step")), frozenset(k for k, v in row.items() if k != "step" and v not in ("", None))
 
 
-class ResumableExperimentWriter(ExperimentWriter):
+class ResumableExperimentWriter(csv_experiment_writer_class()):
     def __init__(self, log_dir: str) -> None:
         super().__init__(log_dir)
         path = Path(self.metrics_file_path)
@@ -47,13 +47,13 @@ class ResumableExperimentWriter(ExperimentWriter):
         self.rows = [row for row in self.rows if _signature(row) not in replaced] + new
         self.metrics_keys = sorted({*self.metrics_keys, *(key for row in new for key in row)})
         self.metrics = []
-        self._write()
+        self._write_all_rows()
 
     @staticmethod
     def _plain(value: Any) -> Any:
         return value.item() if hasattr(value, "item") else value
 
-    def _write(self) -> None:
+    def _write_all_rows(self) -> None:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=self.metrics_keys, restval="")
         writer.writeheader()
@@ -67,7 +67,9 @@ class ResumableCSVLogger(CSVLogger):
     @property
     @rank_zero_experiment
     def experiment(self) -> ResumableExperimentWriter:
-        if self._experiment is None:
-            self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = ResumableExperimentWriter(log_dir=self.log_dir)
-        return self._experiment
+        writer = logger_experiment(self)
+        if writer is None:
+            Path(self.root_dir).mkdir(parents=True, exist_ok=True)  # a local directory: the file is written atomically
+            writer = ResumableExperimentWriter(log_dir=self.log_dir)
+            cache_logger_experiment(self, writer)
+        return writer

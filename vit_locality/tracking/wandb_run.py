@@ -20,10 +20,11 @@ from urllib.parse import urlsplit
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.catalog import cell_name
+from vit_locality.protocol import Protocol
 from vit_locality.run.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT
 from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE
 from vit_locality.tracking.quiet import quiet_wandb
+from vit_locality.upstream import wandb_init_arguments
 
 log = logging.getLogger("vit_locality")
 DEFAULT_HOST = "https://api.wandb.ai"
@@ -39,8 +40,9 @@ class ConfigWandbLogger(WandbLogger):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # Lightning passes `anonymous=None`, which wandb answers with a deprecation warning on every run.
-        if self._wandb_init.get("anonymous") is None:
-            self._wandb_init.pop("anonymous", None)
+        init_arguments = wandb_init_arguments(self)
+        if init_arguments.get("anonymous") is None:
+            init_arguments.pop("anonymous", None)
 
     def log_hyperparams(self, params: Any) -> None:
         """Nothing: see the class docstring (the CSV logger keeps its hparams.yaml)."""
@@ -109,8 +111,7 @@ def run_group(cfg: DictConfig) -> str:
 
 def run_tags(cfg: DictConfig) -> list[str]:
     """The cell's paper name and flags, data set, model, `sweep:<sweep_name>`, then the user's `tags`."""
-    autoaug, cutmix, ls = bool(cfg.aug.autoaug), bool(cfg.aug.cutmix), float(cfg.loss.ls)
-    tags = [cell_name(autoaug, cutmix, ls), f"aa{int(autoaug)}", f"cm{int(cutmix)}", f"ls{ls:g}"]
+    tags = Protocol.from_cfg(cfg).tags()
     tags += [str(cfg.data.name), str(cfg.model.name), f"sweep:{cfg.sweep_name}", *map(str, cfg.get("tags") or [])]
     return list(dict.fromkeys(tag[:MAX_TAG] for tag in tags))
 

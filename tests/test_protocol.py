@@ -1,0 +1,198 @@
+"""The one Protocol type: built from a config (checked, with the config checks' one-line messages) or from a record
+(older records included), and the single source of the description, the record section, the cell name, the W&B
+tags and the report's grouping. Also the module's typed settings and older checkpoints' flat hyper-parameters."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from helpers import compose_config
+
+from vit_locality.errors import ConfigError
+from vit_locality.model.classifier import OptimSettings, ViTClassifier, adamw_with_decay_groups
+from vit_locality.model.vit import ModelConfig, VisionTransformer
+from vit_locality.protocol import Protocol
+
+# A record's protocol section as train.py wrote it before this type existed (no mixup key at all).
+OLD_RECORD = {
+    "autoaug": True,
+    "cutmix": True,
+    "ls": 0.1,
+    "policy": "cifar10",
+    "cutmix_alpha": 1.0,
+    "cutmix_prob": 0.5,
+    "description": "crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0, p=0.5) | ls=0.1",
+    "autoaug_device": "cpu",
+}
+
+
+def _cfg(*overrides: str):
+    return compose_config(["data=synthetic", "model=vit_tiny", *overrides])
+
+
+def test_protocol_imports_without_torch() -> None:
+    """The config checks build it before torch loads."""
+    import subprocess
+
+    code = "import sys, vit_locality.protocol; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_from_cfg_resolves_the_policy_and_where_autoaugment_runs() -> None:
+    cfg = _cfg("aug.autoaug=true", "aug.cutmix=true", "aug.cutmix_prob=0.5", "loss.ls=0.1")
+    protocol = Protocol.from_cfg(cfg)
+    assert protocol == Protocol(True, "cifar10", "cpu", True, 1.0, 0.5, 0.1)
+    assert Protocol.from_cfg(cfg, on_device=True).autoaug_device == "data_on_device"
+    assert Protocol.from_cfg(_cfg("aug.autoaug=true", "aug.policy=svhn")).policy == "svhn"
+    batched = Protocol.from_cfg(_cfg("aug.autoaug=true", "aug.device=gpu"))
+    assert batched.batched_autoaugment and not batched.per_sample_autoaugment
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("aug.cutmix_alpha=-1", "aug.cutmix_alpha=-1.0 is not allowed: > 0, finite"),  # the schema makes it a float
+        ("aug.cutmix_alpha=inf", "aug.cutmix_alpha=inf is not allowed: > 0, finite"),
+        ("aug.cutmix_prob=1.5", "aug.cutmix_prob=1.5 is not allowed: a number in [0, 1]"),
+        ("aug.cutmix_prob=-0.1", "aug.cutmix_prob=-0.1 is not allowed: a number in [0, 1]"),
+        ("loss.ls=1.0", "loss.ls=1.0 is not allowed: a number in [0, 1)"),
+        ("loss.ls=-0.1", "loss.ls=-0.1 is not allowed: a number in [0, 1)"),
+    ],
+)
+def test_out_of_range_settings_fail_in_one_line(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Protocol.from_cfg(_cfg(override))
+    assert str(caught.value) == message
+
+
+EDGES = ["aug.cutmix_alpha=0.01", "aug.cutmix_prob=0", "aug.cutmix_prob=1", "loss.ls=0.99"]
+
+
+@pytest.mark.parametrize("override", EDGES)
+def test_settings_at_the_edges_of_their_ranges_pass(override: str) -> None:
+    Protocol.from_cfg(_cfg(override))
+
+
+def test_validate_checks_the_flags_and_the_ranges_of_a_built_protocol() -> None:
+    with pytest.raises(ConfigError, match=r"^aug.cutmix=1 is not allowed: true or false$"):
+        Protocol(cutmix=1).validate()
+    with pytest.raises(ConfigError, match=r"^aug.cutmix_alpha=-1.0 is not allowed"):
+        Protocol(cutmix_alpha=-1.0).validate()
+    Protocol().validate()
+
+
+def test_colorjitter_cannot_run_batched() -> None:
+    with pytest.raises(ConfigError, match=r"^aug.device='gpu' is not allowed: cpu when the policy is colorjitter"):
+        Protocol.from_cfg(_cfg("aug.autoaug=true", "aug.device=gpu", "aug.policy=colorjitter"))
+    Protocol.from_cfg(_cfg("aug.autoaug=false", "aug.device=gpu", "aug.policy=colorjitter"))  # nothing runs
+
+
+def test_describe_line() -> None:
+    assert Protocol().describe() == "crop+flip"
+    modern = Protocol(autoaug=True, policy="cifar10", cutmix=True, ls=0.1)
+    assert modern.describe() == "crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0) | ls=0.1"
+    half = Protocol(cutmix=True, cutmix_alpha=0.5, cutmix_prob=0.5)
+    assert half.describe() == "crop+flip | cutmix(alpha=0.5, p=0.5)"
+    jitter = Protocol(autoaug=True, policy="colorjitter", autoaug_device="data_on_device")
+    assert jitter.describe() == "crop+flip | colorjitter(0.4,0.4,0.4, batched on the device)"
+    assert Protocol(autoaug=True, policy="svhn", autoaug_device="gpu").describe() == (
+        "crop+flip | autoaugment(svhn, batched on gpu)"
+    )
+
+
+def test_an_older_record_reads_as_it_was_written() -> None:
+    protocol = Protocol.from_record(OLD_RECORD)
+    assert protocol == Protocol(True, "cifar10", "cpu", True, 1.0, 0.5, 0.1)
+    assert protocol.describe() == OLD_RECORD["description"]
+    assert {k: v for k, v in protocol.record().items() if k in OLD_RECORD} == OLD_RECORD
+    assert protocol.cell_name == "Modern"
+
+
+def test_a_record_without_cutmix_settings_takes_the_defaults() -> None:
+    """Settings that do not apply are recorded as None (and records older than cutmix_prob lack it)."""
+    record = {"autoaug": False, "cutmix": False, "ls": 0.0, "policy": None, "cutmix_alpha": None}
+    assert Protocol.from_record(record) == Protocol()
+    assert Protocol.from_record({**record, "cutmix": True, "cutmix_prob": 0.0}).cutmix_prob == 0.0
+
+
+def test_record_round_trips() -> None:
+    for protocol in (Protocol(), Protocol(True, "imagenet", "gpu", True, 0.3, 0.7, 0.2)):
+        assert Protocol.from_record(protocol.record()) == protocol
+
+
+def test_tags_name_the_cell_and_its_flags() -> None:
+    assert Protocol(autoaug=True, cutmix=True, ls=0.1).tags() == ["Modern", "aa1", "cm1", "ls0.1"]
+    assert Protocol().tags() == ["Baseline", "aa0", "cm0", "ls0"]
+
+
+def test_group_key_keeps_the_grouped_fields_only() -> None:
+    """Two runs of one cell that differ in a CutMix setting share a group (the report notes the difference);
+    runs with another label smoothing do not (the report pools and notes them by cell)."""
+    a = Protocol(True, "cifar10", "cpu", True, 1.0, 1.0, 0.1)
+    b = Protocol(True, "cifar10", "gpu", True, 0.5, 0.5, 0.1)
+    assert a.group_key() == b.group_key()
+    assert a.group_key() != Protocol(True, "cifar10", "cpu", True, 1.0, 1.0, 0.2).group_key()
+    assert a.group_key().cell_name == "Modern"
+
+
+# ---- the module's typed settings ------------------------------------------------------------------------------
+
+
+def test_model_config_ignores_keys_that_do_not_shape_the_network() -> None:
+    mapping = {"name": "vit_tiny", "compile": "auto", "depth": 2, "dim": 64, "heads": 4, "mlp_ratio": 2.0}
+    assert ModelConfig.from_mapping(mapping) == ModelConfig(depth=2, dim=64, heads=4, mlp_ratio=2.0, stem="patch")
+
+
+def test_no_weight_decay_names_what_the_optimizer_leaves_undecayed() -> None:
+    model = VisionTransformer.from_config(ModelConfig(depth=1, dim=16, heads=2), num_classes=3, image_size=16)
+    assert model.no_weight_decay() == {"cls_token", "pos_embed"}
+    names = {id(p): n for n, p in model.named_parameters()}
+    _, undecayed = adamw_with_decay_groups(model, 1e-3, 0.05, (0.9, 0.999)).param_groups
+    assert {"cls_token", "pos_embed"} <= {names[id(p)] for p in undecayed["params"]}
+    model.no_weight_decay = lambda: set()  # the optimizer asks the model, it does not know the names itself
+    decayed, _ = adamw_with_decay_groups(model, 1e-3, 0.05, (0.9, 0.999)).param_groups
+    assert {"cls_token", "pos_embed"} <= {names[id(p)] for p in decayed["params"]}
+
+
+SMALL = {"depth": 1, "dim": 16, "heads": 2, "mlp_ratio": 2.0}
+
+
+def test_hyper_parameters_are_plain_dicts_and_load_weights_only(tmp_path) -> None:
+    protocol = Protocol(cutmix=True, ls=0.1)
+    module = ViTClassifier(3, 16, [0.5] * 3, [0.25] * 3, ModelConfig(**SMALL), protocol, OptimSettings(lr=0.01))
+    assert module.hparams["model"] == {**SMALL, "stem": "patch"}
+    assert module.hparams["protocol"]["cutmix"] is True and module.hparams["optim"]["lr"] == 0.01
+    path = tmp_path / "m.ckpt"
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, path)
+    hparams = torch.load(path, weights_only=True)["hyper_parameters"]
+    again = ViTClassifier(**hparams)
+    assert (again.protocol, again.optim, again.arch) == (protocol, OptimSettings(lr=0.01), ModelConfig(**SMALL))
+
+
+def test_an_older_checkpoints_flat_hyper_parameters_still_build_the_module() -> None:
+    flat = {
+        "num_classes": 3,
+        "image_size": 16,
+        "mean": [0.5] * 3,
+        "std": [0.25] * 3,
+        "model": {"name": "tiny", "compile": "auto", **SMALL},
+        "cutmix": True,
+        "cutmix_alpha": 0.5,
+        "cutmix_prob": 1.0,
+        "label_smoothing": 0.1,
+        "lr": 0.002,
+        "weight_decay": 0.05,
+        "betas": (0.9, 0.99),
+        "warmup_epochs": 1.0,
+        "min_lr_ratio": 0.0,
+        "nonfinite_check_every": 1,
+        "device_autoaugment": None,
+        "compile_model": False,
+    }
+    module = ViTClassifier(**flat)
+    assert module.protocol == Protocol(cutmix=True, cutmix_alpha=0.5, ls=0.1)
+    assert module.optim == OptimSettings(lr=0.002, betas=(0.9, 0.99), warmup_epochs=1.0)
+    with pytest.raises(TypeError, match="unexpected hyper-parameters: colour"):
+        ViTClassifier(**flat, colour="red")

@@ -1,0 +1,104 @@
+"""What a cell's record says, section by section: built here, written by record.write_record, moved between states
+by the cell runner (run/cell.py).
+
+`record_version` says which layout a record has; a reader meets a record without one as version 1. Bump it when a
+section changes meaning, so a reader can tell the layouts apart instead of guessing from which keys are present.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+from omegaconf import DictConfig, OmegaConf
+
+from vit_locality.config.identity import data_fingerprint
+from vit_locality.data import ImageDataModule
+from vit_locality.model.vit import count_parameters
+from vit_locality.run.record import RunRecord
+from vit_locality.tracking.versions import environment_versions
+
+RECORD_VERSION = 1
+
+
+def identity_sections(cfg: DictConfig, identity: str) -> dict[str, Any]:
+    """What every record holds from its first write on, whatever the cell's fate: which cell, under which config."""
+    return {
+        "record_version": RECORD_VERSION,
+        "run_name": cfg.run_name,
+        "identity_hash": identity,
+        "seed": int(cfg.seed),
+        "tags": [str(tag) for tag in cfg.get("tags") or []],  # labels only, outside the identity
+    }
+
+
+def fingerprint_of(datamodule: ImageDataModule) -> dict[str, Any]:
+    """The data a cell reads: its training, evaluation and test labels (set up already)."""
+    arrays = datamodule.arrays
+    assert arrays is not None, "fingerprint_of needs a set-up datamodule"
+    return data_fingerprint(arrays.train_labels, datamodule.eval_split()[1], arrays.test_labels)
+
+
+def same_data(record: RunRecord, datamodule: ImageDataModule) -> bool:
+    """Whether a complete record was measured on this data; one that records no fingerprint cannot say it was."""
+    return record.data.get("data_fingerprint") == fingerprint_of(datamodule)
+
+
+def setup_sections(
+    cfg: DictConfig, datamodule: ImageDataModule, model: Any, protocol: dict[str, Any]
+) -> dict[str, Any]:
+    """What the cell is about to train, known once data and model are built: data, protocol, model, config."""
+    return {
+        "data": {
+            "name": cfg.data.name,
+            "num_classes": datamodule.num_classes,
+            "image_size": datamodule.image_size,
+            "num_train": datamodule.num_train,
+            "eval_split": "val" if cfg.data.val_size else "test",
+        },
+        "data_fingerprint": fingerprint_of(datamodule),
+        "protocol": protocol,
+        "model": {
+            **OmegaConf.to_container(cfg.model, resolve=True),
+            "patch_size": model.patch_size,
+            "num_params": count_parameters(model),
+        },
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "versions": environment_versions(),
+    }
+
+
+def batch_section(global_batch: int, per_device: int, world_size: int) -> dict[str, Any]:
+    return {"batch": {"global": global_batch, "per_device": per_device, "world_size": world_size}}
+
+
+def measured_on(cfg: DictConfig, datamodule: ImageDataModule) -> dict[str, Any]:
+    """How many images the figures beside it come from: val/* and test/* accuracy, and the attention statistics."""
+    arrays = datamodule.arrays
+    assert arrays is not None
+    evaluated = len(datamodule.eval_split()[1])
+    return {
+        "eval_split": "val" if cfg.data.val_size else "test",
+        "eval_images": evaluated,
+        "test_images": len(arrays.test_labels),
+        "probe_images": min(int(cfg.stats.probe_size), evaluated) if cfg.stats.enabled else 0,
+    }
+
+
+def result_sections(
+    cfg: DictConfig,
+    trainer: L.Trainer,
+    datamodule: ImageDataModule,
+    val_metrics: dict[str, float],
+    test_metrics: dict[str, float],
+    timings: dict[str, float],
+) -> dict[str, Any]:
+    """What a finished cell measured: metrics (accuracy as fractions), on how many images, how long it trained."""
+    return {
+        "metrics": {**val_metrics, **test_metrics},
+        "measured_on": measured_on(cfg, datamodule),
+        "epochs": trainer.current_epoch,
+        "steps": trainer.global_step,
+        "precision": str(trainer.precision),
+        "timings": timings,
+    }
