@@ -52,6 +52,8 @@ class AugConfig:
     cutmix: bool = False
     cutmix_alpha: float = 1.0
     cutmix_prob: float = 1.0
+    mixup: bool = False
+    mixup_alpha: float = 1.0
 
 
 @dataclass
@@ -63,7 +65,7 @@ class LossConfig:
 
 # The protocol's fields are all in the record; these are the ones a report groups runs by (the others, such as
 # the CutMix alpha, are settings whose differences inside a cell the report notes).
-GROUPED_FIELDS = ("autoaug", "cutmix", "ls")
+GROUPED_FIELDS = ("autoaug", "cutmix", "ls", "mixup")
 # Where AutoAugment runs: per sample in the workers, batched in the module, or batched by the on-device data.
 AUTOAUG_DEVICES = ("cpu", "gpu", "data_on_device")
 WHERE_SHOWN = {"gpu": ", batched on gpu", "data_on_device": ", batched on the device"}  # in the description
@@ -104,6 +106,8 @@ class Protocol:
     cutmix_alpha: float = 1.0
     cutmix_prob: float = 1.0
     ls: float = 0.0
+    mixup: bool = False
+    mixup_alpha: float = 1.0
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig, on_device: bool = False) -> Protocol:
@@ -120,6 +124,8 @@ class Protocol:
             cutmix_alpha=aug.cutmix_alpha,
             cutmix_prob=aug.get("cutmix_prob", 1.0),
             ls=cfg.loss.ls,
+            mixup=aug.get("mixup", False),
+            mixup_alpha=aug.get("mixup_alpha", 1.0),
         )
         raw.validate()
         _check(policy in POLICY_CHOICES, "aug.policy", policy, f"one of {', '.join(POLICY_CHOICES)}")
@@ -145,17 +151,22 @@ class Protocol:
             cutmix_alpha=number("cutmix_alpha", 1.0),
             cutmix_prob=number("cutmix_prob", 1.0),
             ls=float(record["ls"]),
+            mixup=bool(record.get("mixup", False)),  # records from before MixUp have no key: off
+            mixup_alpha=number("mixup_alpha", 1.0),
         )
 
     def validate(self) -> None:
         """Raise ConfigError, naming the config key, on the first field outside its range."""
-        for key, value in (("aug.autoaug", self.autoaug), ("aug.cutmix", self.cutmix)):
+        for key, value in (("aug.autoaug", self.autoaug), ("aug.cutmix", self.cutmix), ("aug.mixup", self.mixup)):
             _check(isinstance(value, bool), key, value, "true or false")
         _check(self.autoaug_device in AUTOAUG_DEVICES, "aug.device", self.autoaug_device, "cpu or gpu")
-        alpha, prob, ls = self.cutmix_alpha, self.cutmix_prob, self.ls
+        alpha, prob, ls, mixup_alpha = self.cutmix_alpha, self.cutmix_prob, self.ls, self.mixup_alpha
         _check(_is_finite(alpha) and alpha > 0, "aug.cutmix_alpha", alpha, "> 0, finite")
         _check(_is_finite(prob) and 0 <= prob <= 1, "aug.cutmix_prob", prob, "a number in [0, 1]")
         _check(_is_number(ls) and 0 <= ls < 1, "loss.ls", ls, "a number in [0, 1)")
+        _check(_is_finite(mixup_alpha) and mixup_alpha > 0, "aug.mixup_alpha", mixup_alpha, "> 0, finite")
+        # One batch mixer at a time: MixUp is CutMix's spatially global control, not an addition to it.
+        _check(not (self.mixup and self.cutmix), "aug.mixup", self.mixup, "false when aug.cutmix=true (one mixer)")
 
     def normalized(self) -> Protocol:
         """The same protocol with plain Python types (the config may give an int where a float is meant)."""
@@ -166,6 +177,8 @@ class Protocol:
             cutmix_alpha=float(self.cutmix_alpha),
             cutmix_prob=float(self.cutmix_prob),
             ls=float(self.ls),
+            mixup=bool(self.mixup),
+            mixup_alpha=float(self.mixup_alpha),
         )
 
     @property
@@ -185,8 +198,9 @@ class Protocol:
 
     @property
     def cell_name(self) -> str:
-        """The paper's name of the cell (catalog.CELL_NAMES)."""
-        return CELL_NAMES[self.flags]
+        """The paper's name of the cell (catalog.CELL_NAMES), `+MU` added under MixUp (`Baseline+MU`): a cell the
+        paper did not run is never named as one it did."""
+        return CELL_NAMES[self.flags] + ("+MU" if self.mixup else "")
 
     def describe(self) -> str:
         """One line stating the effective protocol: `crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0)`."""
@@ -200,6 +214,8 @@ class Protocol:
         if self.cutmix:
             p = "" if self.cutmix_prob >= 1 else f", p={self.cutmix_prob}"
             parts.append(f"cutmix(alpha={self.cutmix_alpha}{p})")
+        if self.mixup:
+            parts.append(f"mixup(alpha={self.mixup_alpha})")
         if self.ls:
             parts.append(f"ls={self.ls}")
         return " | ".join(parts)
@@ -213,13 +229,17 @@ class Protocol:
             "policy": self.policy if self.autoaug else None,
             "cutmix_alpha": self.cutmix_alpha if self.cutmix else None,
             "cutmix_prob": self.cutmix_prob if self.cutmix else None,
+            "mixup": self.mixup,
+            "mixup_alpha": self.mixup_alpha if self.mixup else None,
             "description": self.describe(),
             "autoaug_device": self.autoaug_device if self.autoaug else None,
         }
 
     def tags(self) -> list[str]:
-        """W&B tags: the cell's name and its flags (`Modern`, `aa1`, `cm1`, `ls0.1`)."""
-        return [self.cell_name, f"aa{int(self.autoaug)}", f"cm{int(self.cutmix)}", f"ls{self.ls:g}"]
+        """W&B tags: the cell's name and its flags (`Modern`, `aa1`, `cm1`, `ls0.1`), and `mu1` under MixUp (runs
+        without it keep the four tags they always had)."""
+        tags = [self.cell_name, f"aa{int(self.autoaug)}", f"cm{int(self.cutmix)}", f"ls{self.ls:g}"]
+        return [*tags, "mu1"] if self.mixup else tags
 
     def group_key(self) -> Protocol:
         """What puts two runs in one group of a report: the GROUPED_FIELDS, every other field at its default."""
