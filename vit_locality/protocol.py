@@ -206,9 +206,7 @@ class Protocol:
         """One line stating the effective protocol: `crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0)`."""
         parts = ["crop+flip"]
         if self.autoaug:  # where it runs: per sample in the workers (cpu), or batched on the training device
-            where = {"gpu": ", batched on gpu", "data_on_device": ", batched on the device"}.get(
-                self.autoaug_device, ""
-            )
+            where = WHERE_SHOWN.get(self.autoaug_device, "")
             jitter = f"colorjitter(0.4,0.4,0.4{where})"
             parts.append(jitter if self.policy == COLORJITTER else f"autoaugment({self.policy}{where})")
         if self.cutmix:
