@@ -25,22 +25,64 @@ def position_similarity(pos_embed: torch.Tensor) -> torch.Tensor:
     return rows @ rows.T
 
 
-def position_locality(similarity: torch.Tensor) -> float:
-    """Minus the Pearson correlation, over all ordered pairs of distinct patches, between the embeddings' cosine
-    similarity and the patches' grid distance: near 1 when similarity falls steadily with distance (2-D local
-    positions), near 0 when it ignores the grid; NaN when the similarities are all equal."""
+def _off_diagonal_pairs(similarity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Similarity and grid distance (in patch steps) of every ordered pair of distinct patches."""
     n = similarity.shape[0]
     g = int(round(n**0.5))
     if g * g != n:
         raise ValueError(f"{n} patch embeddings do not form a square grid")
     off = ~torch.eye(n, dtype=torch.bool)
-    sim = similarity.double()[off]
-    dist = patch_distance_matrix(g, "grid", dtype=torch.float64)[off]
-    sim, dist = sim - sim.mean(), dist - dist.mean()
-    denominator = float(torch.sqrt((sim * sim).sum() * (dist * dist).sum()))
-    if denominator <= 1e-12 * n:
+    return similarity.double()[off], patch_distance_matrix(g, "grid", dtype=torch.float64)[off]
+
+
+def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Pearson correlation; NaN when either side is constant."""
+    x, y = x - x.mean(), y - y.mean()
+    denominator = float(torch.sqrt((x * x).sum() * (y * y).sum()))
+    if denominator <= 1e-12 * len(x):
         return float("nan")
-    return -float((sim * dist).sum()) / denominator
+    return float((x * y).sum()) / denominator
+
+
+def _ranks(values: torch.Tensor) -> torch.Tensor:
+    """Ranks 1..n, ties sharing their mean rank (grid distances tie a lot: 8 x 8 patches have 2,016 pairs but only
+    a few dozen distinct distances)."""
+    unique, inverse, counts = torch.unique(values, return_inverse=True, return_counts=True)
+    first = torch.cumsum(counts, 0) - counts  # rank - 1 of the first member of each tie group
+    mean_rank = first.double() + (counts.double() + 1) / 2
+    return mean_rank[inverse]
+
+
+def position_locality(similarity: torch.Tensor) -> float:
+    """Minus the Pearson correlation, over all ordered pairs of distinct patches, between the embeddings' cosine
+    similarity and the patches' grid distance: near 1 when similarity falls linearly with distance, near 0 when it
+    ignores the grid; NaN when the similarities are all equal. It rewards a linear fall-off, so a sharp, very local
+    code scores lower than a broad one: read it beside `position_rank_locality` and `similarity_at_distances`."""
+    sim, dist = _off_diagonal_pairs(similarity)
+    return -_pearson(sim, dist)
+
+
+def position_rank_locality(similarity: torch.Tensor) -> float:
+    """Minus the Spearman correlation between similarity and grid distance: 1 whenever similarity falls with
+    distance, however sharply (a code local at one patch step ranks with one local at three); 0 when it ignores
+    the grid; NaN when the similarities are all equal."""
+    sim, dist = _off_diagonal_pairs(similarity)
+    return -_pearson(_ranks(sim), _ranks(dist))
+
+
+NEAR_STEPS = 1.0  # the length scale compares neighbours one patch step apart ...
+FAR_STEPS = 4.0  # ... with patches at least this many steps apart (half the 8 x 8 grid)
+
+
+def similarity_at_distances(
+    similarity: torch.Tensor, near: float = NEAR_STEPS, far: float = FAR_STEPS
+) -> tuple[float, float]:
+    """(mean similarity of pairs exactly `near` steps apart, mean similarity of pairs `far` or more steps apart):
+    a length scale. Local codes are high at 1 step and near 0 far away; broad codes stay high far away too."""
+    sim, dist = _off_diagonal_pairs(similarity)
+    at_near = sim[(dist - near).abs() < 1e-9]
+    at_far = sim[dist >= far - 1e-9]
+    return float(at_near.mean()), float(at_far.mean())
 
 
 def similarity_mosaic(similarity: torch.Tensor) -> torch.Tensor:
