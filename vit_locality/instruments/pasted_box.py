@@ -28,7 +28,8 @@ class Box:
 
     @classmethod
     def central(cls, grid_size: int) -> Box:
-        """The centred box of half the grid's side (a quarter of the area, the mean of CutMix's lambda = 0.75)."""
+        """The centred box of half the grid's side: a quarter of the image. For scale, CutMix at alpha 1 pastes 0.30 of
+        the image on average (its lambda, the kept share, has mean 0.5; the box is clipped at the borders)."""
         side = grid_size // 2
         start = (grid_size - side) // 2
         return cls(start, start, side, side)
