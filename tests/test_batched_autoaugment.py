@@ -324,3 +324,19 @@ def test_rejects_bad_input() -> None:
         apply(_images(4, 32), draw(3))
     with pytest.raises(ValueError, match="batch"):
         apply(_images(1, 32)[0], draw(1))
+
+
+def test_ranks_draw_their_own_rows_of_the_global_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under DDP every rank seeds the same generator: rank r must take rows r, r + W, ... of the global batch's
+    draws (so ranks differ), and the ranks together must draw exactly what one process draws for the global batch."""
+    recorded = _recording_apply(monkeypatch)
+    module = BatchedAutoAugment("cifar10")
+    images = _images(16, 8)
+    for world, rank in ((1, 0), (2, 0), (2, 1)):
+        torch.manual_seed(5)
+        module(images if world == 1 else images[:8], world, rank)
+    single, rank0, rank1 = recorded
+    assert not torch.equal(rank0.sub_policy, rank1.sub_policy)
+    interleaved = torch.stack([rank0.sub_policy, rank1.sub_policy], 1).flatten()
+    assert torch.equal(interleaved, single.sub_policy)
+    assert torch.equal(torch.stack([rank0.applied, rank1.applied], 1).flatten(0, 1), single.applied)

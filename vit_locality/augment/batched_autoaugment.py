@@ -175,10 +175,15 @@ class BatchedAutoAugment(torch.nn.Module):
         autoaugment_policy(policy)  # an unknown policy fails here, not at the first batch
         self.policy = policy
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Augment a uint8 (B, C, H, W) batch, every image with its own sub-policy."""
-        draws = draw(len(images), device=images.device, policy=self.policy)
-        return apply(images, draws)
+    def forward(self, images: torch.Tensor, world: int = 1, rank: int = 0) -> torch.Tensor:
+        """Augment a uint8 (B, C, H, W) batch, every image with its own sub-policy. Under DDP every process seeds the
+        same generator, so the draws are made for the global batch (`world` x B) and this process takes its rows
+        (rank, rank + world, ...: the shard order of the training sampler): ranks draw different sub-policies, and
+        together exactly a one-process run's draws."""
+        drawn = draw(len(images) * world, device=images.device, policy=self.policy)
+        rows = torch.arange(len(images), device=images.device) * world + rank
+        mine = AutoAugmentDraws(drawn.policy, drawn.sub_policy[rows], drawn.applied[rows], drawn.negative[rows])
+        return apply(images, mine)
 
     def extra_repr(self) -> str:
         return f"policy={self.policy!r}"
