@@ -196,3 +196,13 @@ def test_an_older_checkpoints_flat_hyper_parameters_still_build_the_module() -> 
     assert module.optim == OptimSettings(lr=0.002, betas=(0.9, 0.99), warmup_epochs=1.0)
     with pytest.raises(TypeError, match="unexpected hyper-parameters: colour"):
         ViTClassifier(**flat, colour="red")
+
+
+def test_a_run_that_never_mixed_is_not_a_cutmix_cell() -> None:
+    """aug.cutmix=true with cutmix_prob=0 trains Baseline: its cell, tags and report group say so."""
+    never = Protocol(cutmix=True, cutmix_prob=0.0)
+    assert never.flags == (False, False, False) and never.cell_name == "Baseline"
+    assert "cm0" in never.tags() and never.group_key() == Protocol().group_key()
+    sometimes = Protocol(cutmix=True, cutmix_prob=0.5)
+    assert sometimes.flags == (False, True, False) and sometimes.cell_name == "+CM" and "cm1" in sometimes.tags()
+    assert Protocol.from_record(never.record()).cell_name == "Baseline"

@@ -192,9 +192,15 @@ class Protocol:
         return self.autoaug and self.autoaug_device == "cpu"
 
     @property
+    def cutmix_mixes(self) -> bool:
+        """Whether CutMix mixed any batch: `aug.cutmix=true` with `aug.cutmix_prob=0` never does."""
+        return self.cutmix and self.cutmix_prob > 0
+
+    @property
     def flags(self) -> tuple[bool, bool, bool]:
-        """(AA, CM, LS on): the coordinates of the cell in the paper's 2 x 2 x 2 design."""
-        return (self.autoaug, self.cutmix, self.ls > 0)
+        """(AA, CM, LS on), by what the protocol did: the coordinates of the cell in the paper's 2 x 2 x 2 design. A
+        run that never mixed is not a CutMix cell, whatever its `aug.cutmix` said."""
+        return (self.autoaug, self.cutmix_mixes, self.ls > 0)
 
     @property
     def cell_name(self) -> str:
@@ -236,9 +242,10 @@ class Protocol:
     def tags(self) -> list[str]:
         """W&B tags: the cell's name and its flags (`Modern`, `aa1`, `cm1`, `ls0.1`), and `mu1` under MixUp (runs
         without it keep the four tags they always had)."""
-        tags = [self.cell_name, f"aa{int(self.autoaug)}", f"cm{int(self.cutmix)}", f"ls{self.ls:g}"]
+        tags = [self.cell_name, f"aa{int(self.autoaug)}", f"cm{int(self.cutmix_mixes)}", f"ls{self.ls:g}"]
         return [*tags, "mu1"] if self.mixup else tags
 
     def group_key(self) -> Protocol:
         """What puts two runs in one group of a report: the GROUPED_FIELDS, every other field at its default."""
-        return Protocol(**{name: getattr(self, name) for name in GROUPED_FIELDS})
+        grouped = {name: getattr(self, name) for name in GROUPED_FIELDS}
+        return Protocol(**{**grouped, "cutmix": self.cutmix_mixes})
