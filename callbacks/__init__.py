@@ -6,21 +6,26 @@ package, so the library stays usable (and testable) without it.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback, RichProgressBar, TQDMProgressBar
 from omegaconf import DictConfig
 from vit_locality.callbacks.attention_stats import AttentionStatsCallback
 from vit_locality.callbacks.checkpointing import IdentityStamp, InterruptCheckpoint, last_checkpoint_callback
-from vit_locality.callbacks.epoch_log import EpochLogCallback
+from vit_locality.callbacks.epoch_log import EpochLineProgress, EpochLogCallback
 from vit_locality.callbacks.seeding import EpochReseed
 
 from vit_locality.attention.probe import ProbeSettings
 from vit_locality.config.identity import identity_hash
 
 
-def progress_display(style: str) -> Callback:
-    """A bar (`tqdm`, `rich`) or, for sweeps and batch jobs (`none`), one log line per epoch."""
+def progress_display(style: str, terminal: bool | None = None) -> Callback:
+    """A bar (`tqdm`, `rich`) on a terminal; one log line per epoch, with the time left, for `none` and wherever
+    stderr is not a terminal (a redirected log, a batch job), where a bar would flood the file with redraws."""
+    on_terminal = sys.stderr.isatty() if terminal is None else terminal
+    if style in ("tqdm", "rich") and not on_terminal:
+        return EpochLineProgress()
     if style == "tqdm":
         return TQDMProgressBar()
     if style == "rich":
@@ -49,6 +54,7 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
 
 __all__ = [
     "AttentionStatsCallback",
+    "EpochLineProgress",
     "EpochLogCallback",
     "EpochReseed",
     "IdentityStamp",

@@ -34,13 +34,24 @@ def last_checkpoint_callback(run_dir: Path, every_n_epochs: int) -> ModelCheckpo
 
 
 class InterruptCheckpoint(Callback):
-    """On SIGTERM or Ctrl-C, save `interrupted.ckpt` so the next run of the same command continues from there."""
+    """On SIGTERM (or a first Ctrl-C, which vit_locality.run.interrupts turns into the same stop), save
+    `interrupted.ckpt` so the next run of the same command continues from there, bit-exactly: Lightning raises
+    SIGTERMException only once a batch has fully run. A KeyboardInterrupt (a second Ctrl-C) can land inside a batch,
+    after its optimizer step: that state is not saved, and the next run restarts the epoch from `last.ckpt`."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = interrupted_checkpoint(run_dir)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if not isinstance(exception, KeyboardInterrupt | SIGTERMException):
+        if isinstance(exception, KeyboardInterrupt):
+            log.warning(
+                "interrupted at once (second Ctrl-C) in epoch %d: the state may be mid-step, so no %s is saved; "
+                "the next run resumes from the last saved checkpoint and trains this epoch again",
+                trainer.current_epoch + 1,
+                self.path.name,
+            )
+            return
+        if not isinstance(exception, SIGTERMException):
             return
         # On a GPU the loss is checked for NaN only every few steps: a signal can arrive after weights went bad,
         # and such a checkpoint would be resumed. The last epoch's last.ckpt is then the resume point.

@@ -6,20 +6,13 @@ import logging
 import time
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ProgressBar
+
+from vit_locality.sweep.durations import duration_text
 
 log = logging.getLogger("vit_locality")
-SHOWN = ("train/loss_epoch", "val/loss", "val/acc1", "train/acc1")
-
-
-def duration_text(seconds: float) -> str:
-    """12 s, 4 min 05 s, 2 h 03 min: as precise as a glance at a log needs."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+# The per-epoch evaluation figures are `val/*` (a held-out split) or `test_epoch/*` (the test set): either shows.
+SHOWN = ("train/loss_epoch", "val/loss", "val/acc1", "test_epoch/loss", "test_epoch/acc1", "train/acc1")
 
 
 def epochs_left(trainer: L.Trainer) -> int:
@@ -56,3 +49,19 @@ class EpochLogCallback(Callback):
         log.info(
             "epoch %d/%d (%.1f s%s): %s", trainer.current_epoch + 1, trainer.max_epochs, now - self._started, eta, shown
         )
+
+
+class EpochLineProgress(EpochLogCallback, ProgressBar):
+    """The progress display of a bar style (`tqdm`, `rich`) when stderr is no terminal (a log file, a batch job):
+    one line per epoch instead of a bar redrawn into the log. Being Lightning's progress bar, it keeps the Trainer
+    (enable_progress_bar=True) from adding a default bar of its own."""
+
+    def __init__(self) -> None:
+        EpochLogCallback.__init__(self)
+        ProgressBar.__init__(self)
+
+    def disable(self) -> None:
+        """Nothing to hide: there is no bar."""
+
+    def enable(self) -> None:
+        """Nothing to show: there is no bar."""

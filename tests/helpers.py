@@ -85,3 +85,53 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
             proc.kill()
             raise AssertionError(f"{path} did not appear (training {'ended' if proc.poll() is not None else 'hung'})")
         time.sleep(0.02)
+
+
+# train.py with every training batch followed by a pause and its global step written to a file: a test can then
+# signal a run at a chosen step. Sleeping and writing draw no random numbers, so the run's results are untouched.
+PACED_TRAIN = """
+import sys, time
+from pathlib import Path
+from vit_locality.model.classifier import ViTClassifier
+progress, pause = Path(sys.argv[1]), float(sys.argv[2])
+batch_end = ViTClassifier.on_train_batch_end
+def paced(self, outputs, batch, batch_idx):
+    batch_end(self, outputs, batch, batch_idx)
+    progress.write_text(str(self.global_step))
+    time.sleep(pause)
+ViTClassifier.on_train_batch_end = paced
+sys.argv = [sys.argv[0], *sys.argv[3:]]
+from vit_locality.train import cli
+cli()
+"""
+
+
+def start_paced_train(args: list[str], cwd: Path, log: Path, progress: Path, pause_s: float) -> subprocess.Popen:
+    """train.py in a process group of its own (as start_train with `own_group`), writing its global step to
+    `progress` after every training batch and then pausing `pause_s` seconds, so a signal lands after a known step."""
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "WANDB_MODE": "offline"}  # as run_train: the same float sums
+    return subprocess.Popen(
+        [sys.executable, "-c", PACED_TRAIN, str(progress), str(pause_s), *args],
+        cwd=cwd,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _step_written(progress: Path) -> int:
+    """The last step a paced run wrote; -1 before the first (or while the file is being rewritten)."""
+    text = progress.read_text().strip() if progress.exists() else ""
+    return int(text) if text.isdigit() else -1
+
+
+def wait_for_step(progress: Path, step: int, proc: subprocess.Popen, timeout: float = 180) -> None:
+    """Until a paced run (start_paced_train) has finished training step `step`; the process is killed otherwise."""
+    deadline = time.monotonic() + timeout
+    while _step_written(progress) < step:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            state = "ended" if proc.poll() is not None else "hung"
+            raise AssertionError(f"step {step} was not reached (training {state})")
+        time.sleep(0.02)

@@ -73,6 +73,7 @@ def _write_run(sweep: Path, cell: str, seed: int) -> Path:
         "model": {"name": "vit_tiny", "depth": 2, "dim": 32, "heads": 2},
         "metrics": {"test/acc1": TRAJECTORIES[cell][3][0]},
         "epochs": 3,
+        "measured_on": {"eval_split": "val"},  # matched accuracy reads a held-out split only (data.val_size > 0)
         "config": config,
         "attention": section,
         "status": "complete",

@@ -189,6 +189,8 @@ def test_validation_rows_pair_with_the_next_statistics_epoch(tmp_path: Path) -> 
     # A log that counts epochs from 1 itself (written as floats) is taken as it stands.
     (tmp_path / "csv" / "metrics.csv").write_text("epoch,step,val/acc1\n1.0,7,0.25\n2.0,15,0.45\n")
     assert val_accuracy_by_epoch(tmp_path) == {1: 0.25, 2: 0.45}
+    # An old log's val/acc1 of a run without data.val_size was the test set: never used to match accuracy.
+    assert val_accuracy_by_epoch(tmp_path, "test") == {}
 
 
 def test_mad_at_matched_accuracy_by_hand() -> None:

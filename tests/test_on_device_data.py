@@ -179,6 +179,24 @@ def test_an_epoch_draws_the_same_whatever_came_before() -> None:
     assert not torch.equal(_epoch(DeviceTrainLoader(images, labels, 16, 4, augment), 1)[0], second[0])  # seed
 
 
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_loader_resumed_mid_epoch_gives_the_rest_of_the_unbroken_epoch(world: int) -> None:
+    """Resume after step 2 of 4 (a signal mid-epoch): the same images, augmented alike, for the steps left; the
+    length stays the epoch's, and the next epoch is whole."""
+    images, labels = _images(96), torch.arange(96)
+    augment = BatchAugment(32, autoaug=True, policy="cifar10")
+    for rank in range(world):
+        unbroken = list(DeviceTrainLoader(images, labels, 24 // world, 3, augment, 1, world, rank))
+        resumed = DeviceTrainLoader(images, labels, 24 // world, 3, augment, 1, world, rank)
+        resumed.resume_from(1, 2)
+        torch.manual_seed(123)  # the global generators (CutMix's) are not the loader's
+        tail = list(resumed)
+        assert len(resumed) == len(unbroken) == 4 and len(tail) == 2
+        for (x, y), (x_resumed, y_resumed) in zip(unbroken[2:], tail, strict=True):
+            assert torch.equal(x, x_resumed) and torch.equal(y, y_resumed)
+        assert len(_epoch(resumed, 2)[1]) == 96 // world
+
+
 def test_eval_shards_cover_the_split_with_equal_counts() -> None:
     images, labels = _images(10), torch.arange(10)
     shards = [list(DeviceEvalLoader(images, labels, 4, world=3, rank=r)) for r in range(3)]

@@ -286,25 +286,26 @@ def pooled(tmp_path: Path) -> Path:
     return root
 
 
-def test_runs_of_a_cell_with_other_settings_are_noted(pooled: Path) -> None:
+def test_runs_of_a_cell_with_other_settings_are_split(pooled: Path) -> None:
+    """Runs that differ in a setting that can change a result are separate groups, never seeds of one cell."""
     agg = aggregate([pooled])
-    cell = "cifar100/vit_paper/+CM pools runs that differ in"
+    cell = "cifar100/vit_paper/+CM is split by"
     notes = [note for note in agg.notes if note.startswith(cell)]
     assert notes == [
-        f"{cell} aug.cutmix_alpha: 0.5 (seed 2); 1.0 (seeds 0, 1)",
+        f"{cell} aug.cutmix_alpha: 0.5 (seed 2); 1 (seeds 0, 1)",
         f"{cell} data.train_size: 5000 (seed 2); null (seeds 0, 1)",
         f"{cell} optim.betas: [0.9, 0.999] (seeds 0, 2); [0.9, 0.99] (seed 1)",  # values sorted as printed
         f"{cell} stats.early_layers: 2 (seeds 0, 1); 3 (seed 2)",
         f"{cell} stats.renormalize: true (seeds 0, 1); unset (seed 2)",
         f"{cell} trainer.precision: auto (seeds 0, 2); bf16-mixed (seed 1)",
     ]
-    assert "cifar100/vit_paper/+AA: 1 of 2 runs record no config; their settings are not compared" in agg.notes
-    # The quick runs are not pooled, so they are not compared; the full runs' equivalent spellings still show.
-    assert [note for note in agg.notes if "Baseline" in note] == [
-        "cifar100/vit_paper/Baseline pools runs that differ in trainer.limit_train_batches: 1.0 (seed 1);"
-        " null (seeds 0, 2)",
-        "cifar100/vit_paper/Baseline pools runs that differ in trainer.max_steps: -1 (seed 2); unset (seeds 0, 1)",
-    ]
+    variants = agg.variants("cifar100", "vit_paper")
+    assert sorted(len(group.runs) for group in variants["+CM"]) == [1, 1, 1]
+    assert "cifar100/vit_paper/+AA: 1 of 2 runs record no config; they are a row of their own" in agg.notes
+    assert [group.key.variant for group in variants["+AA"]] == ["", "config=not recorded"]
+    # Equivalent spellings of a full run (limit 1.0 or null, max_steps -1 or unset) are one group.
+    assert not [note for note in agg.notes if "Baseline" in note]
+    assert [len(group.runs) for group in variants["Baseline"]] == [3]
 
 
 def test_quick_runs_are_left_out_and_listed(pooled: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -324,7 +325,7 @@ def test_quick_runs_are_left_out_and_listed(pooled: Path, tmp_path: Path, capsys
     assert main(["ablation", str(pooled), "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert f"skipped {pooled / (base + '_fast')}: a quick run (trainer.fast_dev_run=true), not counted" in printed
-    assert "note: cifar100/vit_paper/+CM pools runs that differ in trainer.precision" in printed
+    assert "note: cifar100/vit_paper/+CM is split by trainer.precision" in printed
 
 
 def test_table_from_a_plain_table_part(c100: Aggregate) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from vit_locality.report.__main__ import main as report_main
 from vit_locality.report.summary import main as summary_main
-from vit_locality.run.record import RecordError, read_record, scan_records, write_record
+from vit_locality.run.record import RECORD_SIZE_LIMIT, RecordError, read_record, scan_records, write_record
 
 
 def complete_payload(**changes: object) -> dict:
@@ -124,3 +126,50 @@ def test_linked_run_directories_are_followed_once(tmp_path: Path) -> None:
     (sweep / "loop").symlink_to(sweep, target_is_directory=True)  # a cycle must end
     scan = scan_records([sweep])
     assert [r.run_dir.name for r in scan.complete] == ["linked"]
+
+
+def _summary_in_thread(sweep: Path) -> threading.Thread:
+    worker = threading.Thread(target=summary_main, args=([str(sweep)],), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    return worker
+
+
+def test_a_fifo_named_results_json_is_skipped_not_waited_on(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`mkfifo results.json`: a reader that opened it would wait for a writer forever."""
+    write_record(tmp_path / "sweep" / "good", complete_payload(), status="complete")
+    fifo = tmp_path / "sweep" / "fifo" / "results.json"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    worker = _summary_in_thread(tmp_path / "sweep")
+    if worker.is_alive():  # free the blocked reader so the test process can end, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(timeout=5)
+        pytest.fail("report.summary waited on a FIFO named results.json")
+    assert "a FIFO, not a regular file; skipped" in capsys.readouterr().out
+    with pytest.raises(RecordError, match=r"^results.json is unreadable: a FIFO, not a regular file; skipped$"):
+        read_record(fifo.parent)
+
+
+def test_a_link_to_dev_zero_or_a_huge_file_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    (tmp_path / "zero").mkdir()
+    (tmp_path / "zero" / "results.json").symlink_to("/dev/zero")
+    with pytest.raises(RecordError, match="a character device, not a regular file"):
+        read_record(tmp_path / "zero")
+    (tmp_path / "huge").mkdir()
+    with (tmp_path / "huge" / "results.json").open("wb") as huge:
+        huge.truncate(RECORD_SIZE_LIMIT + 1)  # sparse: costs no disk
+    with pytest.raises(RecordError, match="larger than 64 MiB; skipped"):
+        read_record(tmp_path / "huge")
+
+
+def test_the_identity_names_the_random_stream_version(monkeypatch) -> None:
+    """A checkpoint or record of an older random stream must not pass for this one: the version is in the hash."""
+    from helpers import QUICK, compose_config
+
+    import vit_locality.config.identity as identity
+
+    cfg = compose_config(QUICK)
+    now = identity.identity_hash(cfg)
+    monkeypatch.setattr(identity, "RANDOM_STREAM_VERSION", identity.RANDOM_STREAM_VERSION - 1)
+    assert identity.identity_hash(cfg) != now

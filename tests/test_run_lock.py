@@ -16,7 +16,7 @@ import pytest
 from helpers import REPO
 
 from vit_locality.errors import ConfigError, exit_code_of, first_line
-from vit_locality.run.lock import LOCK_FILE, LockHolder, RunLock, RunLocked
+from vit_locality.run.lock import LOCK_FILE, LockHolder, RunLock, RunLocked, process_start_ticks
 
 # In a child process: hold the lock on argv[1], say so, then wait to be killed.
 HOLD_LOCK = """
@@ -29,7 +29,9 @@ with RunLock(sys.argv[1]):
 
 
 def holder_record(run_dir) -> LockHolder | None:
-    return LockHolder.parse((run_dir / LOCK_FILE).read_text())
+    """The recorded holder; None where the lock file is empty or gone (released)."""
+    path = run_dir / LOCK_FILE
+    return LockHolder.parse(path.read_text()) if path.exists() else None
 
 
 def test_a_second_lock_in_the_same_process_is_refused_naming_the_holder(tmp_path) -> None:
@@ -44,9 +46,10 @@ def test_a_second_lock_in_the_same_process_is_refused_naming_the_holder(tmp_path
 def test_the_lock_is_released_on_exit_and_on_an_exception(tmp_path) -> None:
     with RunLock(tmp_path):
         assert holder_record(tmp_path).pid == os.getpid()
-    assert holder_record(tmp_path) is None
+    assert not (tmp_path / LOCK_FILE).exists()  # a finished run leaves no empty .lock behind
     with pytest.raises(RuntimeError, match="the run failed"), RunLock(tmp_path):
         raise RuntimeError("the run failed")
+    assert not (tmp_path / LOCK_FILE).exists()
     with RunLock(tmp_path):  # free again
         pass
 
@@ -56,10 +59,10 @@ def test_the_lock_file_is_readable_as_the_umask_allows(tmp_path, umask) -> None:
     previous = os.umask(umask)
     try:
         with RunLock(tmp_path / "run"):
-            pass
+            mode = stat.S_IMODE((tmp_path / "run" / LOCK_FILE).stat().st_mode)
     finally:
         os.umask(previous)
-    assert stat.S_IMODE((tmp_path / "run" / LOCK_FILE).stat().st_mode) == 0o666 & ~umask
+    assert mode == 0o666 & ~umask
 
 
 def test_a_holder_in_another_process_is_refused_until_it_is_killed(tmp_path) -> None:
@@ -90,9 +93,9 @@ def no_flock(monkeypatch):
     monkeypatch.setattr(fcntl, "flock", unsupported)
 
 
-def record_holder(run_dir, pid: int, host: str) -> None:
+def record_holder(run_dir, pid: int, host: str, process_start: int | None = None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / LOCK_FILE).write_text(LockHolder(pid, host, "2024-01-01T00:00:00+00:00").to_text())
+    (run_dir / LOCK_FILE).write_text(LockHolder(pid, host, "2024-01-01T00:00:00+00:00", process_start).to_text())
 
 
 def ended_process_id() -> int:
@@ -106,6 +109,33 @@ def test_without_flock_a_dead_holder_on_this_host_is_taken_over(tmp_path, no_flo
     with RunLock(tmp_path):
         assert holder_record(tmp_path).pid == os.getpid()
     assert holder_record(tmp_path) is None
+
+
+def test_without_flock_a_pid_reused_by_an_unrelated_process_is_taken_over(tmp_path, no_flock) -> None:
+    """The recorded holder ended and the kernel gave its PID to another process (here: our parent, started at
+    another time than recorded): the recorded start time tells the two apart."""
+    reused = os.getppid()
+    start = process_start_ticks(reused)
+    assert start is not None
+    record_holder(tmp_path, reused, socket.gethostname(), process_start=start + 1)
+    with RunLock(tmp_path):
+        assert holder_record(tmp_path).pid == os.getpid()
+        assert holder_record(tmp_path).process_start == process_start_ticks(os.getpid())
+    record_holder(tmp_path, reused, socket.gethostname(), process_start=start)  # the very process: still running
+    with pytest.raises(RunLocked, match=f"in use by PID {reused} "):
+        RunLock(tmp_path).acquire()
+
+
+def test_the_start_time_is_read_even_from_a_process_whose_name_holds_parentheses(tmp_path) -> None:
+    odd = tmp_path / "a (b) c"
+    odd.symlink_to(sys.executable)
+    child = subprocess.Popen([str(odd), "-c", "import time; time.sleep(30)"])
+    try:
+        assert isinstance(process_start_ticks(child.pid), int)
+        assert process_start_ticks(child.pid) >= process_start_ticks(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_without_flock_a_live_holder_is_refused(tmp_path, no_flock) -> None:
@@ -145,3 +175,38 @@ def test_train_py_refuses_a_locked_run_directory_with_status_2_and_one_line(tmp_
     assert "Traceback" not in output
     (line,) = [line for line in output.splitlines() if "in use by" in line]
     assert f"run directory {run_dir} is in use by PID {holder.pid} on {socket.gethostname()}" in line
+
+
+# In a child process: take and release the lock on argv[1] again and again; while holding it, claim a marker file
+# that only one holder at a time can create. Two holders at once (two lock files) make the claim fail.
+CONTEND = """
+import os, sys, time
+from vit_locality.run.lock import RunLock, RunLocked
+run_dir, taken, deadline = sys.argv[1], 0, time.monotonic() + float(sys.argv[2])
+while time.monotonic() < deadline:
+    try:
+        with RunLock(run_dir):
+            marker = os.open(os.path.join(run_dir, "holder"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.close(marker)
+            os.unlink(os.path.join(run_dir, "holder"))
+            taken += 1
+    except RunLocked:
+        pass
+print(taken, flush=True)
+"""
+
+
+def test_contenders_that_remove_the_lock_file_never_hold_it_together(tmp_path) -> None:
+    """Release removes `.lock` while holding it; a contender that opened the removed file must not run beside one
+    that created the next file."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    contenders = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONTEND, str(tmp_path), "4"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for _ in range(3)
+    ]
+    outcomes = [contender.communicate(timeout=60) for contender in contenders]
+    assert all(contender.returncode == 0 for contender in contenders), [err[-1500:] for _, err in outcomes]
+    assert all(int(out) > 0 for out, _ in outcomes)  # each one held it, one at a time
+    assert not (tmp_path / LOCK_FILE).exists()

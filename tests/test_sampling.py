@@ -110,6 +110,40 @@ def test_a_resumed_fit_first_loader_draws_the_saved_epoch() -> None:
     assert _same(_concat(list(resumed.train_dataloader())), (images[128:], labels[128:]))
 
 
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("steps_done", [0, 1, 3, 7])
+def test_a_sampler_resumed_mid_epoch_yields_the_tail_of_the_unbroken_epoch(world_size: int, steps_done: int) -> None:
+    """Every process skips the positions of the steps all processes trained (steps x per-process batch x world)
+    and goes on with what it would have drawn; its length stays the epoch's, and the skip is used up by it."""
+    batch = 4
+    for rank in range(world_size):
+        unbroken = _order(5, 2, num_replicas=world_size, rank=rank)
+        resumed = EpochShardSampler(range(SIZE), 5, 2, num_replicas=world_size, rank=rank)
+        resumed.resume_from(2, steps_done * batch * world_size)
+        assert list(resumed) == unbroken[steps_done * batch :]
+        assert len(resumed) == len(unbroken) and list(resumed) == unbroken  # the next iteration: the whole epoch
+
+
+def test_a_sampler_skips_only_in_the_epoch_it_resumes() -> None:
+    sampler = EpochShardSampler(range(SIZE), 5, 1)
+    sampler.resume_from(2, 8)
+    assert list(sampler) == _order(5, 1)
+    sampler.set_epoch(2)
+    assert list(sampler) == _order(5, 2)[8:]
+
+
+def test_a_fit_resumed_mid_epoch_first_loader_draws_the_rest_of_the_epoch() -> None:
+    """The datamodule's saved position (epoch, batches trained): its first loader gives the epoch's last batches,
+    each sample augmented as in the unbroken epoch; the next loader it builds starts an epoch whole."""
+    images, labels = _epochs(_datamodule(0), [0, 1])
+    resumed = _datamodule(0)
+    resumed.load_state_dict({"train_epoch": 1, "train_batches": 1})
+    loader, batch = resumed.train_dataloader(), resumed.batch_size
+    assert len(loader) * batch == 128  # Lightning counts the resumed epoch's batches on from the one done
+    assert _same(_concat(list(loader)), (images[128 + batch :], labels[128 + batch :]))
+    assert _same(_concat(list(resumed.train_dataloader())), (images[128:], labels[128:]))
+
+
 def test_evaluation_loaders_stay_in_order_and_unaugmented() -> None:
     dm = _datamodule(0)
     assert _same(_concat(list(dm.val_dataloader())), dm.eval_split())

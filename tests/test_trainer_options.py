@@ -25,7 +25,7 @@ from vit_locality.config.schema import DECLARED_TRAINER_KEYS
 from vit_locality.config.trainer_options import RESERVED, check_trainer_options, trainer_parameters
 from vit_locality.config.tree import config_tree_text
 from vit_locality.errors import ConfigError
-from vit_locality.report.aggregate import quick_run
+from vit_locality.report.run_settings import quick_run
 from vit_locality.run.builders import build_trainer
 from vit_locality.run.record import RunRecord
 
@@ -55,6 +55,7 @@ def test_the_trainer_signature_is_read_only_for_other_trainer_settings() -> None
     """Lightning takes seconds to import: a command with only the declared trainer settings is checked without it."""
     assert not _lightning_loaded_by_check(["data=synthetic", "trainer.max_epochs=3", "trainer=cpu"])
     assert _lightning_loaded_by_check(["data=synthetic", "+trainer.max_steps=3"])
+    assert _lightning_loaded_by_check(["trainer=ddp_cpu"])  # a strategy beyond auto: Lightning's connector judges it
 
 
 @pytest.mark.parametrize(

@@ -152,6 +152,11 @@ def _fake_logger() -> object:
     [
         ("lightning.fabric.loggers.csv_logs._ExperimentWriter", "_check_log_dir_exists", csv_experiment_writer_class),
         ("pickle", "_Unpickler", python_unpickler_class),
+        (
+            "lightning.pytorch.trainer.connectors.accelerator_connector",
+            "_AcceleratorConnector",
+            upstream.accelerator_connector_class,
+        ),
     ],
 )
 def test_a_vanished_class_level_private_names_itself(owner: str, attribute: str, call, monkeypatch) -> None:
@@ -194,3 +199,12 @@ def test_pickle_has_no_version_and_is_named_by_pythons() -> None:
 
     error = upstream._changed(pickle, "pickle._Unpickler")
     assert str(error).startswith("pickle (Python 3.") and "has no pickle._Unpickler" in str(error)
+
+
+def test_the_accelerator_connector_takes_the_trainer_arguments_the_pre_check_passes() -> None:
+    """config.trainer_options builds it with these keywords only, as the Trainer does first."""
+    import inspect
+
+    parameters = inspect.signature(upstream.accelerator_connector_class().__init__).parameters
+    assert {"accelerator", "strategy", "devices", "num_nodes", "precision"} <= set(parameters)
+    upstream.accelerator_connector_class()(accelerator="cpu", strategy="auto", devices=1, num_nodes=1)

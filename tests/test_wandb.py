@@ -262,8 +262,8 @@ def test_one_metric_name_and_one_epoch_numbering(wandb_cell: dict[str, Any]) -> 
     rows = history_rows(wandb_cell["records"])
     keys = {key for row in rows for key in row}
     assert "train/acc1" in keys and not any("dominant" in key for key in keys)  # CutMix cell: the same name
-    epochs = {name: sorted(row["epoch"] for row in rows if name in row) for name in ("train/acc1", "val/acc1")}
-    assert epochs == {"train/acc1": [1, 2], "val/acc1": [1, 2]}
+    epochs = {name: sorted(row["epoch"] for row in rows if name in row) for name in ("train/acc1", "test_epoch/acc1")}
+    assert epochs == {"train/acc1": [1, 2], "test_epoch/acc1": [1, 2]}  # data.val_size=0: the test set
     assert sorted(row["epoch"] for row in rows if "attn/min_mad_early" in row) == [0, 1, 2]
     # In logging order the epoch never goes back: the statistics after epoch n sit with epoch n's accuracy.
     in_order = [row["epoch"] for row in rows if "epoch" in row]

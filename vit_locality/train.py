@@ -12,9 +12,9 @@ loss, 130/143 interrupted by SIGINT/SIGTERM (run the same command again to resum
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
-import time
 from pathlib import Path
 
 import hydra
@@ -26,13 +26,14 @@ from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
-from vit_locality.run.launch import (
+from vit_locality.sweep.launch import (
     in_multirun,
     is_ddp,
     pin_gpu_for_parallel_cells,
     point_ddp_children_at_this_cell,
     run_ddp_cell_in_own_process,
 )
+from vit_locality.sweep.progress import announce_sweep_size, cell_start_line, finished_durations, sweep_cells
 
 log = logging.getLogger("vit_locality")
 
@@ -48,6 +49,38 @@ def objective_value(record: dict, name: str) -> float:
     raise ConfigError(f"optimized_metric={name!r} is not in the cell's record: one of {', '.join(known)}")
 
 
+def failed_trial(cfg: DictConfig) -> None:
+    """What a failed cell, or one whose objective is not finite, returns to a search sweeper: no value. The Optuna
+    sweeper tells its study such a trial FAILED and goes on (hparams_search sets max_failure_rate to 1.0: whether a
+    failure stops the search is sweep.continue_on_error's to say). A NaN instead makes Optuna refuse the value, and
+    the sweeper then crashes telling the failure with that value."""
+    log.warning("%s: reported to the search as a failed trial; the search goes on", cfg.run_name)
+    return None
+
+
+def print_each_line_once() -> None:
+    """Lightning's top package (`import lightning`) gives its logger a console handler of its own and lets it
+    propagate to the root logger, where Hydra's job logging prints it again: every INFO line showed twice. Hydra's
+    handlers (its format, the cell's log file) are kept; Lightning's own goes once they are there."""
+    if not logging.getLogger().handlers:
+        return
+    lightning_log = logging.getLogger("lightning")
+    for handler in list(lightning_log.handlers):
+        if type(handler) is logging.StreamHandler:
+            lightning_log.removeHandler(handler)
+
+
+def name_the_cell_in_each_line(run_name: str) -> None:
+    """Parallel cells (hydra/launcher=joblib) interleave their lines in one terminal: each line names its cell.
+    Hydra sets its job logging up again for every cell, so the prefix is never added twice."""
+    for handler in logging.getLogger().handlers:
+        formatter = handler.formatter
+        fmt = getattr(formatter, "_fmt", None) or "%(message)s"
+        if "%(message)s" in fmt and run_name not in fmt:
+            cell_fmt = fmt.replace("%(message)s", f"[{run_name.replace('%', '%%')}] %(message)s")
+            handler.setFormatter(logging.Formatter(cell_fmt, getattr(formatter, "datefmt", None)))
+
+
 @hydra.main(version_base="1.3", config_path=CONF_PATH, config_name="train")
 def main(cfg: DictConfig) -> float | None:
     # Heavy imports only after Hydra has parsed the command line (so --help and typos answer at once).
@@ -56,6 +89,13 @@ def main(cfg: DictConfig) -> float | None:
     from vit_locality.tracking.quiet import quiet_library_noise
 
     quiet_library_noise()
+    print_each_line_once()
+    if in_multirun():
+        hydra_job = HydraConfig.get()
+        if "BasicLauncher" not in str(hydra_job.launcher.get("_target_", "")):  # cells run side by side
+            name_the_cell_in_each_line(cfg.run_name)
+        durations = finished_durations(Path(hydra_job.sweep.dir))
+        log.info("%s", cell_start_line(int(hydra_job.job.num) + 1, sweep_cells(), durations))
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     on_slurm = "SLURM_JOB_ID" in os.environ  # SLURM starts one task per rank itself: nothing to re-launch
@@ -82,11 +122,14 @@ def main(cfg: DictConfig) -> float | None:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             log.exception("full traceback")
         if cfg.sweep.continue_on_error:
-            return float("nan") if cfg.optimized_metric else None  # recorded as failed; the verdict reports it
+            return failed_trial(cfg) if cfg.optimized_metric else None  # recorded as failed; the verdict reports it
         sys.exit(exit_code_of(error))
     finally:
         sys.argv = original_argv
-    return objective_value(record, cfg.optimized_metric) if cfg.optimized_metric else None
+    if not cfg.optimized_metric:
+        return None
+    value = objective_value(record, cfg.optimized_metric)
+    return value if math.isfinite(value) else failed_trial(cfg)
 
 
 def cli() -> None:
@@ -98,11 +141,13 @@ def cli() -> None:
         sys.exit(2)
     register_resolvers()  # before main(): Hydra resolves run_name when it builds the output directory
     register_schemas()  # before main(): the config groups' files name their schemas
-    from vit_locality.run.sweep_verdict import report_verdict, sweep_dir_of
+    from vit_locality.sweep.verdict import COMMAND_ID_ENV, new_command_id, report_verdict, sweep_dir_of
 
-    sweep_dir, started = sweep_dir_of(sys.argv[1:], CONF_DIR), time.time()
+    sweep_dir = sweep_dir_of(sys.argv[1:], CONF_DIR)
+    command_id = os.environ[COMMAND_ID_ENV] = new_command_id()  # this command's cells and verdict, no other's
+    announce_sweep_size(sys.argv[1:])  # each cell logs "cell k of N" with the sweep's time left
     main()
-    if sweep_dir is not None and (status := report_verdict(sweep_dir, since=started)):
+    if sweep_dir is not None and (status := report_verdict(sweep_dir, command_id)):
         sys.exit(status)
 
 

@@ -29,9 +29,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "UpstreamChanged",
+    "accelerator_connector_class",
     "apply_autoaugment_op",
     "autoaugment_space",
     "autoaugment_sub_policies",
+    "batches_completed_in_epoch",
     "cache_logger_experiment",
     "checkpoint_epochs_processed",
     "csv_experiment_writer_class",
@@ -103,6 +105,19 @@ def hydra_args_parser() -> argparse.ArgumentParser:
     return get_args_parser()
 
 
+def accelerator_connector_class() -> type:
+    """Lightning's `_AcceleratorConnector`: what the Trainer builds first from `accelerator`, `strategy`, `devices`,
+    `num_nodes` and `precision`, refusing a pair it cannot run (an accelerator this machine lacks, `fsdp` on a
+    CPU) before any model or data exists. The pre-check builds one to ask Lightning itself."""
+    import lightning
+
+    try:
+        from lightning.pytorch.trainer.connectors import accelerator_connector
+    except ImportError:
+        raise _changed(lightning, "pytorch.trainer.connectors.accelerator_connector") from None
+    return _private(lightning, accelerator_connector, "accelerator_connector", "_AcceleratorConnector")
+
+
 def csv_experiment_writer_class() -> type:
     """Lightning's CSV `ExperimentWriter`, checked to still call `_check_log_dir_exists` (which deletes an existing
     metrics.csv) from its constructor: tracking.csv_log overrides that hook, and an override of a renamed hook would
@@ -140,6 +155,18 @@ def epochs_processed(trainer: Any) -> int:
 
     progress = _private(lightning, trainer.fit_loop, "fit_loop", "epoch_progress")
     return int(progress.current.processed)
+
+
+def batches_completed_in_epoch(trainer: Any) -> int:
+    """Training batches of the current epoch that have fully run (optimizer step, scheduler step, logging): what a
+    fit resumed mid-epoch must not train again. 0 once the epoch has been processed (its end-of-epoch work run)."""
+    import lightning
+
+    epochs = _private(lightning, trainer.fit_loop, "fit_loop", "epoch_progress").current
+    if epochs.processed >= epochs.started:  # between epochs: the next one starts from its first batch
+        return 0
+    epoch_loop = _private(lightning, trainer.fit_loop, "fit_loop", "epoch_loop")
+    return int(_private(lightning, epoch_loop, "epoch_loop", "batch_progress").current.completed)
 
 
 def checkpoint_epochs_processed(checkpoint: dict[str, Any]) -> int:

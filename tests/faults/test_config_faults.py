@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 
 from vit_locality.config import checks as config
 from vit_locality.config import preflight
-from vit_locality.config.preflight import Composer, check_command, explain
+from vit_locality.config.preflight import Composer, check_command
+from vit_locality.config.refusals import explain
 from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.schema import OptimConfig, register_schemas
 
@@ -26,7 +27,7 @@ CASES = [
     (["loss.ls=-0.1"], "loss.ls=-0.1 is not allowed: a number in [0, 1)"),
     (["data=imagenet"], "data=imagenet is not allowed: one of cifar10, cifar100, synthetic, tiny_imagenet"),
     (["aug.cutmx=true"], "aug.cutmx: no such setting"),
-    (["model.depth=0"], "model.depth=0 is not allowed: an integer >= 1"),
+    (["model.depth=0"], "model.depth=0 is not allowed: an integer in [1, 64]"),
     (["model.dim=100", "model.heads=8"], "model.dim=100 is not allowed: a multiple of model.heads=8"),
     (["data=synthetic", "data.image_size=30"], "data.image_size=30 is not allowed: a multiple of 8"),
     (["data.batch_size=1", "aug.cutmix=true"], "data.batch_size=1 is not allowed: >= 2 when aug.cutmix=true"),
@@ -138,7 +139,7 @@ def test_preflight_names_the_problem(args: list[str], message: str) -> None:
         ["--cfg", "job", "aug.cutmx=1"],  # information requests go straight to Hydra
         ["-m", "hydra/launcher=slurm", "trainer=ddp", "trainer.devices=8"],  # GPUs are on the nodes, not here
         ["trainer.precision=16", "trainer.strategy=ddp_spawn", "trainer.deterministic=warn", "optim.betas=[0,0.5]"],
-        ["logger=wandb", "logger.wandb.mode=disabled", "++data.val_size=100", "+stats.extra=1"],
+        ["logger=wandb", "logger.wandb.mode=disabled", "++data.val_size=100", "++stats.pictures=false"],
         ["data=synthetic", "data.val_size=4872", "seed=4294967295", "sweep_name=paper-v2.1", "model.name=vit_b+"],
         ["data.eval_batch_size=null", "trainer.gradient_clip_val=1.0", "trainer.limit_train_batches=0.25"],
     ],

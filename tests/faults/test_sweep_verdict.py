@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import json
-import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, QUICK_NAME, REPO, run_train
+from helpers import QUICK, REPO, run_train, start_train
 from omegaconf import OmegaConf
 from test_results import complete_payload
 
+from vit_locality.config.identity import fitted_name
 from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.paths import CONF_DIR
 from vit_locality.run.record import write_record
-from vit_locality.run.sweep_verdict import VERDICT_FILE, SweepVerdict, read_verdict, report_verdict, sweep_dir_of
+from vit_locality.sweep.verdict import (
+    COMMAND_ID_ENV,
+    VERDICT_FILE,
+    SweepVerdict,
+    new_command_id,
+    note_cell,
+    read_verdict,
+    report_verdict,
+    sweep_dir_of,
+)
 
 
 @pytest.mark.slow
@@ -32,9 +42,9 @@ def test_a_failed_cell_fails_the_sweep_and_every_cell_has_its_own_directory(tmp_
     assert proc.returncode == 1, proc.stderr[-3000:]
     names = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     base = "synthetic_vit_tiny_aa1_cm1_ls0.1_s0"
-    stems = [
-        f"{base}{QUICK_NAME}".replace("_trainer", f"_optim.lr-{lr}_trainer") for lr in ("0.001", "1e+30")
-    ]  # as Hydra writes 1e30
+    quick = {"data.batch_size": "64", "data.test_size": "64", "data.train_size": "256", "trainer.max_epochs": "1"}
+    # 0.001 is optim.lr's default, so that cell's name leaves it out; 1e30 is named as `1e+30`, the name shortened
+    stems = [fitted_name(base, quick), fitted_name(base, dict(sorted({**quick, "optim.lr": "1e+30"}.items())))]
     assert names == sorted(stems)
     statuses = {name: json.loads((sweep / name / "results.json").read_text())["status"] for name in names}
     assert statuses == {stems[0]: "complete", stems[1]: "failed"}
@@ -45,26 +55,36 @@ def test_a_failed_cell_fails_the_sweep_and_every_cell_has_its_own_directory(tmp_
     assert len(table) == 2 and any("failed" in line for line in table)
 
 
-def _cell(sweep: Path, name: str, status: str | None) -> Path:
-    """A cell's directory as Hydra sets it up (`.hydra/overrides.yaml`), with a record of `status` (None: none)."""
+def _cell(sweep: Path, name: str, status: str | None, callback: SweepVerdict | None = None) -> Path:
+    """A cell's directory as Hydra sets it up (`.hydra/overrides.yaml`), with a record of `status` (None: none),
+    started by the command of `callback` (None: by no command of this test)."""
     run_dir = sweep / name
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "overrides.yaml").write_text("[]\n")
+    if callback is not None:
+        note_cell(sweep, callback.command_id, run_dir)  # what on_job_start does where the job runs
     if status is not None:
         write_record(run_dir, complete_payload(), status=status)
     return run_dir
+
+
+def _command(monkeypatch) -> SweepVerdict:
+    """A command as the entry point starts one: its own id in the environment, then Hydra's callback."""
+    monkeypatch.setenv(COMMAND_ID_ENV, new_command_id())
+    callback = SweepVerdict()
+    callback.on_multirun_start(OmegaConf.create({}))
+    return callback
 
 
 def _end_of_multirun(sweep: Path, callback: SweepVerdict) -> None:
     callback.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
 
 
-def test_two_cells_one_failed_is_status_1_naming_it(tmp_path: Path, capsys) -> None:
-    sweep, started = tmp_path / "sweep", time.time()
-    callback = SweepVerdict()
-    callback.on_multirun_start(OmegaConf.create({}))
-    _cell(sweep, "good", "complete")
-    _cell(sweep, "bad", "failed")
+def test_two_cells_one_failed_is_status_1_naming_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    sweep = tmp_path / "sweep"
+    callback = _command(monkeypatch)
+    _cell(sweep, "good", "complete", callback)
+    _cell(sweep, "bad", "failed", callback)
     _end_of_multirun(sweep, callback)
     written = json.loads((sweep / VERDICT_FILE).read_text())
     assert {Path(cell["run"]).name: cell["status"] for cell in written["cells"]} == {
@@ -74,34 +94,40 @@ def test_two_cells_one_failed_is_status_1_naming_it(tmp_path: Path, capsys) -> N
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["cell", "status", "top-1", "(%)", "min", "MAD", "run"] and len(table) == 3
     assert any("failed" in line and line.rstrip().endswith("bad") for line in table)
-    assert report_verdict(sweep, since=started) == 1
+    assert report_verdict(sweep, callback.command_id) == 1
     assert capsys.readouterr().err.strip() == "error: 1 cell(s) not complete: bad (failed)"
 
 
-def test_every_cell_complete_is_status_0(tmp_path: Path, capsys) -> None:
-    sweep, started = tmp_path / "sweep", time.time()
-    callback = SweepVerdict()
-    callback.on_multirun_start(OmegaConf.create({}))
-    _cell(sweep, "one", "complete")
-    _cell(sweep, "two", "complete")
-    _end_of_multirun(sweep, callback)
-    assert report_verdict(sweep, since=started) == 0 and capsys.readouterr().err == ""
-
-
-def test_cells_of_earlier_commands_and_earlier_verdicts_do_not_count(tmp_path: Path, capsys) -> None:
+def test_every_cell_complete_is_status_0(tmp_path: Path, capsys, monkeypatch) -> None:
     sweep = tmp_path / "sweep"
-    old = _cell(sweep, "old", "failed")
-    an_hour_ago = time.time() - 3600
-    os.utime(old / ".hydra" / "overrides.yaml", (an_hour_ago, an_hour_ago))
-    callback = SweepVerdict()
-    callback.on_multirun_start(OmegaConf.create({}))
-    _cell(sweep, "new", None)  # failed before writing anything
+    callback = _command(monkeypatch)
+    _cell(sweep, "one", "complete", callback)
+    _cell(sweep, "two", "complete", callback)
     _end_of_multirun(sweep, callback)
-    verdict = read_verdict(sweep, since=an_hour_ago)
-    assert verdict is not None and verdict.incomplete == [(sweep / "new", "no record")]
-    assert read_verdict(sweep, since=time.time() + 60) is None  # a verdict older than the command is not its own
-    assert report_verdict(sweep, since=time.time() + 60) == 0
-    assert "wrote no verdict.json" in capsys.readouterr().err
+    assert report_verdict(sweep, callback.command_id) == 0 and capsys.readouterr().err == ""
+
+
+def test_cells_of_other_commands_and_their_verdicts_do_not_count(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Two commands overlapping in one sweep directory: the second starts its cell after the first started, and
+    that cell is still running when the first ends. Each command judges its own cells, in its own verdict."""
+    sweep = tmp_path / "sweep"
+    _cell(sweep, "old", "failed")  # an earlier command's
+    first = _command(monkeypatch)
+    _cell(sweep, "first-a", "complete", first)
+    second = _command(monkeypatch)
+    running = _cell(sweep, "second-a", "running", second)
+    _cell(sweep, "first-b", None, first)  # failed before writing anything
+    _end_of_multirun(sweep, first)
+    verdict = read_verdict(sweep, first.command_id)
+    assert verdict is not None and verdict.incomplete == [((sweep / "first-b").resolve(), "no record")]
+    assert [run.name for run, _ in verdict.cells] == ["first-a", "first-b"]
+    write_record(running, complete_payload(), status="complete")
+    _end_of_multirun(sweep, second)
+    assert report_verdict(sweep, second.command_id) == 0
+    assert report_verdict(sweep, first.command_id) == 1  # its own verdict, not the one written after it
+    assert read_verdict(sweep, new_command_id()) is None  # a command that wrote none finds none
+    assert report_verdict(sweep, new_command_id()) == 0
+    assert "wrote no verdict" in capsys.readouterr().err
 
 
 def test_the_entry_point_finds_the_sweep_directory_hydra_uses(tmp_path: Path) -> None:
@@ -112,3 +138,39 @@ def test_the_entry_point_finds_the_sweep_directory_hydra_uses(tmp_path: Path) ->
     where = tmp_path / "here"
     assert sweep_dir_of(["-m", "seed=0,1", f"hydra.sweep.dir={where}"], CONF_DIR) == where
     assert REPO.is_dir()
+
+
+def _wait_for_a_cell(sweep: Path, part: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Until Hydra has set up a cell whose name holds `part`; the process is killed if none comes."""
+    deadline = time.monotonic() + timeout
+    while not any(part in mark.parent.parent.name for mark in sweep.glob("*/.hydra/overrides.yaml")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"no cell {part} appeared in {sweep}")
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=1"]], ids=["basic", "joblib"]
+)
+def test_two_commands_in_one_sweep_directory_each_judge_their_own_cells(tmp_path: Path, launcher) -> None:
+    """The second command starts its cell while the first runs, and is still training when the first ends: the
+    first exits 0 on its own cell, and each command's verdict lists its own cell only."""
+    sweep = tmp_path / "sweep"
+    common = ["-m", *QUICK, "stats.enabled=false", *launcher, f"hydra.sweep.dir={sweep}"]
+    first = start_train([*common, "seed=1"], cwd=tmp_path, log=tmp_path / "first.log")
+    _wait_for_a_cell(sweep, "_s1_", first)
+    second = start_train([*common, "seed=2", "trainer.max_epochs=6"], cwd=tmp_path, log=tmp_path / "second.log")
+    try:
+        assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
+        second_running = second.poll() is None
+        assert second.wait(timeout=600) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.kill()
+    verdicts = [json.loads(path.read_text()) for path in sorted(sweep.glob(".verdict-*.json"))]
+    seeds = sorted(tuple(sorted(Path(cell["run"]).name.split("_")[6] for cell in v["cells"])) for v in verdicts)
+    assert seeds == [("s1",), ("s2",)], verdicts
+    assert second_running or "error:" not in (tmp_path / "first.log").read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -11,6 +12,34 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 UNIFORM_MAD_8X8 = 0.5171  # MAD of uniform attention over the 8 x 8 grid, in unit-square distance
+CHAR_WIDTH_EM = 0.6  # a generous average glyph width of the default sans-serif font, in ems
+
+
+def wrap_title(title: str, width_inches: float, fontsize: float) -> str:
+    """`title` broken into lines that fit `width_inches` at `fontsize`: run names (100 characters, no spaces) were
+    cut off at the figure's edges. Lines break after `_`, a space or `,`; a longer piece is split where it must."""
+    per_line = max(8, int(width_inches * 72 / (CHAR_WIDTH_EM * fontsize)))
+    lines: list[str] = []
+    line = ""
+    for piece in re.findall(r"[^_ ,]*[_ ,]?", title):
+        while len(piece) > per_line:
+            if line:
+                lines.append(line)
+                line = ""
+            lines.append(piece[:per_line])
+            piece = piece[per_line:]
+        if len(line) + len(piece) > per_line:
+            lines.append(line.rstrip())
+            line = ""
+        line += piece
+    lines.append(line.rstrip())
+    return "\n".join(part for part in lines if part)
+
+
+def set_title(ax: plt.Axes, title: str, fontsize: float) -> None:
+    """An axes title wrapped to the axes' width."""
+    width = ax.get_position().width * ax.figure.get_figwidth()
+    ax.set_title(wrap_title(title, width, fontsize), fontsize=fontsize)
 
 
 def layer_colours(depth: int) -> list:
@@ -24,7 +53,7 @@ def mad_entropy_plane(
     """Every head as a point (MAD, entropy), one colour per layer; (layers, heads) inputs."""
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(5.5, 4.5))
+        fig, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
     for layer, colour in enumerate(layer_colours(mad.shape[0])):
         ax.scatter(mad[layer], entropy[layer], color=colour, s=28, label=f"layer {layer}", edgecolor="k", lw=0.3)
     right = float(mad.max()) * 1.1
@@ -36,7 +65,7 @@ def mad_entropy_plane(
     ax.set_xlabel(f"mean attention distance ({units})")
     ax.set_ylabel("normalised entropy")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title, fontsize=10)
+    set_title(ax, title, fontsize=10)
     ax.legend(fontsize=7, ncol=2, loc="lower right")
     return fig if fig is not None else ax.figure
 
@@ -44,7 +73,8 @@ def mad_entropy_plane(
 def central_query_maps(maps: torch.Tensor, layers: list[int], title: str) -> plt.Figure:
     """Each head's mean attention from the central query patch, as a g x g image; one row per layer."""
     heads = maps.shape[1]
-    fig, axes = plt.subplots(len(layers), heads, figsize=(1.3 * heads, 1.45 * len(layers) + 0.4), squeeze=False)
+    size = (1.3 * heads, 1.45 * len(layers) + 0.6)
+    fig, axes = plt.subplots(len(layers), heads, figsize=size, squeeze=False, layout="constrained")
     grid = maps.shape[-1]
     centre = (grid // 2, grid // 2)
     for row, layer in enumerate(layers):
@@ -58,8 +88,7 @@ def central_query_maps(maps: torch.Tensor, layers: list[int], title: str) -> plt
                 ax.set_title(f"head {head}", fontsize=8)
             if head == 0:
                 ax.set_ylabel(f"layer {layer}", fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.suptitle(wrap_title(title, fig.get_figwidth(), 9), fontsize=9)
     return fig
 
 
@@ -81,7 +110,7 @@ def layer_head_heatmap(values: torch.Tensor, title: str, vmax: float | None = No
     reads on its cell."""
     values = torch.as_tensor(values).detach().cpu().numpy()  # matplotlib wants numpy (a tensor warns under numpy 2)
     layers, heads = values.shape
-    fig, ax = plt.subplots(figsize=(0.7 * heads + 2.0, 0.5 * layers + 1.2))
+    fig, ax = plt.subplots(figsize=(0.7 * heads + 2.0, 0.5 * layers + 1.2), layout="constrained")
     image = ax.imshow(values, cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
     for layer in range(layers):
         for head in range(heads):
@@ -92,14 +121,13 @@ def layer_head_heatmap(values: torch.Tensor, title: str, vmax: float | None = No
     ax.set_yticks(range(layers))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax)
-    fig.tight_layout()
+    set_title(ax, title, fontsize=9)
     return fig
 
 
 def save(fig: plt.Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")  # nothing drawn outside the figure is cut off
     plt.close(fig)
     return path

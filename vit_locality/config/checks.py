@@ -9,110 +9,69 @@ reaches that point; Lightning only when a `trainer.*` setting outside the declar
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from vit_locality.catalog import DATASETS, GRID_SIZE
 from vit_locality.config.file_access import check_directory, file_problem
-from vit_locality.config.schema import DECLARED_TRAINER_KEYS
+from vit_locality.config.trainer_checks import (
+    _check_global_batch,
+    _check_trainer,
+    _check_val_check_interval,
+)
+from vit_locality.config.value_rules import check, flags, integer, is_bool, is_finite, is_int, one_of, safe_name
 from vit_locality.errors import ConfigError
+from vit_locality.metric_names import selection_problem
 from vit_locality.protocol import Protocol
 
-# Names the trainer takes, from Lightning's own registries (AcceleratorRegistry plus the connector's `auto` and `gpu`,
-# StrategyRegistry plus `auto`, and the `_PRECISION_INPUT` literal plus this project's `auto`). Written out so the
-# check needs no Lightning import (2 s); tests/test_config.py compares them with the installed Lightning.
-ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps", "tpu")
-_DDP = ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
-_DEEPSPEED = ("stage_1", "stage_2", "stage_2_offload", "stage_3", "stage_3_offload", "stage_3_offload_nvme")
-STRATEGIES = (
-    "auto",
-    *_DDP,
-    *(f"{ddp}_find_unused_parameters_{flag}" for ddp in _DDP for flag in ("false", "true")),
-    "deepspeed",
-    *(f"deepspeed_{stage}" for stage in _DEEPSPEED),
-    "fsdp",
-    "fsdp_cpu_offload",
-    "single_device",
-    "single_tpu",
-    "single_xla",
-    "xla",
-    "xla_debug",
-)
-PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
-PRECISIONS += ("transformer-engine", "transformer-engine-float16")
 MODEL_STEMS = ("patch", "conv")
 ANALYSIS_DEVICES = ("auto", "cpu", "cuda")
 # Official training-set sizes, which data.val_size must leave images of (the synthetic set's is data.train_size).
 TRAIN_SIZES = {"cifar10": 50_000, "cifar100": 50_000, "tiny_imagenet": 100_000}
 MAX_SEED = 2**32 - 1  # the range of numpy's seed, which Lightning's seed_everything enforces
-# A name that becomes a directory (sweep_name, model.name, run_name): one path component, nothing a shell minds.
-SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 TAGS_RULE = "a list of strings of 1 to 64 characters, e.g. tags=[paper,v2] (W&B run tags)"
-SAFE_NAME_RULE = "letters, digits and _ . + - (it names a directory), not starting with . or -, no '..'"
-
-
-def _check(condition: bool, key: str, value: Any, allowed: str) -> None:
-    if not condition:
-        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
-
-
-def _is_bool(value: Any) -> bool:
-    return isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_finite(value: Any) -> bool:
-    """inf passes `> 0`; a learning rate or a weight decay of inf trains nothing but NaNs."""
-    return _is_number(value) and math.isfinite(value)
-
-
-def _integer(section: DictConfig, prefix: str, name: str, minimum: int, maximum: int | None = None) -> None:
-    value = section[name]
-    within = _is_int(value) and value >= minimum and (maximum is None or value <= maximum)
-    allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
-    _check(within, f"{prefix}.{name}" if prefix else name, value, allowed)
-
-
-def _flags(section: DictConfig, prefix: str, *names: str) -> None:
-    for name in names:
-        _check(_is_bool(section[name]), f"{prefix}.{name}", section[name], "true or false")
-
-
-def _one_of(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    _check(isinstance(value, str) and value in choices, key, value, f"one of {', '.join(choices)}")
-
-
-def _name(key: str, value: Any) -> None:
-    """Names that end up in a run directory's path may not climb out of it or split it: `../x`, `a/b`."""
-    text = str(value) if _is_int(value) else value
-    safe = isinstance(text, str) and SAFE_NAME.fullmatch(text) is not None and ".." not in text
-    _check(safe, key, value, SAFE_NAME_RULE)
+# W&B's own rule for a project name (wandb_settings.Settings.validate_project): at most 128 characters, none of these.
+WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
+WANDB_PROJECT_RULE = f"a name of 1 to 128 characters without any of {' '.join(WANDB_PROJECT_FORBIDDEN)} (W&B's rule)"
+# What every record holds that optimized_metric may name: the figures the LightningModule logs each epoch
+# (model/classifier.py; the last value of each is in the record's `metrics`; `train/loss` and `lr` are logged every
+# log_every_n_steps only) and, with stats.enabled, the final attention headline pair (`attention.final`).
+ATTENTION_METRICS = ("min_mad_early", "mean_entropy_early")
+RECORD_METRICS = (
+    *(f"{split}/{figure}" for split in ("val", "test_epoch", "test") for figure in ("acc1", "acc5", "loss")),
+    "train/acc1",
+    "train/loss_epoch",
+    *ATTENTION_METRICS,
+)
+# Sizes beyond what this project's runs are for; stated so that a typo (an extra zero) is refused before it allocates.
+MAX_IMAGE_SIZE = 512  # pixels a side: 64 x 64 patches of 8 pixels at the 8 x 8 grid
+MAX_SYNTHETIC_IMAGES = 2_000_000  # per split
+# data/synthetic.py draws a split in float32 (noise, images and three temporaries: 12 bytes a value at the peak)
+# and keeps every split as uint8 (1 byte a value).
+SYNTHETIC_DRAW_BYTES_PER_VALUE = 12
+MAX_DEPTH = 64  # blocks; ViT-G has 48
+MAX_DIM = 8192
+TRAINING_BYTES_PER_PARAMETER = 16  # weights, gradients and AdamW's two moments, float32
+WORKERS_PER_CORE = 4
 
 
 def validate(cfg: DictConfig, check_devices: bool = True) -> None:
     """Raise ConfigError on the first value outside its allowed range. `check_devices=False` skips comparing
     `trainer.devices` with this machine (a SLURM submission host has none of the compute nodes' GPUs)."""
     data_name = cfg.data.name
-    _check(data_name in DATASETS, "data.name", data_name, f"one of {', '.join(DATASETS)}")
+    check(data_name in DATASETS, "data.name", data_name, f"one of {', '.join(DATASETS)}")
     Protocol.from_cfg(cfg)  # the protocol checks its own settings (aug.*, loss.ls)
     _check_data(cfg.data, cfg.aug.cutmix)
     _check_model(cfg.model)
     _check_optim(cfg.optim)
     _check_trainer(cfg.trainer, check_devices)
     _check_global_batch(cfg.data.batch_size, cfg.trainer)
+    _check_val_check_interval(cfg.trainer, _train_batches(cfg.data))
+    if check_devices:
+        check_machine_sizes(cfg.data, cfg.model)
     validate_stats(cfg.stats, cfg.model.depth)
     _check_callbacks(cfg.callbacks)
     _check_logger(cfg.logger)
@@ -120,30 +79,40 @@ def validate(cfg: DictConfig, check_devices: bool = True) -> None:
 
 
 def _check_data(data: DictConfig, cutmix: bool) -> None:
-    _integer(data, "data", "batch_size", 1)
+    integer(data, "data", "batch_size", 1)
     if cutmix:
-        _check(data.batch_size >= 2, "data.batch_size", data.batch_size, ">= 2 when aug.cutmix=true")
+        check(data.batch_size >= 2, "data.batch_size", data.batch_size, ">= 2 when aug.cutmix=true")
     eval_batch = data.eval_batch_size
     allowed = "an integer >= 1, or null (the training batch size)"
-    _check(eval_batch is None or (_is_int(eval_batch) and eval_batch >= 1), "data.eval_batch_size", eval_batch, allowed)
-    _integer(data, "data", "num_workers", 0)
+    check(eval_batch is None or (is_int(eval_batch) and eval_batch >= 1), "data.eval_batch_size", eval_batch, allowed)
+    integer(data, "data", "num_workers", 0)
     on_device = data.get("on_device", False)
-    _check(on_device in ("auto", True, False), "data.on_device", on_device, "auto (on with CUDA), true or false")
-    _integer(data, "data", "split_seed", 0)
+    check(on_device in ("auto", True, False), "data.on_device", on_device, "auto (on with CUDA), true or false")
+    integer(data, "data", "split_seed", 0)
     if "root" in data:
-        _check(data.root != "", "data.root", data.root, "a directory path")
+        check(data.root != "", "data.root", data.root, "a directory path")
     if data.name == "synthetic":
         _check_synthetic(data)
     if "image_size" in data:
         size = data.image_size
-        allowed = f"a multiple of {GRID_SIZE} (the {GRID_SIZE} x {GRID_SIZE} patch grid), at least 16"
-        _check(_is_int(size) and size >= 16 and size % GRID_SIZE == 0, "data.image_size", size, allowed)
-    train_size = data.train_size if data.name == "synthetic" else TRAIN_SIZES[data.name]
+        allowed = f"a multiple of {GRID_SIZE} (the {GRID_SIZE} x {GRID_SIZE} patch grid) in [16, {MAX_IMAGE_SIZE}]"
+        within = is_int(size) and 16 <= size <= MAX_IMAGE_SIZE and size % GRID_SIZE == 0
+        check(within, "data.image_size", size, allowed)
+    train_size = _train_size(data)
     allowed = f"an integer in [0, {train_size - 1}]: held out of the {train_size} training images of {data.name}"
-    _check(_is_int(data.val_size) and 0 <= data.val_size < train_size, "data.val_size", data.val_size, allowed)
+    check(is_int(data.val_size) and 0 <= data.val_size < train_size, "data.val_size", data.val_size, allowed)
     left = train_size - data.val_size
     held_out = f" left after data.val_size={data.val_size}" if data.val_size else ""
-    _check(data.batch_size <= left, "data.batch_size", data.batch_size, f"at most the {left} training images{held_out}")
+    check(data.batch_size <= left, "data.batch_size", data.batch_size, f"at most the {left} training images{held_out}")
+
+
+def _train_size(data: DictConfig) -> int:
+    return data.train_size if data.name == "synthetic" else TRAIN_SIZES[data.name]
+
+
+def _train_batches(data: DictConfig) -> int:
+    """Training batches in an epoch: full global batches of what val_size leaves (the loaders drop the last)."""
+    return (_train_size(data) - data.val_size) // data.batch_size
 
 
 SYNTHETIC_MINIMUMS = {"train_size": 1, "test_size": 1, "num_classes": 2}
@@ -151,146 +120,107 @@ SYNTHETIC_MINIMUMS = {"train_size": 1, "test_size": 1, "num_classes": 2}
 
 def _check_synthetic(data: DictConfig) -> None:
     for name, minimum in (*SYNTHETIC_MINIMUMS.items(), ("generator_seed", 0)):
-        _integer(data, "data", name, minimum)
-    _check(_is_finite(data.noise) and data.noise >= 0, "data.noise", data.noise, "a number >= 0, finite")
-    _check(_is_finite(data.period) and data.period >= 2, "data.period", data.period, "a number of pixels >= 2, finite")
+        integer(data, "data", name, minimum)
+    for name in ("train_size", "test_size"):
+        integer(data, "data", name, 1, MAX_SYNTHETIC_IMAGES)
+    check(is_finite(data.noise) and data.noise >= 0, "data.noise", data.noise, "a number >= 0, finite")
+    check(is_finite(data.period) and data.period >= 2, "data.period", data.period, "a number of pixels >= 2, finite")
 
 
 def _check_model(model: DictConfig) -> None:
-    _name("model.name", model.name)
-    for key in ("depth", "dim", "heads"):
-        _integer(model, "model", key, 1)
-    _check(model.dim % model.heads == 0, "model.dim", model.dim, f"a multiple of model.heads={model.heads}")
-    _check(_is_finite(model.mlp_ratio) and model.mlp_ratio > 0, "model.mlp_ratio", model.mlp_ratio, "> 0, finite")
+    safe_name("model.name", model.name)
+    integer(model, "model", "depth", 1, MAX_DEPTH)
+    integer(model, "model", "dim", 1, MAX_DIM)
+    integer(model, "model", "heads", 1)
+    check(model.dim % model.heads == 0, "model.dim", model.dim, f"a multiple of model.heads={model.heads}")
+    check(is_finite(model.mlp_ratio) and model.mlp_ratio > 0, "model.mlp_ratio", model.mlp_ratio, "> 0, finite")
     compile_ = model.compile
-    _check(compile_ in ("auto", True, False), "model.compile", compile_, "auto, true or false")
+    check(compile_ in ("auto", True, False), "model.compile", compile_, "auto, true or false")
     if "stem" in model:
-        _one_of("model.stem", model.stem, MODEL_STEMS)
+        one_of("model.stem", model.stem, MODEL_STEMS)
 
 
 def _check_optim(optim: DictConfig) -> None:
-    _check(_is_finite(optim.lr) and optim.lr > 0, "optim.lr", optim.lr, "> 0, finite")
+    check(is_finite(optim.lr) and optim.lr > 0, "optim.lr", optim.lr, "> 0, finite")
     for key in ("weight_decay", "warmup_epochs"):
-        _check(_is_finite(optim[key]) and optim[key] >= 0, f"optim.{key}", optim[key], ">= 0, finite")
+        check(is_finite(optim[key]) and optim[key] >= 0, f"optim.{key}", optim[key], ">= 0, finite")
     betas = optim.betas
     pair = len(betas) == 2 and all(0 <= b < 1 for b in betas)
-    _check(pair, "optim.betas", list(betas), "two numbers in [0, 1), e.g. [0.9,0.999]")
+    check(pair, "optim.betas", list(betas), "two numbers in [0, 1), e.g. [0.9,0.999]")
     ratio = optim.min_lr_ratio
-    _check(0 <= ratio <= 1, "optim.min_lr_ratio", ratio, "a number in [0, 1] (of optim.lr)")
+    check(0 <= ratio <= 1, "optim.min_lr_ratio", ratio, "a number in [0, 1] (of optim.lr)")
 
 
-def _check_trainer(trainer: DictConfig, check_devices: bool) -> None:
-    _one_of("trainer.accelerator", trainer.accelerator, ACCELERATORS)
-    _one_of("trainer.strategy", trainer.strategy, STRATEGIES)
-    precision = str(trainer.precision) if _is_int(trainer.precision) else trainer.precision
-    _one_of("trainer.precision", precision, PRECISIONS)
-    for name in ("max_epochs", "num_nodes", "log_every_n_steps"):
-        _integer(trainer, "trainer", name, 1)
-    every = trainer.check_val_every_n_epoch
-    _check(_is_int(every) and every >= 1, "trainer.check_val_every_n_epoch", every, "an integer >= 1")
-    clip = trainer.gradient_clip_val
-    _check(clip is None or (_is_finite(clip) and clip >= 0), "trainer.gradient_clip_val", clip, "null or a number >= 0")
-    allowed = "true, false or warn (warn: non-deterministic operations only warn)"
-    _check(trainer.deterministic in (True, False, "warn"), "trainer.deterministic", trainer.deterministic, allowed)
-    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "overfit_batches"):
-        if name in trainer:
-            _check_limit(f"trainer.{name}", trainer[name])
-    _check_other_trainer_arguments(trainer)
-    devices = trainer.devices
-    listed = isinstance(devices, ListConfig) and len(devices) > 0 and all(_is_int(d) and d >= 0 for d in devices)
-    counted = devices in ("auto", -1) or (_is_int(devices) and devices >= 1)
-    allowed = "an integer >= 1, -1 or auto (every device), or a list of device indices"
-    _check(listed or counted, "trainer.devices", devices, allowed)
-    if check_devices:
-        validate_devices(trainer)
+def _physical_memory() -> int | None:
+    """Bytes of memory on this machine, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
-# Lower bounds of the count-like Trainer arguments a quick check or a debug config sets.
-TRAINER_COUNTS = {
-    "max_steps": -1,
-    "min_steps": 0,
-    "min_epochs": 0,
-    "accumulate_grad_batches": 1,
-    "num_sanity_val_steps": -1,
-}
-
-
-def _check_other_trainer_arguments(trainer: DictConfig) -> None:
-    """Any other Trainer argument (`+trainer.<name>`, or set by a debug config): known to the installed Trainer, of
-    a type it takes. Asked of Lightning only when there is one, so an ordinary command is checked without it."""
-    from vit_locality.config.trainer_options import check_trainer_options
-
-    others = {k: v for k, v in OmegaConf.to_container(trainer).items() if k not in DECLARED_TRAINER_KEYS}
-    if others:
-        check_trainer_options(others)
-    for name, minimum in TRAINER_COUNTS.items():
-        value = trainer.get(name)
-        if value is not None:
-            _check(_is_int(value) and value >= minimum, f"trainer.{name}", value, f"an integer >= {minimum}")
-    fast = trainer.get("fast_dev_run", False)
-    _check(
-        isinstance(fast, bool) or (_is_int(fast) and fast >= 0),
-        "trainer.fast_dev_run",
-        fast,
-        "true, false or a count of batches >= 0",
-    )
-    interval = trainer.get("val_check_interval")
-    _check(
-        interval is None or (_is_finite(interval) and interval > 0),
-        "trainer.val_check_interval",
-        interval,
-        "null, a fraction of an epoch in (0, 1] or a count of batches >= 1",
-    )
-
-
-def _check_limit(key: str, value: Any) -> None:
-    """Lightning reads an integer as a count of batches and a float as a fraction of them."""
-    count = _is_int(value) and value >= 0
-    fraction = isinstance(value, float) and 0 <= value <= 1
-    _check(value is None or count or fraction, key, value, "null, a count of batches >= 0 or a fraction in [0, 1]")
-
-
-def _check_global_batch(batch_size: int, trainer: DictConfig) -> None:
-    devices = trainer.devices
-    if _is_int(devices) and devices >= 1:
-        world = devices * trainer.num_nodes
-        allowed = f"a multiple of trainer.devices x trainer.num_nodes = {world} (the global batch is split evenly)"
-        _check(batch_size % world == 0, "data.batch_size", batch_size, allowed)
+def check_machine_sizes(data: DictConfig, model: DictConfig) -> None:
+    """Sizes against this machine: data workers against its cores, a synthetic set and the model's training state
+    against its memory. Skipped for a SLURM submission, whose compute nodes are other machines."""
+    cores = os.cpu_count() or 1
+    workers = f"an integer in [0, {WORKERS_PER_CORE * cores}]: {WORKERS_PER_CORE} per CPU core of this machine"
+    check(data.num_workers <= WORKERS_PER_CORE * cores, "data.num_workers", data.num_workers, workers)
+    memory = _physical_memory()
+    if memory is None:
+        return
+    gib = f"{memory / 2**30:.0f} GiB"
+    if data.name == "synthetic":
+        values = 3 * data.image_size**2
+        split = max(data.train_size, data.test_size)
+        needed = values * (split * SYNTHETIC_DRAW_BYTES_PER_VALUE + data.train_size + data.test_size)
+        allowed = f"a set whose drawing fits in half of this machine's {gib} (about {needed / 2**30:.0f} GiB asked)"
+        check(needed <= memory // 2, "data.train_size", data.train_size, allowed)
+    parameters = 12 * model.depth * model.dim**2  # attention (4 dim^2) and MLP (2 x 4 dim^2) per block
+    needed = parameters * TRAINING_BYTES_PER_PARAMETER
+    allowed = f"a model whose training state fits in this machine's {gib} (about {needed / 2**30:.0f} GiB asked)"
+    check(needed <= memory, "model.depth", model.depth, allowed)
 
 
 def validate_stats(stats: DictConfig, depth: int | None) -> None:
     """The probe's settings; `depth` (unknown to `analyze` until it reads the run) bounds `early_layers`."""
     for name in ("probe_size", "batch_size", "every_n_epochs"):
-        _integer(stats, "stats", name, 1)
-    _integer(stats, "stats", "early_layers", 1, depth)
+        integer(stats, "stats", name, 1)
+    integer(stats, "stats", "early_layers", 1, depth)
 
 
 def _check_callbacks(callbacks: DictConfig) -> None:
-    _integer(callbacks, "callbacks", "checkpoint_every_n_epochs", 1)
+    integer(callbacks, "callbacks", "checkpoint_every_n_epochs", 1)
 
 
 def _check_logger(logger: DictConfig) -> None:
     wandb = logger.get("wandb")
     if wandb is None:
         return
-    _check(wandb.project != "", "logger.wandb.project", wandb.project, "a name")
+    project = wandb.project
+    forbidden = any(char in WANDB_PROJECT_FORBIDDEN for char in project)
+    check(0 < len(project) <= 128 and not forbidden, "logger.wandb.project", project, WANDB_PROJECT_RULE)
 
 
 def _check_run(cfg: DictConfig) -> None:
-    _integer(cfg, "", "seed", 0, MAX_SEED)
-    _flags(cfg.sweep, "sweep", "continue_on_error")
-    _name("sweep_name", cfg.sweep_name)
+    integer(cfg, "", "seed", 0, MAX_SEED)
+    flags(cfg.sweep, "sweep", "continue_on_error")
+    safe_name("sweep_name", cfg.sweep_name)
     tags = cfg.get("tags", [])
     listed = isinstance(tags, ListConfig) and all(isinstance(tag, str) and 0 < len(tag) <= 64 for tag in tags)
-    _check(listed, "tags", OmegaConf.to_container(tags) if OmegaConf.is_config(tags) else tags, TAGS_RULE)
+    check(listed, "tags", OmegaConf.to_container(tags) if OmegaConf.is_config(tags) else tags, TAGS_RULE)
     try:
         run_name = cfg.run_name
     except OmegaConfBaseException as error:
         raise ConfigError(f"run_name: {str(error).splitlines()[0]}") from None
-    _name("run_name", run_name)
+    safe_name("run_name", run_name)
     metric = cfg.get("optimized_metric")
-    allowed = "null or a record metric, e.g. val/acc1, test/acc1, min_mad_early, mean_entropy_early"
-    _check(metric is None or (isinstance(metric, str) and metric.strip() != ""), "optimized_metric", metric, allowed)
+    allowed = f"null or a figure every record has: one of {', '.join(RECORD_METRICS)}"
+    check(metric is None or metric in RECORD_METRICS, "optimized_metric", metric, allowed)
+    measured = metric not in ATTENTION_METRICS or cfg.stats.enabled
+    check(measured, "optimized_metric", metric, "a figure the cell measures: set stats.enabled=true for it")
+    test_set = selection_problem(metric, int(cfg.data.val_size or 0)) if metric else None
+    if test_set:  # a search selects: it must never select on the test set (vit_locality/metric_names.py)
+        raise ConfigError(test_set)
 
 
 def validate_analysis(cfg: DictConfig) -> None:
@@ -299,30 +229,11 @@ def validate_analysis(cfg: DictConfig) -> None:
         raise ConfigError("ckpt_path is not set: pass ckpt_path=<run dir>/checkpoints/last.ckpt (from train.py)")
     checkpoint = cfg.ckpt_path
     problem = file_problem(Path(str(checkpoint))) if checkpoint not in (None, "") else "empty"
-    _check(problem is None, "ckpt_path", checkpoint, f"a .ckpt file written by train.py ({problem})")
+    check(problem is None, "ckpt_path", checkpoint, f"a .ckpt file written by train.py ({problem})")
     validate_stats(cfg.stats, None)
-    _one_of("device", cfg.device, ANALYSIS_DEVICES)
-    _check(_is_bool(cfg.overwrite), "overwrite", cfg.overwrite, "true or false")
+    one_of("device", cfg.device, ANALYSIS_DEVICES)
+    check(is_bool(cfg.overwrite), "overwrite", cfg.overwrite, "true or false")
     for key in ("out_dir", "data_root"):
-        _check(cfg[key] is None or isinstance(cfg[key], str), key, cfg[key], "a directory path, or null")
+        check(cfg[key] is None or isinstance(cfg[key], str), key, cfg[key], "a directory path, or null")
     if cfg.out_dir:
         check_directory("out_dir", cfg.out_dir, Path(cfg.out_dir))
-
-
-def available_devices(accelerator: str) -> tuple[int, str]:
-    """How many devices `trainer.devices` may ask for, and what they are."""
-    import torch  # deferred: config checks should not pay for torch unless they reach this point
-
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
-        return torch.cuda.device_count(), "CUDA GPUs"
-    return os.cpu_count() or 1, "CPU cores (trainer.accelerator=cpu runs one process per device)"
-
-
-def validate_devices(trainer: DictConfig) -> None:
-    """`trainer.devices` against this machine. One device on the CPU is always there (and needs no torch to count);
-    auto, -1 and a list of indices leave the count to Lightning."""
-    devices = trainer.devices
-    if not _is_int(devices) or devices == -1 or (devices == 1 and trainer.accelerator in ("auto", "cpu")):
-        return
-    count, kind = available_devices(str(trainer.accelerator))
-    _check(devices <= count, "trainer.devices", devices, f"at most {count}: this machine has {count} {kind}")

@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from enum import Enum
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -63,6 +64,11 @@ IN_BASE_NAME = (
 GROUPS_NOT_NAMED = ("trainer", "logger", "callbacks", "hydra")
 
 
+def covered_by_not_identity(key: str) -> bool:
+    """Whether the dotted `key` is a setting that cannot change a result (NOT_IDENTITY)."""
+    return _covered(key, NOT_IDENTITY)
+
+
 def _covered(key: str, prefixes: Iterable[str]) -> bool:
     return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
 
@@ -84,8 +90,16 @@ def run_identity(cfg: DictConfig) -> dict[str, Any]:
     return {key: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for key, v in resolved.items()}
 
 
+# What the same settings compute changes with the code's random streams: 2 draws every training batch's CutMix,
+# MixUp and on-device augmentation from (seed, epoch, batch) (exact mid-epoch resume). Part of the hash, so a
+# checkpoint or record of an older stream is never resumed or skipped as if it were this one.
+RANDOM_STREAM_VERSION = 2
+
+
 def identity_hash(cfg: DictConfig) -> str:
-    blob = json.dumps(run_identity(cfg), sort_keys=True, default=str)
+    """The cell's identity: its settings (run_identity) under this version of the random streams."""
+    settings = run_identity(cfg)
+    blob = json.dumps({"settings": settings, "random_stream": RANDOM_STREAM_VERSION}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -101,6 +115,13 @@ def data_fingerprint(train_labels: Any, eval_labels: Any, test_labels: Any) -> d
     return {"sizes": sizes, "labels_sha256": digest.hexdigest()[:16]}
 
 
+# A run directory's name stays readable and within what every file system takes (255 bytes a component).
+MAX_NAME_CHARS = 120
+HASH_CHARS = 10  # hex digits of the hash that stands for the settings a long name cannot show
+Lookup = Callable[[str], Any]
+ABSENT = object()  # what a Lookup returns for a key the config lacks
+
+
 def _override_key(override: str) -> str:
     """`+trainer.fast_dev_run=true` -> `trainer.fast_dev_run`; a group path `hydra/launcher` -> `hydra.launcher`."""
     return override.split("=", 1)[0].lstrip("+~").replace("/", ".")
@@ -111,14 +132,105 @@ def _name_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "_"
 
 
-def settings_suffix(overrides: Iterable[str]) -> str:
-    """`_<key>-<value>` for every setting a command sets that changes the result and the base name does not show,
-    sorted by key: `-m optim.lr=1e-3,3e-3` gives `..._s0_optim.lr-1e-3` and `..._s0_optim.lr-3e-3`."""
-    parts = []
+def canonical_value(value: Any) -> Any:
+    """One value, one spelling: a config node as plain data, a string that spells a number or a bool as that number
+    or bool (`1e-3` -> 0.001, `True` -> true); ints and floats stay apart (a count of batches is not a fraction)."""
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, str):
+        return _parsed_scalar(value)
+    if isinstance(value, dict):
+        return {str(key): canonical_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [canonical_value(item) for item in value]
+    return value
+
+
+def _parsed_scalar(text: str) -> Any:
+    """A command-line value as Hydra's grammar reads it (`1e-3` a float, `true` a bool); the text where it is not
+    a single number or bool."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        value = OverridesParser.create().parse_override(f"k={text}").value()
+    except Exception:  # not something the grammar reads as one value: the text is the value
+        return text
+    return value if isinstance(value, bool | int | float) else text
+
+
+def canonical_text(value: Any) -> str:
+    """The spelling of a canonical value in names and identities: `0.001`, `1e+30`, `true`, `[0.9,0.99]`."""
+    value = canonical_value(value)
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def named_settings(overrides: Iterable[str], value_of: Lookup | None = None, default_of: Lookup | None = None) -> dict:
+    """The settings a directory name shows, key -> canonical text, sorted by key: every setting the command sets
+    (the last of two for one key) that changes the result, that the base name does not show, and whose value
+    (`value_of(key)`, the composed config's; else the override's) differs from its default (`default_of(key)`)."""
+    chosen: dict[str, str] = {}
     for override in overrides:
         key = _override_key(override)
+        chosen.pop(key, None)  # the last override of a key wins, as in the config
         if "=" not in override or key in IN_BASE_NAME or key in GROUPS_NOT_NAMED or _covered(key, NOT_IDENTITY):
             continue
-        value = override.split("=", 1)[1]
-        parts.append((key, f"{_name_part(key)}-{_name_part(value)}"))
-    return "".join(f"_{part}" for _, part in sorted(parts))
+        value = _lookup(value_of, key)
+        value = override.split("=", 1)[1] if value is ABSENT else value
+        default = _lookup(default_of, key)
+        if default is not ABSENT and canonical_value(default) == canonical_value(value):
+            continue
+        chosen[key] = canonical_text(value)
+    return dict(sorted(chosen.items()))
+
+
+def _lookup(lookup: Lookup | None, key: str) -> Any:
+    if lookup is None:
+        return ABSENT
+    try:
+        return lookup(key)
+    except Exception:  # a key the config lacks, or a value that does not resolve there
+        return ABSENT
+
+
+def config_lookup(cfg: DictConfig | None) -> Lookup | None:
+    """A Lookup reading `cfg` (ABSENT for a key it lacks)."""
+    if cfg is None:
+        return None
+    return lambda key: OmegaConf.select(cfg, key, default=ABSENT, throw_on_missing=True)
+
+
+def settings_suffix(overrides: Iterable[str], value_of: Lookup | None = None, default_of: Lookup | None = None) -> str:
+    """`_<key>-<value>` for every named setting (`named_settings`): `-m optim.lr=1e-3,3e-3` gives
+    `..._s0_optim.lr-0.001` and `..._s0_optim.lr-0.003`."""
+    return "".join(_setting_parts(named_settings(overrides, value_of, default_of)))
+
+
+def _setting_parts(settings: dict[str, str]) -> list[str]:
+    return [f"_{_name_part(key)}-{_name_part(value)}" for key, value in settings.items()]
+
+
+def fitted_name(base: str, settings: dict[str, str]) -> str:
+    """`base` plus a part per setting, within MAX_NAME_CHARS: where they do not all fit, the settings that fit (in
+    key order) and `_hash-<hex>`, a hash of every setting, so two different cells never share a name. The full
+    settings are in the run's record (its config)."""
+    parts = _setting_parts(settings)
+    name = base + "".join(parts)
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    blob = json.dumps({"base": base, "settings": settings}, sort_keys=True)
+    marker = f"_hash-{hashlib.sha256(blob.encode()).hexdigest()[:HASH_CHARS]}"
+    room = MAX_NAME_CHARS - len(marker)
+    name = base[:room]
+    for part in parts:
+        if len(name) + len(part) > room:
+            break
+        name += part
+    return name + marker

@@ -19,7 +19,6 @@ import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +31,22 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
-    ConfigTypeError,
     OmegaConfBaseException,
-    ValidationError,
 )
 
 from vit_locality.config.checks import validate, validate_analysis
 from vit_locality.config.file_access import check_directory
-from vit_locality.config.identity import settings_suffix
+from vit_locality.config.identity import (
+    ABSENT,
+    canonical_value,
+    config_lookup,
+    covered_by_not_identity,
+    fitted_name,
+    identity_hash,
+    named_settings,
+)
+from vit_locality.config.override_values import apply_value, check_unread_settings, new_keys
+from vit_locality.config.refusals import explain
 from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError
@@ -53,58 +60,9 @@ CHECKS: dict[str, Callable[[DictConfig, bool], None]] = {
 }
 # Entry points that never write into Hydra's output directory (analyze writes beside the checkpoint, or to out_dir).
 NO_OUTPUT_DIR = {"analyze"}
-SPELLING_HINT = "check the spelling; `--cfg job` lists every key"
 INTERPOLATION = re.compile(r"\$\{([\w.]+)\}")
 
 Cell = tuple[str, ...]  # one override string per axis of the sweep
-
-
-def _group_options(conf_dir: Path, group: str) -> list[str]:
-    """The values a user may pick for a config group; files starting with `_` are bases the options build on."""
-    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml") if not p.name.startswith("_"))
-
-
-def no_such_setting(key: str) -> str:
-    return f"{key}: no such setting ({SPELLING_HINT})"
-
-
-def _allowed_type(node: Any) -> str:
-    """What a schema field takes, in words, from the node OmegaConf refused a value for."""
-    kind = node._metadata.ref_type if node is not None else None
-    null = " or null" if node is not None and node._is_optional() else ""
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return f"one of {', '.join(str(member.value) for member in kind)}{null}"
-    words = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-    return words.get(kind, "a value of the type the schema gives") + null
-
-
-def _schema_refusal(error: ValidationError) -> str | None:
-    """`optim.lr='abc' is not allowed: a number` for a value the schema (schema.py) refuses, or None."""
-    if not error.full_key or error.parent_node is None:
-        return None
-    node = error.parent_node._get_node(error.key, validate_access=False, throw_on_missing_key=False)
-    value = error.value
-    shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    return f"{error.full_key}={shown!r} is not allowed: {_allowed_type(node)}"
-
-
-def explain(error: Exception, conf_dir: Path) -> str:
-    """One line for a composition error: the key, the value and what is allowed."""
-    refused = next((e for e in (error, error.__cause__) if isinstance(e, ValidationError)), None)
-    line = _schema_refusal(refused) if refused is not None else None
-    if line:
-        return line
-    text = str(error)
-    missing = re.search(r"Could not find '([\w/]+)/(\w+)'", text)
-    if missing:
-        group, value = missing.groups()
-        return f"{group}={value} is not allowed: one of {', '.join(_group_options(conf_dir, group))}"
-    unknown = re.search(r"Could not override '([\w.]+)'", text) or re.search(r"Key '(\w+)' is not in struct", text)
-    if unknown:
-        return no_such_setting(unknown.group(1))
-    first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
-    full_key = getattr(error, "full_key", None)
-    return f"{full_key}: {first}" if full_key and full_key not in first else first
 
 
 class Composer:
@@ -116,6 +74,7 @@ class Composer:
         self.parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())  # for glob()
         self._parsed: dict[str, Override] = {}
         self._composed: dict[Cell, tuple[DictConfig, DictConfig] | Exception] = {}
+        self.added: list[str] = []  # the keys the current cell's `+`/`++` overrides created
 
     def parse(self, text: str) -> Override:
         if text not in self._parsed:
@@ -124,7 +83,8 @@ class Composer:
 
     def is_group(self, override: Override) -> bool:
         """Hydra picks a config file for a group (a folder of conf/) and sets a value for any other key."""
-        return override.package is not None or (self.conf_dir / override.key_or_group).is_dir()
+        key = override.key_or_group
+        return override.package is not None or "/" in key or (self.conf_dir / key).is_dir()
 
     def composed(self, groups: Cell) -> tuple[DictConfig, DictConfig]:
         """(job config, hydra config) for these group choices; a composition error is raised again for each cell."""
@@ -152,9 +112,10 @@ class Composer:
         cfg, hydra_cfg = self.composed(groups)
         tops = {o.key_or_group.split(".")[0] for o in values}
         saved = {top: copy.deepcopy(cfg._get_node(top)) for top in tops if top in cfg}  # typed nodes stay typed
+        self.added = []
         try:
             for override in values:
-                apply_value(cfg, override)
+                self._apply(cfg, override)
             yield cfg, hydra_cfg
         finally:
             with open_dict(cfg):
@@ -164,39 +125,21 @@ class Composer:
                     else:
                         cfg.pop(top, None)
 
-
-def apply_value(cfg: DictConfig, override: Override) -> None:
-    """A value override as Hydra's config loader applies it after composition; in struct mode, so a key that is not
-    in the config fails unless `+`/`++` adds it."""
-    key, value = override.key_or_group, override.value()
-    if override.is_delete():
-        _delete(cfg, key, value)
-    elif override.is_add() and OmegaConf.select(cfg, key, throw_on_missing=False) is not None:
-        if not isinstance(value, dict | list):
-            raise ConfigError(f"+{key}: {key} is set already; drop the + to change it, or use ++{key}= either way")
-        OmegaConf.update(cfg, key, value, merge=True, force_add=True)
-    elif override.is_add() or override.is_force_add():
-        OmegaConf.update(cfg, key, value, merge=True, force_add=True)
-    else:
+    def _apply(self, cfg: DictConfig, override: Override) -> None:
+        """Apply one value, noting the keys a `+`/`++` creates; one below a null section (`+logger.wandb.x=1`
+        without logger=wandb) cannot be set at all, and is refused as a setting nothing reads."""
+        if not (override.is_add() or override.is_force_add()):
+            apply_value(cfg, override)
+            return
+        created = new_keys(cfg, override.key_or_group, override.value())
+        self.added.extend(created)
         try:
-            OmegaConf.update(cfg, key, value, merge=True)
-        except (ConfigAttributeError, ConfigKeyError):
-            raise ConfigError(no_such_setting(key)) from None
-
-
-def _delete(cfg: DictConfig, key: str, value: Any) -> None:
-    """`~key` deletes the key; `~key=value` only if it holds that value. A setting a schema declares cannot be
-    deleted (Hydra refuses it too)."""
-    current = OmegaConf.select(cfg, key, throw_on_missing=False)
-    if current is None or (value is not None and value != current):
-        raise ConfigError(f"~{key}: nothing to delete ({key} is {current!r})")
-    parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    try:
-        with open_dict(cfg):  # as Hydra's config loader: a schema's own flags still hold below
-            del node[leaf]
-    except ConfigTypeError:
-        raise ConfigError(f"~{key} is not allowed: a setting the schema declares (set it instead)") from None
+            apply_value(cfg, override)
+        except (AssertionError, OmegaConfBaseException):
+            if not created:
+                raise
+            check_unread_settings(cfg, created)
+            raise
 
 
 def _axes(overrides: Iterable[Override], search: bool = False) -> dict[str, list[str]]:
@@ -227,7 +170,7 @@ def _split(composer: Composer, texts: list[str], multirun: bool) -> tuple[list[O
             raise ConfigError(f"{override.input_line} is not allowed without -m: one value (quote 'a,b' for a string)")
         if override.is_sweep_override() and override.is_hydra_override():
             raise ConfigError(f"{override.input_line} is not allowed: one value (Hydra's settings are not swept)")
-        if not override.is_hydra_override():
+        if not override.is_hydra_override() or composer.is_group(override):  # `hydra/launcher=` composes with the job
             job.append(override)
         elif override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):
             dirs[override.key_or_group] = override.get_value_element_as_str()
@@ -272,6 +215,7 @@ class Plan:
         axes = {**saved_axes, **axes}
         self.cells: Iterable[Cell] = itertools.product(*axes.values())
         self.directories: dict[str, str] = {}  # run directory name -> the first cell that writes there
+        self.identities: dict[str, str | None] = {}  # run directory name -> the identity of that first cell
 
     def problems(self) -> list[str]:
         """Every distinct problem, in the order the cells show them."""
@@ -299,11 +243,13 @@ class Plan:
     def _cell_problem(self, cell: Cell) -> str | None:
         check = CHECKS.get(self.composer.config_name)
         try:
+            defaults = self._defaults(cell) if self.multirun else {}
             with self.composer.config(cell) as (cfg, hydra_cfg):
+                check_unread_settings(cfg, self.composer.added)
                 if check:
                     check(cfg, self.remote)
                 if self.multirun:
-                    return self._shared_directory(cell, cfg)
+                    return self._shared_directory(cell, cfg, defaults)
                 return self._output_problem("hydra.run.dir", cfg, hydra_cfg)
         except ConfigError as error:
             return str(error)
@@ -312,20 +258,58 @@ class Plan:
         except (HydraException, OmegaConfBaseException) as error:
             return explain(error, self.composer.conf_dir)
 
-    def _shared_directory(self, cell: Cell, cfg: DictConfig) -> str | None:
-        """Two cells of one sweep must never write into one run directory (the name is the run name plus
-        identity.settings_suffix, as the job's `${cell_settings:}` resolves it)."""
+    def _defaults(self, cell: Cell) -> dict[str, Any]:
+        """The default of each setting the cell sets: its value under the cell's group choices alone, read before the
+        cell's values are applied (the job's `${cell_name:...}` leaves a setting equal to its default unnamed)."""
+        groups = tuple(text for text in cell if self.composer.is_group(self.composer.parse(text)))
+        cfg, _ = self.composer.composed(groups)
+        keys = {self.composer.parse(text).get_key_element().lstrip("+~") for text in cell}
+        found = {key: OmegaConf.select(cfg, key, default=ABSENT, throw_on_missing=False) for key in keys}
+        return {key: canonical_value(value) for key, value in found.items() if value is not ABSENT}
+
+    def _differ_outside_identity(self, first: str, second: str) -> bool:
+        """Whether two cells' settings differ, after canonical spelling, only in keys that cannot change a result
+        (workers, paths): then they are two commands for one directory, not one value spelled twice."""
+
+        def settings(shown: str) -> dict[str, Any]:
+            parsed = (self.composer.parse(text) for text in shown.split())
+            return {
+                o.get_key_element().lstrip("+~"): canonical_value(o.value()) for o in parsed if o.value() is not None
+            }
+
+        a, b = settings(first), settings(second)
+        differing = {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
+        return bool(differing) and all(covered_by_not_identity(key) for key in differing)
+
+    def _shared_directory(self, cell: Cell, cfg: DictConfig, defaults: dict[str, Any]) -> str | None:
+        """Two cells of one sweep must never write into one run directory (the name the job's `${cell_name:...}`
+        gives: identity.named_settings and fitted_name). Where the two are one cell (values spelled apart, or equal to
+        their defaults), Hydra would still run it twice, side by side under a parallel launcher: refused too."""
         if "run_name" not in cfg:
             return None
-        name = str(cfg.run_name) + settings_suffix(cell)
-        shown = " ".join(cell)
+        name = fitted_name(str(cfg.run_name), named_settings(cell, config_lookup(cfg), defaults.__getitem__))
+        shown, seen = " ".join(cell), name in self.directories
         first = self.directories.setdefault(name, shown)
-        if first == shown:
+        identity = self.identities.setdefault(name, _identity_or_none(cfg))
+        if not seen:
             return None
+        same = first == shown or (identity is not None and identity == _identity_or_none(cfg))
+        if same and not self._differ_outside_identity(first, shown):
+            return (
+                f"{first!r} and {shown!r} are one cell (equal values, spelled apart or equal to the default), which "
+                f"would run twice into {name}: give each value once"
+            )
         return (
             f"two cells of this sweep would write into one run directory {name}: {first!r} and {shown!r} differ only "
             "in settings that cannot change a result; sweep over one of them only, or set sweep_name per command"
         )
+
+
+def _identity_or_none(cfg: DictConfig) -> str | None:
+    try:
+        return identity_hash(cfg)
+    except Exception:  # a value only the job resolves (an environment variable): no identity to compare here
+        return None
 
 
 def check_command(argv: list[str], conf_dir: Path, config_name: str = "train") -> list[str]:

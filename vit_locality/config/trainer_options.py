@@ -12,12 +12,16 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import logging
 import types
 import typing
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from vit_locality.errors import ConfigError
+from vit_locality.upstream import accelerator_connector_class
 
 # Arguments the cell runner sets itself: the run directory, loggers, callbacks, checkpoint plugin and progress
 # display follow from other settings (callbacks.progress_bar, logger=...), so they are not `trainer.*` keys.
@@ -28,6 +32,8 @@ RESERVED = {
     "plugins": "the cell writes checkpoints through its own atomic plugin",
     "enable_progress_bar": "use callbacks.progress_bar=tqdm|rich|none",
     "enable_checkpointing": "last.ckpt is what resuming needs; set callbacks.checkpoint_every_n_epochs instead",
+    "barebones": "it turns off the loggers, checkpoints and progress display every cell has; "
+    "callbacks.progress_bar=none is the quiet run",
 }
 # Arguments whose strings Lightning accepts from a closed list (others are checked by type only).
 CHOICES = {
@@ -37,6 +43,10 @@ CHOICES = {
 # The types in the signature that a config value (YAML scalar or list) can stand for, by name.
 PLAIN_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "None": type(None), "list": list, "dict": dict}
 PATH_TYPES = {"Path", "PathLike"}  # a string in a config
+# The accelerators and strategy a plain command uses: judged without Lightning (the connector check imports it).
+PLAIN_ACCELERATORS = ("auto", "cpu")
+PLAIN_STRATEGIES = ("auto",)
+MAX_TIME_RULE = "DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping such as {hours: 12}, as Lightning's Timer reads it"
 
 
 def _type_names(annotation: Any) -> set[str]:
@@ -114,6 +124,91 @@ def check_trainer_options(trainer: Mapping[str, Any]) -> None:
             raise ConfigError(f"trainer.{name}={value!r} is not allowed: the Trainer takes {_describe(names)}")
         if name in CHOICES and value is not None and value not in CHOICES[name]:
             raise ConfigError(f"trainer.{name}={value!r} is not allowed: one of {', '.join(CHOICES[name])} or null")
+    if trainer.get("max_time") is not None:
+        _check_max_time(trainer["max_time"])
+
+
+def _check_max_time(value: Any) -> None:
+    """Parsed by Lightning's own Timer, which the Trainer builds from `max_time` (a string that is not four
+    colon-separated integers fails there, after the data and the model are built)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+    from lightning.pytorch.callbacks import Timer
+
+    try:
+        Timer(duration=value)
+    except (ValueError, TypeError, MisconfigurationException):
+        raise ConfigError(f"trainer.max_time={value!r} is not allowed: {MAX_TIME_RULE}") from None
+
+
+def needs_lightning(trainer: Mapping[str, Any]) -> bool:
+    """Whether the accelerator or strategy is one only Lightning can judge against this machine."""
+    return trainer["accelerator"] not in PLAIN_ACCELERATORS or trainer["strategy"] not in PLAIN_STRATEGIES
+
+
+def check_accelerator_and_strategy(trainer: Mapping[str, Any]) -> None:
+    """Raise ConfigError when Lightning would refuse this accelerator, strategy, device count and precision on this
+    machine (`mps` where there is none, `fsdp` on a CPU, DeepSpeed not installed), asked of Lightning's own
+    connector, which the Trainer builds first: its rules stay Lightning's, with no model, data or process started."""
+    devices = trainer["devices"]
+    arguments = (
+        str(trainer["accelerator"]),
+        str(trainer["strategy"]),
+        tuple(devices) if isinstance(devices, list | tuple) else devices,
+        int(trainer["num_nodes"]),
+        _resolved_precision(trainer["precision"], str(trainer["accelerator"])),
+    )
+    problem = _connector_problem(*arguments)
+    if problem is not None:
+        accelerator, strategy = arguments[:2]
+        strategy_named = strategy not in PLAIN_STRATEGIES and strategy.split("_")[0] in problem.lower()
+        key, value = ("strategy", strategy) if strategy_named else ("accelerator", accelerator)
+        raise ConfigError(f"trainer.{key}={value!r} is not allowed here: Lightning says: {problem}")
+
+
+def _resolved_precision(precision: Any, accelerator: str) -> Any:
+    """The project's `auto` as run.builders.resolve_precision gives it: bf16-mixed on CUDA, 32-true elsewhere."""
+    if precision != "auto":
+        return precision
+    import torch
+
+    cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    return "bf16-mixed" if cuda else "32-true"
+
+
+@functools.cache
+def _connector_problem(accelerator: str, strategy: str, devices: Any, num_nodes: int, precision: Any) -> str | None:
+    """Lightning's first line of refusal for these arguments, or None; asked once per distinct combination."""
+    connector = accelerator_connector_class()
+    shown_devices = list(devices) if isinstance(devices, tuple) else devices
+    try:
+        with _lightning_quiet():
+            connector(
+                accelerator=accelerator,
+                strategy=strategy,
+                devices=shown_devices,
+                num_nodes=num_nodes,
+                precision=precision,
+            )
+    except Exception as error:  # noqa: BLE001 - Lightning refuses with several types (Misconfiguration, Value, Import)
+        lines = str(error).strip().splitlines()
+        return lines[0] if lines else type(error).__name__
+    return None
+
+
+@contextmanager
+def _lightning_quiet() -> Iterator[None]:
+    """The connector reports what it chose ("Using bfloat16 ...") as the Trainer would: not for a pre-check."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def trainer_arguments(trainer: Mapping[str, Any]) -> dict[str, Any]:

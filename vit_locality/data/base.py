@@ -8,10 +8,12 @@ the data workers never change a result.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
 import threading
+import warnings
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,12 +34,15 @@ from vit_locality.data.on_device import (
 )
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw, transform_seeded
 from vit_locality.errors import VitLocalityError
-from vit_locality.upstream import epochs_processed
+from vit_locality.upstream import batches_completed_in_epoch, epochs_processed
 
 # Python's default start method on this platform ('fork' on Linux up to 3.13), named explicitly: a process started by
 # a launcher with its own process class (joblib's loky workers) has that class as its default, and the DataLoader's
 # plain workers cannot be started through it ("'Process' object has no attribute 'env'").
 WORKER_START_METHOD = multiprocessing.get_all_start_methods()[0]
+
+log = logging.getLogger("vit_locality")
+MID_EPOCH_RESUME_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
 
 
 def init_data_worker(worker_id: int) -> None:
@@ -178,6 +183,7 @@ class ImageDataModule(L.LightningDataModule):
         self.batch_augment: BatchAugment | None = None
         self._device_arrays: DeviceArrays | None = None
         self.start_epoch = 0  # the epoch a resumed fit's first training loader draws (load_state_dict)
+        self.start_batches = 0  # the batches of start_epoch a stopped fit trained already (load_state_dict)
         self.arrays: ImageArrays | None = None
         self._train_index: torch.Tensor | None = None
         self._val_index: torch.Tensor | None = None
@@ -260,15 +266,23 @@ class ImageDataModule(L.LightningDataModule):
         return arrays.train_images, arrays.train_labels
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch a fit resumed from this checkpoint trains next (Lightning's `processed` count: an end-of-epoch
-        checkpoint counts its epoch, a mid-epoch one does not), saved because Lightning builds a resumed fit's
-        first training loader before it restores its own epoch counter."""
+        """Where a fit resumed from this checkpoint trains next: the epoch (Lightning's `processed` count: an
+        end-of-epoch checkpoint counts its epoch, a mid-epoch one does not) and, mid-epoch, the batches of it already
+        trained, which the resumed fit's first training loader skips. Saved here because Lightning builds that
+        loader before it restores its own counters."""
         if self.trainer is None:
             return {}
-        return {"train_epoch": epochs_processed(self.trainer)}
+        trainer = self.trainer
+        return {"train_epoch": epochs_processed(trainer), "train_batches": batches_completed_in_epoch(trainer)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.start_epoch = int(state_dict.get("train_epoch", 0))
+        self.start_batches = int(state_dict.get("train_batches", 0))
+        if self.start_batches:
+            log.info("resuming epoch %d after its batch %d", self.start_epoch + 1, self.start_batches)
+            # Lightning judges a mid-epoch resume by the loader alone and would warn that it repeats batches; here
+            # the first training loader starts after the batches trained (train_dataloader), so the warning is false.
+            warnings.filterwarnings("ignore", message=MID_EPOCH_RESUME_WARNING)
 
     def _loader(self, dataset: Dataset, batch_size: int, sampler: Sampler | None = None) -> DataLoader:
         """A training loader when given the training sampler (full batches keep CutMix and the per-step schedule
@@ -289,14 +303,20 @@ class ImageDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader | DeviceTrainLoader:
+        """The training loader; a resumed fit's first one starts where the stopped fit's epoch was (the sampler
+        skips the positions of the batches all processes trained: batches x per-process batch x processes)."""
         _, world_size, rank = self._placement()
+        done, self.start_batches = self.start_batches, 0  # a loader built later starts its epoch whole
         if self.on_device:
             images, labels = self.device_arrays().train
-            return DeviceTrainLoader(
+            loader = DeviceTrainLoader(
                 images, labels, self.batch_size, self.seed, self.batch_augment, self.start_epoch, world_size, rank
             )
+            loader.resume_from(self.start_epoch, done)
+            return loader
         dataset = UInt8ImageDataset(*self._train_split(), self.train_transform)
         sampler = EpochShardSampler(dataset, self.seed, self.start_epoch, num_replicas=world_size, rank=rank)
+        sampler.resume_from(self.start_epoch, done * self.batch_size * world_size)
         return self._loader(dataset, self.batch_size, sampler)
 
     def val_dataloader(self) -> DataLoader | DeviceEvalLoader:

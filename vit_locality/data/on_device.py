@@ -10,9 +10,9 @@ of the worker path:
 
 Random stream. The epoch's order is the worker path's own (`EpochShardSampler.epoch_order`: seeded by (seed,
 epoch)), so both paths see the same samples in the same batches. The augmentation draws come from a generator on
-the device seeded by (seed, epoch) only: each step draws for the whole global batch and each process keeps the rows
-of its own samples, so a sample's crop, flip and AutoAugment depend on its position in the epoch and not on the
-number of processes, and an epoch resumed from its boundary draws what an unbroken run drew. The draws differ from
+the device seeded by (seed, epoch, step) only: each step draws for the whole global batch and each process keeps the
+rows of its own samples, so a sample's crop, flip and AutoAugment depend on its position in the epoch and not on the
+number of processes, and an epoch resumed at any step draws what an unbroken run drew. The draws differ from
 the worker path's (they come in blocks, from another generator), with the same distribution; the setting is part of
 the run identity for that reason.
 """
@@ -30,7 +30,7 @@ from vit_locality.augment.batched_autoaugment import apply as apply_autoaugment
 from vit_locality.augment.batched_autoaugment import draw as draw_autoaugment
 from vit_locality.catalog import COLORJITTER
 from vit_locality.data.sampling import EpochShardSampler
-from vit_locality.run.seeding import epoch_seed
+from vit_locality.run.seeding import sample_seed
 
 ON_DEVICE_SETTINGS = ("auto", True, False)
 COLORJITTER_STRENGTH = 0.4  # brightness, contrast and saturation, as transforms.build_train_transform
@@ -44,10 +44,10 @@ def resolve_on_device(setting: bool | str, cuda: bool) -> bool:
     return cuda if setting == "auto" else bool(setting)
 
 
-def augment_seed(seed: int, epoch: int) -> int:
-    """The seed of an epoch's augmentation draws: `epoch_seed` of epoch + 2**31, an epoch no run reaches, so it never
-    equals the seed of an epoch's order or of the global generators."""
-    return epoch_seed(seed, epoch + 2**31)
+def augment_seed(seed: int, epoch: int, step: int) -> int:
+    """The seed of one training step's augmentation draws: a sample seed of epoch + 2**31, an epoch no run reaches,
+    so it is drawn apart from the seeds of an epoch's order and of the global generators."""
+    return sample_seed(seed, epoch + 2**31, step)
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,9 @@ def shard_order(size: int, seed: int, epoch: int, world: int = 1, rank: int = 0)
 class DeviceTrainLoader:
     """What Lightning iterates as the training loader: full per-process batches of augmented uint8 images and their
     labels, already on the device. Lightning tells a loader's `sampler` the epoch at each epoch start; this loader is
-    its own sampler. `epoch` is the one a first iteration draws (a resumed fit's, see ImageDataModule)."""
+    its own sampler. `epoch` is the one a first iteration draws (a resumed fit's, see ImageDataModule), and
+    `resume_from(epoch, steps)` makes the next iteration of that epoch start at step `steps`, once (`len()` stays the
+    epoch's: Lightning counts the resumed epoch's batches on from the ones done)."""
 
     def __init__(
         self,
@@ -191,9 +193,21 @@ class DeviceTrainLoader:
         self.batch_size, self.seed, self.augment = batch_size, seed, augment
         self.epoch, self.world, self.rank = epoch, world, rank
         self.sampler = self
+        self._resume: tuple[int, int] | None = None  # (epoch, steps already trained)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def resume_from(self, epoch: int, steps: int) -> None:
+        """Start at step `steps` the next time epoch `epoch` is iterated."""
+        self._resume = (epoch, steps) if steps > 0 else None
+
+    def _steps_done(self) -> int:
+        """The steps to skip in this iteration; the skip is used up by the epoch it was set for."""
+        if self._resume is None or self._resume[0] != self.epoch:
+            return 0
+        steps, self._resume = self._resume[1], None
+        return steps
 
     def __len__(self) -> int:
         return math.ceil(len(self.labels) / self.world) // self.batch_size  # full batches only, as drop_last
@@ -201,11 +215,12 @@ class DeviceTrainLoader:
     def __iter__(self) -> Iterator[Batch]:
         device = self.images.device
         order = shard_order(len(self.labels), self.seed, self.epoch, self.world, self.rank).to(device)
-        generator = torch.Generator(device=device).manual_seed(augment_seed(self.seed, self.epoch))
-        for step in range(len(self)):
+        generator = torch.Generator(device=device)
+        for step in range(self._steps_done(), len(self)):
             index = order[step * self.batch_size : (step + 1) * self.batch_size]
             images = self.images[index]
             if self.augment is not None:
+                generator.manual_seed(augment_seed(self.seed, self.epoch, step))
                 images = self.augment(images, generator, self.world, self.rank)
             yield images, self.labels[index]
 

@@ -17,15 +17,18 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-VAL_METRIC = "val/acc1"
+VAL_METRIC = "val/acc1"  # held out of the training set (data.val_size > 0); test_epoch/acc1 is the test set's
 METRICS_CSV = Path("csv") / "metrics.csv"
+TEST_SET_REFUSAL = "matched accuracy needs data.val_size > 0: the evaluation split is the test set"
 
 
-def val_accuracy_by_epoch(run_dir: Path) -> dict[int, float]:
-    """Completed epochs -> validation top-1 (a fraction) from the run's CSV log; a later row of the same epoch (a
-    resumed run) wins. Empty when the log is missing or holds no validation row."""
+def val_accuracy_by_epoch(run_dir: Path, eval_split: str | None = "val") -> dict[int, float]:
+    """Completed epochs -> held-out validation top-1 (a fraction) from the run's CSV log; a later row of the same
+    epoch (a resumed run) wins. Empty when the log is missing or holds no validation row, and when the run's
+    evaluation split (its record's measured_on.eval_split) is not a held-out one: matching cells at an accuracy
+    selects epochs by it, which must never be done on the test set (older logs call test-set figures val/*)."""
     path = Path(run_dir) / METRICS_CSV
-    if not path.is_file():
+    if eval_split != "val" or not path.is_file():
         return {}
     found: dict[int, float] = {}
     with path.open(newline="") as handle:

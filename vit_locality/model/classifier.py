@@ -19,6 +19,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from vit_locality.augment.mixing import mix_batch
 from vit_locality.errors import VitLocalityError
+from vit_locality.metric_names import TEST, eval_prefix
 from vit_locality.model.vit import ModelConfig, VisionTransformer
 from vit_locality.protocol import Protocol
 
@@ -107,6 +108,9 @@ def legacy_settings(flat: Mapping[str, Any]) -> tuple[Protocol, OptimSettings]:
     return protocol.normalized(), optim
 
 
+TRAIN_SUMS_ENTRY = "train_running_sums"  # the checkpoint's entry of the epoch's (loss x images, correct) so far
+
+
 class ViTClassifier(L.LightningModule):
     """Trains the ViT on one cell. `protocol` (the cell's augmentation and loss), `optim` and `model` are typed
     objects, stored as plain dicts so checkpoints load weights-only."""
@@ -183,8 +187,10 @@ class ViTClassifier(L.LightningModule):
         Returns the loss, the logits and the labels accuracy is measured against: the dominant label of a mixed
         batch (logged as `train/acc1` in every cell).
         """
-        if self.device_autoaugment is not None:
-            images = self.device_autoaugment(images)
+        if self.device_autoaugment is not None:  # under DDP each rank takes its rows of the global batch's draws
+            trainer = self._trainer
+            world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+            images = self.device_autoaugment(images, world, rank)
         images, targets, reference = mix_batch(images, labels, self.num_classes, self.protocol)
         logits = self(images)
         loss = F.cross_entropy(logits, targets, label_smoothing=self.protocol.ls)
@@ -197,7 +203,7 @@ class ViTClassifier(L.LightningModule):
         # epoch figures once, and the step figures every log_every_n_steps (when Lightning writes them anyway).
         with torch.no_grad():
             sums = torch.stack([loss.detach().float() * len(reference), (logits.argmax(1) == reference).sum()])
-            self._train_sums = sums if self._train_sums is None else self._train_sums + sums
+            self._train_sums = sums if self._train_sums is None else self._train_sums.to(sums.device) + sums
             self._train_seen += len(reference)
         if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
             self.log("train/loss", loss, prog_bar=True)
@@ -209,6 +215,15 @@ class ViTClassifier(L.LightningModule):
             self.log("train/acc1", correct, on_step=False, on_epoch=True, sync_dist=True)
             self._train_sums, self._train_seen = None, 0
         return loss
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the epoch's running sums: a fit resumed mid-epoch then logs figures over the whole epoch."""
+        sums = None if self._train_sums is None else self._train_sums.detach().cpu()
+        checkpoint[TRAIN_SUMS_ENTRY] = {"sums": sums, "seen": self._train_seen}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        entry = checkpoint.get(TRAIN_SUMS_ENTRY) or {}
+        self._train_sums, self._train_seen = entry.get("sums"), int(entry.get("seen", 0))
 
     def _note_nonfinite(self, loss: torch.Tensor) -> None:
         """Stop at a non-finite loss before the optimizer step uses it. On a CPU the check is free; on a GPU it
@@ -252,16 +267,22 @@ class ViTClassifier(L.LightningModule):
         images, labels = batch
         logits = self(images)
         loss = F.cross_entropy(logits, labels)
-        self.log(f"{split}/loss", loss, on_epoch=True, prog_bar=split == "val", sync_dist=True)
+        per_epoch = split != TEST  # the figures validated every epoch: `val` (held out) or `test_epoch`
+        self.log(f"{split}/loss", loss, on_epoch=True, prog_bar=per_epoch, sync_dist=True)
         acc1(logits, labels)
         acc5(logits, labels)
-        self.log(f"{split}/acc1", acc1, on_epoch=True, prog_bar=split == "val")
+        self.log(f"{split}/acc1", acc1, on_epoch=True, prog_bar=per_epoch)
         self.log(f"{split}/acc5", acc5, on_epoch=True)
-        if split == "val":  # after fit, current_epoch already counts the epochs run: test rows keep Lightning's
+        if per_epoch:  # after fit, current_epoch already counts the epochs run: test rows keep Lightning's
             self.log("epoch", self.epoch_number(), on_epoch=True, sync_dist=True)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "val", self.val_acc1, self.val_acc5)
+        self._evaluate(batch, self.epoch_eval_prefix(), self.val_acc1, self.val_acc5)
+
+    def epoch_eval_prefix(self) -> str:
+        """`val` when the datamodule holds out training images, else `test_epoch`: the figures say their split."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        return eval_prefix(int(getattr(datamodule, "val_size", 0) or 0))
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "test", self.test_acc1, self.test_acc5)

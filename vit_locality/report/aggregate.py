@@ -3,54 +3,36 @@
 Tables, the factorial analysis and the figures all read these groups, so every output counts the same runs.
 Figures keep the record's units (accuracy a fraction); only the printed tables scale them.
 
-Pooling is only honest when the pooled runs differ in their seed alone, so the aggregate leaves out quick runs
-(a limited or fast-dev run is not a measurement of the cell) and warns, one note per (cell, setting), when the
-runs of a cell were recorded with different settings (their `config`, less what cannot change a result).
+Pooling is only honest when the pooled runs differ in their seed alone, so the aggregate leaves out quick and
+debug runs (a limited, fast-dev or `debug=...` run is not a measurement of the cell) and splits the runs of a cell
+that were recorded with different settings (their `config`, less the seed and what cannot change a result) into
+one group per combination: a learning-rate sweep is three rows, never one cell of three "seeds". The paper's
+tables, claims and effects take one group per cell (`Aggregate.cells`); the others are listed as left out.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from vit_locality.catalog import CELL_ORDER
-from vit_locality.config.identity import NOT_IDENTITY
-from vit_locality.protocol import Protocol
+from vit_locality.report.run_settings import (
+    GroupKey,
+    _canonical_identity,
+    _not_a_measurement,
+    group_key,
+    run_settings,
+    setting_notes,
+    split_by_settings,
+)
 from vit_locality.run.record import RunRecord, RunScan, scan_records
 
 # How a claim or a separation is judged: on every run, or on each cell's mean over its runs.
 Level = Literal["run", "mean"]
 LEVELS: tuple[Level, ...] = ("run", "mean")
-# Settings that may differ between the runs of one cell without a note: the seed, what cannot change a result
-# (identity.NOT_IDENTITY), and what a dedicated note already reports (label smoothing, MAD units, epochs).
-NOT_COMPARED = ("seed", *NOT_IDENTITY, "loss.ls", "stats.units", "trainer.max_epochs")
-
-
-@dataclass(frozen=True)
-class GroupKey:
-    """A group of runs: data set, model and the protocol's grouped fields (Protocol.group_key)."""
-
-    data: str
-    model: str
-    protocol: Protocol
-
-    @property
-    def ls(self) -> float:
-        return self.protocol.ls
-
-    @property
-    def flags(self) -> tuple[bool, bool, bool]:
-        """(AA, CM, LS on): the factorial coordinates of the cell."""
-        return self.protocol.flags
-
-    @property
-    def cell(self) -> str:
-        return self.protocol.cell_name
 
 
 @dataclass(frozen=True)
@@ -90,20 +72,24 @@ class Aggregate:
         """Every (data set, model) pair present, sorted."""
         return sorted({(key.data, key.model) for key in self.groups})
 
-    def cells(self, data: str, model: str) -> dict[str, Group]:
-        """The groups of one (data set, model) by cell name, in the paper's order.
+    def variants(self, data: str, model: str) -> dict[str, list[Group]]:
+        """Every group of one (data set, model) by cell name, in the paper's order; the cell's counted group first,
+        then the groups that differ from it in a setting (each its own row, never pooled with it)."""
+        found: dict[str, list[Group]] = {}
+        for key, group in self.groups.items():
+            if (key.data, key.model) == (data, model):
+                found.setdefault(key.cell, []).append(group)
+        return {name: _counted_first(found[name], found) for name in CELL_ORDER if name in found}
 
-        Groups that only differ in the label-smoothing value (0.1 and 0.2, say) fall in the same cell; they are
-        pooled and a note says so, rather than one silently hiding the other."""
-        merged: dict[str, Group] = {}
-        for key, group in sorted(self.groups.items(), key=lambda item: item[0].ls):
-            if (key.data, key.model) != (data, model):
-                continue
-            if key.cell in merged:
-                merged[key.cell] = Group(merged[key.cell].key, merged[key.cell].runs + group.runs)
-            else:
-                merged[key.cell] = group
-        return {name: merged[name] for name in CELL_ORDER if name in merged}
+    def cells(self, data: str, model: str) -> dict[str, Group]:
+        """The group that stands for each paper cell of one (data set, model), in the paper's order: where the runs
+        of a cell differ in a setting, the group that agrees most with the other cells' runs (then the one with
+        more runs); the rest are left out of the tables' cells, the claims and the effects (`left_out`)."""
+        return {name: groups[0] for name, groups in self.variants(data, model).items()}
+
+    def left_out(self, data: str, model: str) -> list[Group]:
+        """The groups `cells` leaves out: runs of a paper cell with other settings than its counted group."""
+        return [group for groups in self.variants(data, model).values() for group in groups[1:]]
 
 
 def cell_values(cells: Mapping[str, Group], figure: str, per: Level) -> dict[str, list[float]]:
@@ -129,36 +115,59 @@ def summarise(values: Iterable[float]) -> Stat:
     return Stat(mean, std, n)
 
 
-def group_key(run: RunRecord) -> GroupKey:
-    return GroupKey(data=run.data_name, model=run.model_name, protocol=run.protocol.group_key())
+def _counted_first(groups: list[Group], cells: Mapping[str, list[Group]]) -> list[Group]:
+    """A cell's groups, the one that stands for the cell first: the most runs of the other cells agree with its
+    settings, then it has the most runs, then its settings sort first."""
+    others = [run for name, found in cells.items() if name != groups[0].key.cell for g in found for run in g.runs]
+    other_settings = [run_settings(run) for run in others]
+
+    def agreement(group: Group) -> int:
+        return sum(settings.get(key) == value for key, value in group.key.settings for settings in other_settings)
+
+    return sorted(groups, key=lambda g: (-agreement(g), -len(g.runs), g.key.settings, g.key.ls))
 
 
 def aggregate_runs(scan: RunScan, data: Iterable[str] | None = None, model: Iterable[str] | None = None) -> Aggregate:
     """Group the complete runs, keeping only the wanted data sets and models (None: all).
 
-    A run is skipped, with the reason, when it is a quick run (`quick_run`), or the same run (same identity hash:
-    same config and seed) as one already counted, e.g. a sweep copied twice."""
+    A run is skipped, with the reason, when it is a debug run (`debug_run`) or a quick run (`quick_run`), both
+    before duplicates are looked for so neither can stand in for a real run, or the same run (same identity hash:
+    same config and seed) as one already counted, e.g. a sweep copied twice. The runs of a cell that differ in a
+    setting are split into groups (`split_by_settings`)."""
     wanted_data = set(data) if data else None
     wanted_model = set(model) if model else None
-    groups: dict[GroupKey, Group] = {}
+    by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
     skipped = list(scan.skipped)
     seen: dict[str, Path] = {}
     for run in scan.complete:
         key = group_key(run)
         if (wanted_data and key.data not in wanted_data) or (wanted_model and key.model not in wanted_model):
             continue
-        quick = quick_run(run)
-        if quick:
-            skipped.append((run.run_dir, f"a quick run ({quick}), not counted"))
+        why = _not_a_measurement(run)
+        if why:
+            skipped.append((run.run_dir, why))
             continue
         identity = run.identity_hash
         if identity and identity in seen:
             skipped.append((run.run_dir, f"duplicate of {seen[identity]} (same identity hash {identity})"))
             continue
-        if identity:
-            seen[identity] = run.run_dir
-        groups.setdefault(key, Group(key)).runs.append(run)
-    return Aggregate(groups, skipped, _notes(groups))
+        same_values = _canonical_identity(run)
+        if same_values and same_values in seen:
+            skipped.append((run.run_dir, f"duplicate of {seen[same_values]} (the same config and seed)"))
+            continue
+        for found in (identity, same_values):
+            if found:
+                seen[found] = run.run_dir
+        by_cell.setdefault((key.data, key.model, key.cell), []).append(run)
+    groups: dict[GroupKey, Group] = {}
+    for runs in by_cell.values():
+        for settings, members in split_by_settings(runs).items():
+            for run in members:
+                key = group_key(run, settings)
+                groups.setdefault(key, Group(key)).runs.append(run)
+    agg = Aggregate(groups, skipped, [])
+    agg.notes = _notes(agg, by_cell)
+    return agg
 
 
 def aggregate(roots: list[Path], data: Iterable[str] | None = None, model: Iterable[str] | None = None) -> Aggregate:
@@ -166,25 +175,25 @@ def aggregate(roots: list[Path], data: Iterable[str] | None = None, model: Itera
     return aggregate_runs(scan_records(roots), data, model)
 
 
-def _notes(groups: dict[GroupKey, Group]) -> list[str]:
-    """Warnings about groups that pool runs which may not be comparable, and about cells the paper's tables leave
-    out (a protocol knob beyond its three, e.g. `aug.mixup`)."""
+def _notes(agg: Aggregate, by_cell: Mapping[tuple[str, str, str], list[RunRecord]]) -> list[str]:
+    """Warnings: cells the paper's tables leave out (a protocol knob beyond its three, e.g. `aug.mixup`), cells
+    split by a setting and the groups left out of the paper's cells, and groups that may not be comparable."""
     notes = []
+    groups = agg.groups
     outside = sorted({f"{key.data}/{key.model}/{key.cell}" for key in groups if key.cell not in CELL_ORDER})
     if outside:
         notes.append(f"cells outside the paper's 8, left out of its tables and analysis: {', '.join(outside)}")
-    ls_by_cell: dict[tuple[str, str, str], list[float]] = {}
-    for key in groups:
-        ls_by_cell.setdefault((key.data, key.model, key.cell), []).append(key.ls)
-    for (data, model, cell), values in sorted(ls_by_cell.items()):
-        if len(values) > 1:
-            shown = ", ".join(f"{v:g}" for v in sorted(values))
-            notes.append(f"{data}/{model}/{cell} pools runs with different label smoothing: {shown}")
+    for (data, model, cell), runs in sorted(by_cell.items()):
+        notes += setting_notes(f"{data}/{model}/{cell}", runs)
+    for data, model in agg.models():
+        for group in agg.left_out(data, model):
+            counted = agg.cells(data, model)[group.key.cell].key.variant
+            notes.append(
+                f"{data}/{model}/{group.key.cell} [{group.key.variant}]: {len(group.runs)} run(s) left out of the"
+                f" paper's cell, its claims and effects, which count [{counted}] (its own row in the ablation table)"
+            )
     for key, group in sorted(groups.items(), key=lambda item: str(item[0])):
-        label = f"{key.data}/{key.model}/{key.cell} (ls={key.ls:g})"
-        epochs = sorted({str(run.epochs) for run in group.runs})
-        if len(epochs) > 1:
-            notes.append(f"{label} pools runs trained for different epochs: {', '.join(epochs)}")
+        label = f"{key.data}/{key.model}/{key.cell}" + (f" [{key.variant}]" if key.settings else "")
         units = sorted({run.stats_units for run in group.runs if run.final_attention})
         if len(units) > 1:
             notes.append(f"{label} pools MAD in different units: {', '.join(units)}")
@@ -193,85 +202,4 @@ def _notes(groups: dict[GroupKey, Group]) -> list[str]:
             notes.append(f"{label} has several runs with the same seed")
         if not any(math.isfinite(run.headline().min_mad) for run in group.runs):
             notes.append(f"{label} has no attention statistics")
-    runs_by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
-    for key, group in groups.items():
-        runs_by_cell.setdefault((key.data, key.model, key.cell), []).extend(group.runs)
-    for (data, model, cell), runs in sorted(runs_by_cell.items()):
-        notes += setting_notes(f"{data}/{model}/{cell}", runs)
     return notes
-
-
-def quick_run(run: RunRecord) -> str | None:
-    """The settings that make `run` a quick check rather than a measurement (`trainer.limit_train_batches=1`), or
-    None. Quick: a `trainer.limit_*_batches` set (not null; the float 1.0, the whole set, does not count),
-    `trainer.overfit_batches` above 0, `trainer.fast_dev_run` true or a positive count, `trainer.max_steps` set
-    (not null and not -1). A run that records no config is not judged quick."""
-    trainer = (run.config or {}).get("trainer")
-    if not isinstance(trainer, dict):
-        return None
-    found = []
-    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
-        value = trainer.get(key)
-        if value is not None and not (isinstance(value, float) and value == 1.0):
-            found.append((key, value))
-    overfit = trainer.get("overfit_batches")
-    if isinstance(overfit, int | float) and not isinstance(overfit, bool) and overfit > 0:
-        found.append(("overfit_batches", overfit))
-    fast = trainer.get("fast_dev_run")
-    if fast is True or (isinstance(fast, int | float) and not isinstance(fast, bool) and fast > 0):
-        found.append(("fast_dev_run", fast))
-    steps = trainer.get("max_steps")
-    if steps is not None and steps != -1:
-        found.append(("max_steps", steps))
-    return ", ".join(f"trainer.{key}={_shown(value)}" for key, value in found) or None
-
-
-def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config as dotted keys -> leaf values (lists are leaves), so two runs compare key by key."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        dotted = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value:
-            flat.update(flat_config(value, dotted))
-        else:
-            flat[dotted] = value
-    return flat
-
-
-def setting_notes(label: str, runs: list[RunRecord]) -> list[str]:
-    """One line per setting in which the runs of one cell differ (besides NOT_COMPARED), naming each value and the
-    seeds that ran with it; a key one run lacks shows as `unset`. Runs that record no config cannot be compared,
-    which a line says when the cell has others that do."""
-    configs = [(run, flat_config(run.config)) for run in runs if run.config is not None]
-    notes = []
-    if configs and len(configs) < len(runs):
-        unrecorded = len(runs) - len(configs)
-        notes.append(f"{label}: {unrecorded} of {len(runs)} runs record no config; their settings are not compared")
-    keys = sorted({key for _, flat in configs for key in flat if not _covered(key, NOT_COMPARED)})
-    for key in keys:
-        seeds_by_value: dict[str, list[int]] = {}
-        for run, flat in configs:
-            shown = _shown(flat[key]) if key in flat else "unset"
-            seeds_by_value.setdefault(shown, []).append(run.seed)
-        if len(seeds_by_value) > 1:
-            values = "; ".join(
-                f"{value} (seed{'s' if len(seeds) > 1 else ''} {', '.join(str(s) for s in sorted(seeds))})"
-                for value, seeds in sorted(seeds_by_value.items())
-            )
-            notes.append(f"{label} pools runs that differ in {key}: {values}")
-    return notes
-
-
-def _covered(key: str, prefixes: Iterable[str]) -> bool:
-    """`key` is one of `prefixes` or lies below one (a prefix covers everything under it)."""
-    return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
-
-
-def _shown(value: Any) -> str:
-    """A setting's value as a note prints it: strings bare, everything else as JSON (true, null, [0.9, 0.999])."""
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-
-
-def slug(text: str) -> str:
-    """A file-name-safe form of data set and model names."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)

@@ -25,7 +25,8 @@ from matplotlib.ticker import MaxNLocator
 from vit_locality.attention import plots
 from vit_locality.attention.stats_log import read_csv
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
-from vit_locality.report.aggregate import Aggregate, Group, slug, summarise
+from vit_locality.report.aggregate import Aggregate, Group, summarise
+from vit_locality.report.run_settings import slug
 from vit_locality.run.record import ATTENTION_CSV, RunRecord
 
 plt = plots.plt

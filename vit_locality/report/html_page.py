@@ -14,10 +14,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from vit_locality.attention.stats_log import MAPS_PNG
-from vit_locality.report.aggregate import Aggregate, aggregate, slug
+from vit_locality.report.aggregate import Aggregate, aggregate
 from vit_locality.report.figures import write_figures
 from vit_locality.report.instrument_figures import write_instrument_figures
 from vit_locality.report.instrument_tables import BOX_IMAGES, instrument_tables, measure
+from vit_locality.report.run_settings import slug
 from vit_locality.report.tables import Table, ablation_tables, protocols_table
 
 END_COLOUR = "#2a9d8f"  # the footer's bar: a reader (or a test) that sees it has seen the whole page

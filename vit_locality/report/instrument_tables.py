@@ -21,9 +21,10 @@ from vit_locality.instruments import loading
 from vit_locality.instruments.dose_response import AXES, dose_curves
 from vit_locality.instruments.pasted_box import BoxResult, box_locality
 from vit_locality.instruments.position_embedding import position_locality, position_similarity
-from vit_locality.instruments.trajectory import Trajectory, matched_levels, val_accuracy_by_epoch
-from vit_locality.report.aggregate import Aggregate, Group, slug, summarise
+from vit_locality.instruments.trajectory import TEST_SET_REFUSAL, Trajectory, matched_levels, val_accuracy_by_epoch
+from vit_locality.report.aggregate import Aggregate, Group, summarise
 from vit_locality.report.figures import early_layers, emergence_series
+from vit_locality.report.run_settings import slug
 from vit_locality.report.tables import MISSING, Table, format_stat
 from vit_locality.run.checkpoints import DamagedCheckpoint
 from vit_locality.run.record import RunRecord
@@ -237,13 +238,27 @@ def trajectories(found: Instruments) -> dict[str, list[tuple[RunRecord, Trajecto
     by_cell: dict[str, list[tuple[RunRecord, Trajectory]]] = {}
     for name, group in found.cells.items():
         for run in group.runs:
-            trajectory = Trajectory.pair(val_accuracy_by_epoch(run.run_dir), emergence_series(run, found.notes))
+            split = eval_split_of(run)
+            if split != "val":
+                found.notes.append(f"{run.run_dir}: {TEST_SET_REFUSAL}; no trajectory")
+                continue
+            trajectory = Trajectory.pair(val_accuracy_by_epoch(run.run_dir, split), emergence_series(run, found.notes))
             if trajectory.epochs:
                 by_cell.setdefault(name, []).append((run, trajectory))
             else:
                 found.notes.append(f"{run.run_dir}: no epoch with both val/acc1 and statistics; no trajectory")
     found._trajectories = by_cell
     return by_cell
+
+
+def eval_split_of(run: RunRecord) -> str:
+    """The split a run evaluated every epoch: its record's measured_on.eval_split, else `val` when its config held
+    training images out (data.val_size > 0), else `test` (the default, and all an old record can be)."""
+    split = (run.data.get("measured_on") or {}).get("eval_split")
+    if split in ("val", "test"):
+        return split
+    val_size = ((run.config or {}).get("data") or {}).get("val_size")
+    return "val" if isinstance(val_size, int) and val_size > 0 else "test"
 
 
 def accuracy_levels(found: Instruments) -> list[float]:

@@ -15,10 +15,14 @@ from typing import Any
 
 from vit_locality.catalog import CELL_ORDER
 from vit_locality.errors import VitLocalityError, exit_code_of, first_line
+from vit_locality.report.run_settings import UNSET, differing_settings, run_settings
 from vit_locality.run.record import RunRecord, scan_records
 
 
 def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
+    """One row per run, with a column for each setting in which the runs of some cell differ (`optim.lr`), so a
+    learning-rate sweep reads as three settings, not as three seeds of one cell."""
+    keys = setting_columns(runs)
     rows = []
     for run in runs:
         protocol = run.protocol
@@ -35,11 +39,20 @@ def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
                 "top-1 (%)": 100 * headline.acc1,
                 "min MAD early": headline.min_mad,
                 "mean entropy early": headline.entropy,
+                **{key: run_settings(run).get(key, UNSET) for key in keys},
                 "run": str(run.run_dir),
             }
         )
     order = {name: i for i, name in enumerate(CELL_ORDER)}  # the paper's 8 cells first, any other cell after
     return sorted(rows, key=lambda r: (r["data"], r["model"], order.get(r["cell"], len(order)), r["cell"], r["seed"]))
+
+
+def setting_columns(runs: Iterable[RunRecord]) -> list[str]:
+    """The settings (sorted) in which the runs of at least one (data set, model, cell) differ."""
+    by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
+    for run in runs:
+        by_cell.setdefault((run.data_name, run.model_name, run.protocol.cell_name), []).append(run)
+    return sorted({key for cell_runs in by_cell.values() for key in differing_settings(cell_runs)})
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
-from vit_locality.report.aggregate import LEVELS, Aggregate, Group, Stat, slug
+from vit_locality.report.aggregate import LEVELS, Aggregate, Group, Stat
 from vit_locality.report.claims import NOT_ENOUGH, PAPER_MIN_MAD, Claim, Judgement, ablation_claims, more_local
 from vit_locality.report.factorial import main_effects
+from vit_locality.report.run_settings import UNSET, run_settings, slug
 from vit_locality.report.summary import format_table
 from vit_locality.run.record import HEADLINE_NAMES
 
@@ -137,13 +138,19 @@ def protocols_table(agg: Aggregate) -> Table:
 
 
 def ablation_table(agg: Aggregate, data: str, model: str) -> Table:
-    """The 8 cells in the paper's order, their accuracy gap to Baseline, and the claims checked on them."""
+    """The 8 cells in the paper's order, their accuracy gap to Baseline, and the claims checked on them.
+
+    A cell whose runs differ in a setting has one row per combination (the cell's counted group first, the one
+    the claims and effects read), with a column for each setting that differs."""
     cells = agg.cells(data, model)
+    variants = agg.variants(data, model)
+    setting_keys = sorted({key for groups in variants.values() for g in groups for key, _ in g.key.settings})
     baseline_acc = _stat(cells.get("Baseline"), "acc1").mean
     headers = ["cell", "AA", "CM", "LS", "runs", "top-1 (%)", "Δ top-1 vs Baseline", "min MAD", "entropy"]
+    headers += setting_keys
     rows, records = [], []
-    for name in CELL_ORDER:
-        group = cells.get(name)
+    rows_of = [(cell, group) for cell in CELL_ORDER for group in variants.get(cell) or [None]]
+    for name, group in rows_of:
         aa, cm, ls_on = CELL_FLAGS[name]
         ls = "/".join(f"{v:g}" for v in group.ls_values) if group else ("on" if ls_on else "0")
         stats = {figure: _stat(group, figure) for figure in HEADLINE_NAMES}
@@ -159,6 +166,7 @@ def ablation_table(agg: Aggregate, data: str, model: str) -> Table:
                 MISSING if math.isnan(delta) else f"{100 * delta:+.2f}",
                 format_figure(stats["min_mad"], "min_mad"),
                 format_figure(stats["entropy"], "entropy"),
+                *(group_setting(group, key) for key in setting_keys),
             ]
         )
         record: dict[str, Any] = {"cell": name, "AA": int(aa), "CM": int(cm)}
@@ -167,12 +175,28 @@ def ablation_table(agg: Aggregate, data: str, model: str) -> Table:
         for figure, stat in stats.items():
             record.update(_stat_record(figure, stat))
         record["acc1_diff_baseline"] = delta
+        record.update({key: group_setting(group, key) for key in setting_keys})
         records.append(record)
+    notes = [
+        f"{group.key.cell} [{group.key.variant}]: its own row, left out of the claims and effects"
+        for group in agg.left_out(data, model)
+    ]
     stem = slug(f"ablation_{data}_{model}")
     claims = claims_table(cells, data, model, f"{stem}_claims")
     effects = effects_table(cells, f"{stem}_effects")
     title = f"8-cell ablation: {data}, {model}"
-    return Table(stem, title, headers, rows, records, [], [claims, effects])
+    return Table(stem, title, headers, rows, records, notes, [claims, effects])
+
+
+def group_setting(group: Group | None, key: str) -> str:
+    """A setting's value in one group's row: the value that splits it off, else the value all its runs share."""
+    if group is None:
+        return MISSING
+    split = dict(group.key.settings)
+    if key in split:
+        return split[key]
+    values = {run_settings(run).get(key, UNSET) for run in group.runs if run.config is not None}
+    return values.pop() if len(values) == 1 else MISSING
 
 
 def ablation_tables(agg: Aggregate) -> list[Table]:

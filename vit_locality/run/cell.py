@@ -145,7 +145,7 @@ def _run_locked(
     try:
         return _train_and_test(cfg, run_dir, make_callbacks, record, datamodule, gate, resume)
     except (KeyboardInterrupt, SIGTERMException, SystemExit) as stop:
-        sigterm = isinstance(stop, SIGTERMException)
+        sigterm = isinstance(stop, SIGTERMException) and not gate.sigint_received  # a first Ctrl-C stops this way
         if is_rank_zero():
             error = "SIGTERM" if sigterm else "interrupted"
             write_record(run_dir, {**record, "error": error}, status="interrupted")

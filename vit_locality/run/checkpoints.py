@@ -49,6 +49,21 @@ class DamagedCheckpoint(VitLocalityError):
         self.path, self.why, self.missing = Path(path), why, missing
 
 
+class NotACheckpointFile(VitLocalityError):
+    """A directory (or FIFO, device, ...) where a checkpoint file belongs: saving the next checkpoint there fails
+    only after an epoch of training, so the run is refused before it starts."""
+
+    exit_code = 2
+
+
+def refuse_non_files(paths: Iterable[Path]) -> None:
+    """NotACheckpointFile, in one line, for the first of `paths` that exists and is not a regular file."""
+    for path in paths:
+        if path.exists() and not path.is_file():
+            kind = "a directory" if path.is_dir() else "not a regular file"
+            raise NotACheckpointFile(f"{path} is {kind}, where a checkpoint file belongs: move it away and run again")
+
+
 @dataclass(frozen=True)
 class CheckpointInfo:
     """What choosing a resume point needs from a checkpoint, without keeping its tensors."""
@@ -149,7 +164,9 @@ def resume_point(run_dir: Path, identity: str) -> tuple[Path | None, int]:
     signal) and their predecessors, with its completed epochs; (None, 0) for a fresh start.
 
     A damaged checkpoint is skipped with a warning naming it and why. Any readable checkpoint whose identity is not
-    `identity` raises ForeignCheckpoint: the directory belongs to another config."""
+    `identity` raises ForeignCheckpoint: the directory belongs to another config; NotACheckpointFile when one of
+    those paths is a directory or another non-file, which the run could neither resume from nor save over."""
+    refuse_non_files(resume_candidates(run_dir))
     readable: list[CheckpointInfo] = []
     for path in resume_candidates(run_dir):
         if not path.exists():

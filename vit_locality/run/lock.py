@@ -3,11 +3,14 @@
 Two commands on one directory (the same command started twice, or two configs that map to one directory) would
 otherwise both run, and whichever wrote its record last would win. The lock is `fcntl.flock` on `<run_dir>/.lock`,
 held for the whole run: the kernel drops it when the holder exits or is killed, so a crashed run never blocks the
-next one. The file names the holder (PID, host, start time) for the refusal, and is emptied on release.
+next one. The file names the holder (PID, host, start time) for the refusal. Its holder removes it on release, while
+still holding the lock; an acquirer that locked a file since removed (it opened the file before the removal) finds
+that its file is no longer the one at `.lock` and starts again, so two holders never hold two different files.
 
 Where flock is not available (network file systems without lock support answer ENOLCK), the holder's record is the
-lock: a holder recorded on this host whose process is gone is taken over; a live one, or one on another host (whose
-process cannot be checked from here), is refused. That fallback is best effort: two processes that read an empty
+lock: a holder recorded on this host whose process is gone (or whose PID now belongs to a process started at another
+time) is taken over; a live one, or one on another host (whose process cannot be checked from here), is refused.
+That fallback is best effort: two processes that read an empty
 record in the same instant can both proceed.
 """
 
@@ -31,6 +34,7 @@ log = logging.getLogger("vit_locality")
 LOCK_FILE = ".lock"
 FLOCK_UNSUPPORTED = {errno.ENOLCK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 RECORD_LIMIT = 4096  # bytes of a holder record read back; a record is about a hundred
+ACQUIRE_ATTEMPTS = 100  # each retry means a holder released in between; this many in a row means something is amiss
 
 
 class RunLocked(VitLocalityError):
@@ -46,30 +50,52 @@ class LockHolder:
     pid: int
     host: str
     started: str
+    process_start: int | None = None  # the kernel's start time of `pid` (clock ticks since boot); None: unknown
 
     @classmethod
     def this_process(cls) -> LockHolder:
-        return cls(os.getpid(), socket.gethostname(), datetime.now().astimezone().isoformat(timespec="seconds"))
+        started = datetime.now().astimezone().isoformat(timespec="seconds")
+        return cls(os.getpid(), socket.gethostname(), started, process_start_ticks(os.getpid()))
 
     @classmethod
     def parse(cls, text: str) -> LockHolder | None:
         """The recorded holder; None for an empty record (a released lock) or one cut short by a crash."""
         try:
             fields = json.loads(text)
-            return cls(int(fields["pid"]), str(fields["host"]), str(fields["started"]))
-        except (ValueError, KeyError, TypeError):
+            start = fields.get("process_start")
+            return cls(
+                int(fields["pid"]), str(fields["host"]), str(fields["started"]), None if start is None else int(start)
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def to_text(self) -> str:
         return json.dumps(asdict(self)) + "\n"
 
     def is_gone(self) -> bool:
-        """Known to have ended: recorded on this host, and no process has its PID. One on another host cannot be
-        checked from here, so it counts as running."""
-        return self.host == socket.gethostname() and not process_exists(self.pid)
+        """Known to have ended: recorded on this host, and no process has its PID, or the process that has it now
+        started at another time than the recorded one (the PID was reused). One on another host cannot be checked
+        from here, so it counts as running."""
+        if self.host != socket.gethostname():
+            return False
+        if not process_exists(self.pid):
+            return True
+        now = process_start_ticks(self.pid)
+        return self.process_start is not None and now is not None and now != self.process_start
 
     def describe(self) -> str:
         return f"PID {self.pid} on {self.host} (since {self.started})"
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When process `pid` started (field 22 of /proc/<pid>/stat, clock ticks since boot); None where that cannot be
+    read (no /proc, or the process is gone). With the PID it names one process, even after the PID is reused."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        after_name = text[text.rindex(")") + 2 :].split()  # the name may hold spaces and parentheses
+        return int(after_name[19])  # fields 3.. follow the name; the start time is field 22
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def process_exists(pid: int) -> bool:
@@ -106,25 +132,49 @@ class RunLock:
         if self._descriptor is not None:
             raise RuntimeError(f"{self.path} is held by this RunLock already")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides who may read it
-        try:
-            self._flocked = self._try_flock(descriptor)
-            if not self._flocked:
-                self._claim_record(descriptor)
-            write_holder(descriptor, LockHolder.this_process())
-        except BaseException:
-            os.close(descriptor)
-            raise
-        self._descriptor = descriptor
+        for _ in range(ACQUIRE_ATTEMPTS):
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides who may read it
+            try:
+                self._flocked = self._try_flock(descriptor)
+                if not self._flocked:
+                    self._claim_record(descriptor)
+                if not self._is_current_file(descriptor):  # its holder removed it after we opened it
+                    self._unlock_and_close(descriptor)
+                    continue
+                write_holder(descriptor, LockHolder.this_process())
+            except BaseException:
+                os.close(descriptor)
+                raise
+            self._descriptor = descriptor
+            return
+        raise self._refusal(None, "; it changed hands too often to take")
 
     def release(self) -> None:
-        """Empty the record and drop the lock. Unlocking explicitly (not only closing) matters: worker processes
-        forked during the run share the open file, and closing it here alone would leave the lock with them."""
+        """Remove the lock file, then drop the lock. Removing it while still holding the lock is what makes removal
+        safe: whoever locks the removed file afterwards sees it is gone and starts again (`acquire`). Unlocking
+        explicitly (not only closing) matters: worker processes forked during the run share the open file, and
+        closing it here alone would leave the lock with them."""
         descriptor, self._descriptor = self._descriptor, None
         if descriptor is None:
             return
         try:
-            os.ftruncate(descriptor, 0)
+            os.ftruncate(descriptor, 0)  # an acquirer that opened the file already reads no holder
+            if self._is_current_file(descriptor):
+                self.path.unlink(missing_ok=True)
+        finally:
+            self._unlock_and_close(descriptor)
+
+    def _is_current_file(self, descriptor: int) -> bool:
+        """Whether `descriptor` is still the file at `self.path` (not one removed and perhaps replaced since)."""
+        try:
+            at_path = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        opened = os.fstat(descriptor)
+        return (opened.st_dev, opened.st_ino) == (at_path.st_dev, at_path.st_ino)
+
+    def _unlock_and_close(self, descriptor: int) -> None:
+        try:
             if self._flocked:
                 fcntl.flock(descriptor, fcntl.LOCK_UN)
         finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ from vit_locality.run.atomic import atomic_write_text
 RESULTS_FILE = "results.json"
 ATTENTION_CSV = "attention_stats.csv"
 STATUSES = ("running", "interrupted", "failed", "complete")
+# A record is a few kilobytes; anything this large is not one, and reading it whole could exhaust memory.
+RECORD_SIZE_LIMIT = 64 * 2**20
 
 
 class RecordError(VitLocalityError, ValueError):
@@ -158,7 +161,7 @@ def read_record(run_dir: Path) -> RunRecord | None:
     if not path.exists() and not path.is_symlink():
         return None
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = _read_regular_file(path, RECORD_SIZE_LIMIT).decode("utf-8")
         data = json.loads(text)
     except IsADirectoryError:
         raise RecordError(f"{RESULTS_FILE} is unreadable: a directory") from None
@@ -175,6 +178,42 @@ def read_record(run_dir: Path) -> RunRecord | None:
     if problem:
         raise RecordError(f"{RESULTS_FILE} is malformed: {problem}")
     return record
+
+
+def _read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of `path` (links followed) if it is a regular file of at most `limit` bytes; RecordError otherwise.
+    A FIFO or device swapped in for a record would block a reader forever or fill its memory: the type is checked
+    before opening, the open never blocks, and the type and size are checked again on what was opened."""
+    kind = _file_kind(os.stat(path).st_mode)
+    if kind == "a directory":
+        raise IsADirectoryError(path)
+    if kind != "a regular file":
+        raise _not_regular(kind)
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(descriptor, "rb") as file:
+        status = os.fstat(file.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise _not_regular(_file_kind(status.st_mode))
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise RecordError(f"{RESULTS_FILE} is unreadable: larger than {limit // 2**20} MiB; skipped")
+    return data
+
+
+def _not_regular(kind: str) -> RecordError:
+    return RecordError(f"{RESULTS_FILE} is unreadable: {kind}, not a regular file; skipped")
+
+
+def _file_kind(mode: int) -> str:
+    kinds = {
+        stat.S_ISREG: "a regular file",
+        stat.S_ISDIR: "a directory",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+    }
+    return next((name for test, name in kinds.items() if test(mode)), "a special file")
 
 
 def record_problem(data: Any) -> str | None:
@@ -260,9 +299,15 @@ def scan_records(roots: Iterable[Path]) -> RunScan:
     return scan
 
 
+# Directories never searched for runs: W&B keeps a copy of results.json in wandb/offline-run-*/files/, which
+# would count the run twice.
+NOT_SCANNED = ("wandb",)
+
+
 def _run_dirs(root: Path) -> list[Path]:
-    """Directories under `root` (itself included) that hold a results.json. Links to directories are followed
-    (shared sweep layouts link run directories), each real directory once, so a link cycle ends."""
+    """Directories under `root` (itself included) that hold a results.json, none below a `wandb` directory.
+    Links to directories are followed (shared sweep layouts link run directories), each real directory once, so a
+    link cycle ends."""
     found, visited, pending = [], set(), [root]
     while pending:
         directory = pending.pop()
@@ -276,7 +321,7 @@ def _run_dirs(root: Path) -> list[Path]:
             continue
         if any(entry.name == RESULTS_FILE for entry in entries):
             found.append(directory)
-        pending += [Path(e.path) for e in entries if e.name != RESULTS_FILE and _is_dir(e)]
+        pending += [Path(e.path) for e in entries if e.name not in (RESULTS_FILE, *NOT_SCANNED) and _is_dir(e)]
     return sorted(found)
 
 

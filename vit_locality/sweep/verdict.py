@@ -1,16 +1,22 @@
 """The verdict of a sweep, read from its cells' records once every cell has run, whatever the launcher.
 
 A cell's outcome is what its run directory records, not what the process that ran it remembers: under joblib
-or submitit the cells run in other processes, and a cell can fail before it writes anything. Hydra calls the
-`SweepVerdict` callback in the launching process at the end of a multirun: it reads the records of the cells this
-command ran, prints one line per cell and writes `<sweep dir>/verdict.json` (which cells, their statuses). The entry
-point reads that file once Hydra returns and turns it into its exit status. Entry-point side: it imports Hydra.
+or submitit the cells run in other processes, and a cell can fail before it writes anything. Which cells are this
+command's is what this command launched, not what else is in the sweep directory: the entry point gives the command
+an id (the environment variable COMMAND_ID_ENV, which the launcher's processes inherit), and the `SweepVerdict`
+callback, wherever Hydra starts a job, appends the job's run directory to `<sweep dir>/.cells-<id>`. At the
+end of the multirun, in the launching process, it reads those cells' records, prints one line per cell and writes
+the command's own verdict, `<sweep dir>/.verdict-<id>.json` (and `<sweep dir>/verdict.json`, the latest
+command's, for people). The entry point reads its own verdict once Hydra returns and turns it into its exit status.
+Entry-point side: it imports Hydra.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import secrets
 import sys
 import time
 from dataclasses import dataclass
@@ -24,8 +30,43 @@ from vit_locality.run.atomic import atomic_write_text
 from vit_locality.run.record import RecordError, read_record
 
 VERDICT_FILE = "verdict.json"
-# File times may be coarser than the clock: a cell set up in the second the sweep started still counts.
-CLOCK_SLACK_S = 1.0
+# Per command, hidden files beside the cells (not a directory: a sweep directory's folders are its cells).
+CELLS_PREFIX, VERDICT_PREFIX = ".cells-", ".verdict-"
+COMMAND_ID_ENV = "VIT_LOCALITY_COMMAND_ID"
+
+
+def new_command_id() -> str:
+    """Unique among commands writing into one sweep directory at once, from one host or several."""
+    return f"{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def cells_file(sweep_dir: Path, command_id: str) -> Path:
+    return Path(sweep_dir) / f"{CELLS_PREFIX}{command_id}"
+
+
+def command_verdict_file(sweep_dir: Path, command_id: str) -> Path:
+    return Path(sweep_dir) / f"{VERDICT_PREFIX}{command_id}.json"
+
+
+def note_cell(sweep_dir: Path, command_id: str, run_dir: Path) -> None:
+    """Add a job's run directory to its command's cells. One short line in append mode: concurrent jobs of the
+    command (joblib, submitit) never interleave within a line."""
+    path = cells_file(sweep_dir, command_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        os.write(descriptor, f"{Path(run_dir).resolve()}\n".encode())
+    finally:
+        os.close(descriptor)
+
+
+def cells_of_command(sweep_dir: Path, command_id: str) -> list[Path]:
+    """The run directories the command's jobs noted, each once, in the order they started."""
+    try:
+        lines = cells_file(sweep_dir, command_id).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [Path(line) for line in dict.fromkeys(line for line in lines if line)]
 
 
 def cell_rows(run_dirs: list[Path]) -> list[dict[str, Any]]:
@@ -47,13 +88,6 @@ def cell_rows(run_dirs: list[Path]) -> list[dict[str, Any]]:
                 row["min MAD"] = "-" if math.isnan(headline.min_mad) else f"{headline.min_mad:.3f}"
         rows.append(row)
     return rows
-
-
-def cells_run_since(sweep_dir: Path, started: float) -> list[Path]:
-    """The run directories under `sweep_dir` whose job Hydra set up at or after `started` (a POSIX time): the cells
-    of this command, told apart from earlier commands' cells in the same sweep directory by file times."""
-    marks = sweep_dir.glob("**/.hydra/overrides.yaml")
-    return sorted(mark.parent.parent for mark in marks if mark.stat().st_mtime >= started)
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -86,28 +120,31 @@ class Verdict:
         return cls([(Path(cell["run"]), str(cell["status"])) for cell in data["cells"]], float(data["written"]))
 
 
-def write_verdict(sweep_dir: Path, rows: list[dict[str, Any]]) -> Path:
-    path = Path(sweep_dir) / VERDICT_FILE
-    atomic_write_text(path, Verdict([(row["run"], str(row["status"])) for row in rows], time.time()).to_json())
+def write_verdict(sweep_dir: Path, command_id: str, rows: list[dict[str, Any]]) -> Path:
+    """The command's own verdict, and a copy at `<sweep dir>/verdict.json` (the latest command's, for people)."""
+    text = Verdict([(row["run"], str(row["status"])) for row in rows], time.time()).to_json()
+    path = command_verdict_file(sweep_dir, command_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
+    atomic_write_text(Path(sweep_dir) / VERDICT_FILE, text)
     return path
 
 
-def read_verdict(sweep_dir: Path, since: float) -> Verdict | None:
-    """The verdict a multirun that started at `since` (POSIX time) wrote; None when it wrote none (Hydra ended
-    before its callbacks, or the command removed the callback)."""
+def read_verdict(sweep_dir: Path, command_id: str) -> Verdict | None:
+    """The verdict the multirun command `command_id` wrote; None when it wrote none (Hydra ended before its
+    callbacks, or the command removed the callback)."""
     try:
-        verdict = Verdict.read(Path(sweep_dir) / VERDICT_FILE)
+        return Verdict.read(command_verdict_file(sweep_dir, command_id))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return verdict if verdict.written >= since else None
 
 
-def report_verdict(sweep_dir: Path, since: float) -> int:
-    """Say on stderr which cells of the multirun that started at `since` are not complete; the exit status that
-    means: 1 if any is not, else 0."""
-    verdict = read_verdict(sweep_dir, since)
+def report_verdict(sweep_dir: Path, command_id: str) -> int:
+    """Say on stderr which cells of the multirun command `command_id` are not complete; the exit status that means:
+    1 if any is not, else 0."""
+    verdict = read_verdict(sweep_dir, command_id)
     if verdict is None:
-        print(f"warning: the sweep wrote no {VERDICT_FILE} in {sweep_dir}; check its cells' records", file=sys.stderr)
+        print(f"warning: the sweep wrote no verdict in {sweep_dir}; check its cells' records", file=sys.stderr)
         return 0
     if not verdict.incomplete:
         return 0
@@ -139,19 +176,27 @@ def sweep_dir_of(argv: list[str], conf_dir: Path, config_name: str = "train") ->
 
 
 class SweepVerdict(Callback):
+    """Notes each job's run directory under its command's id, and gives the command's verdict at the end."""
+
     def __init__(self) -> None:
-        self.started = time.time()
+        self.command_id = os.environ.get(COMMAND_ID_ENV) or new_command_id()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.started = time.time() - CLOCK_SLACK_S
+        # Before the launcher starts any process: its jobs (and this object, pickled to them) carry the id.
+        self.command_id = os.environ.setdefault(COMMAND_ID_ENV, self.command_id)
 
-    def cells_of_this_command(self, sweep_dir: Path) -> list[Path]:
-        """Which run directories this command ran; the one place that rule lives."""
-        return cells_run_since(sweep_dir, self.started)
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """In the process that runs the job, once Hydra has set up its directory, before the job can fail."""
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra_cfg = HydraConfig.get()
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            note_cell(Path(config.hydra.sweep.dir), self.command_id, Path(hydra_cfg.runtime.output_dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        rows = cell_rows(self.cells_of_this_command(sweep_dir))
-        write_verdict(sweep_dir, rows)
+        rows = cell_rows(cells_of_command(sweep_dir, self.command_id))
+        write_verdict(sweep_dir, self.command_id, rows)
         if rows:
             print_table(rows)

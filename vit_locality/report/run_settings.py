@@ -1,0 +1,232 @@
+"""What a run was trained with, as reports compare it: its group key (data, model, protocol and the settings that
+set it apart), canonical values, the quick and debug runs that are no measurement, and the notes on runs of one cell
+that differ."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vit_locality.config.identity import NOT_IDENTITY
+from vit_locality.protocol import Protocol
+from vit_locality.run.record import RunRecord
+
+Settings = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """A group of runs: data set, model, the protocol's grouped fields (Protocol.group_key) and, where the runs of
+    the cell differ in other settings, this group's values of them (key, value as printed)."""
+
+    data: str
+    model: str
+    protocol: Protocol
+    settings: Settings = ()
+
+    @property
+    def ls(self) -> float:
+        return self.protocol.ls
+
+    @property
+    def flags(self) -> tuple[bool, bool, bool]:
+        """(AA, CM, LS on): the factorial coordinates of the cell."""
+        return self.protocol.flags
+
+    @property
+    def cell(self) -> str:
+        return self.protocol.cell_name
+
+    @property
+    def variant(self) -> str:
+        """The settings that set this group apart from the cell's other groups (`optim.lr=0.01`), or ''."""
+        return ", ".join(f"{key}={value}" for key, value in self.settings)
+
+
+def group_key(run: RunRecord, settings: Settings = ()) -> GroupKey:
+    return GroupKey(data=run.data_name, model=run.model_name, protocol=run.protocol.group_key(), settings=settings)
+
+
+# Settings that may differ between the runs of one group: the seed and what cannot change a result.
+NOT_COMPARED = ("seed", *NOT_IDENTITY)
+
+
+# Values that mean "the whole run", spelled either way: a full run with one spelling is the same cell as the other.
+WHOLE_RUN = {
+    "trainer.limit_train_batches": (1.0,),
+    "trainer.limit_val_batches": (1.0,),
+    "trainer.limit_test_batches": (1.0,),
+    "trainer.max_steps": (-1,),
+    "trainer.overfit_batches": (0, 0.0),
+    "trainer.fast_dev_run": (False, 0),
+}
+
+
+NO_CONFIG = "not recorded"
+
+
+# The setting that names a run without a recorded config, so it never pools with runs whose settings are known.
+CONFIG_KEY = "config"
+
+
+# What the debug configs (conf/debug/*.yaml) set, and where they write: such a run is never a measurement.
+DEBUG_SWEEP = "debug"
+
+
+def _not_a_measurement(run: RunRecord) -> str | None:
+    """Why a run is left out of every report before anything else is looked at, or None."""
+    debug = debug_run(run)
+    if debug:
+        return f"a debug run ({debug}), not counted"
+    quick = quick_run(run)
+    return f"a quick run ({quick}), not counted" if quick else None
+
+
+def debug_run(run: RunRecord) -> str | None:
+    """How `run` shows it was a `debug=...` check, or None: its config's sweep_name is `debug` (what every
+    conf/debug/*.yaml sets) or its directory lies below a `debug` directory (outputs/debug/, multirun/debug/)."""
+    if (run.config or {}).get("sweep_name") == DEBUG_SWEEP:
+        return f"sweep_name={DEBUG_SWEEP}"
+    if DEBUG_SWEEP in Path(run.run_dir).parts:
+        return f"written below a {DEBUG_SWEEP}/ directory"
+    return None
+
+
+def run_settings(run: RunRecord) -> dict[str, str]:
+    """The run's settings that can change a result, as printed (dotted key -> value): its recorded config less
+    NOT_COMPARED, one spelling for each value (`0` = `0.0`; a whole-run limit = unset), and its label smoothing.
+    A run that records no config has the one setting `config: not recorded`."""
+    if run.config is None:
+        return {CONFIG_KEY: NO_CONFIG, "loss.ls": _shown(_canonical(float(run.protocol.ls)))}
+    flat = {key: value for key, value in flat_config(run.config).items() if not _covered(key, NOT_COMPARED)}
+    flat["loss.ls"] = run.protocol.ls
+    return {key: _shown(_canonical(value)) for key, value in flat.items() if not _whole_run(key, value)}
+
+
+def _canonical_identity(run: RunRecord) -> str | None:
+    """The run's cell, seed and settings in one spelling each: two records whose identity hashes differ only in how a
+    value was spelled (`loss.ls=0` against the preset's 0.0, written before the schemas typed it) are one run.
+    None for a run that records no config."""
+    if run.config is None:
+        return None
+    key = group_key(run)
+    settings = sorted(run_settings(run).items())
+    return json.dumps([key.data, key.model, key.cell, run.seed, settings], default=str)
+
+
+def _canonical(value: Any) -> Any:
+    """One spelling of a number: an integral float as an int (0.0 -> 0), so `loss.ls=0` and `0.0` are the same."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _whole_run(key: str, value: Any) -> bool:
+    """The value of a trainer limit that means no limit (same as unset)."""
+    if value is None:
+        return key in WHOLE_RUN
+    return any(value == v and type(value) is type(v) for v in WHOLE_RUN.get(key, ()))
+
+
+def differing_settings(runs: Iterable[RunRecord]) -> list[str]:
+    """The settings (dotted keys, sorted) in which the runs that record a config differ; a key one run lacks counts
+    as `unset`. A run without a config cannot be compared key by key: it is told apart by `config` alone."""
+    all_settings = [run_settings(run) for run in runs if run.config is not None]
+    keys = sorted({key for settings in all_settings for key in settings})
+    return [key for key in keys if len({settings.get(key, UNSET) for settings in all_settings}) > 1]
+
+
+UNSET = "unset"
+
+
+def split_by_settings(runs: list[RunRecord]) -> dict[Settings, list[RunRecord]]:
+    """The runs of one cell by their values of the settings in which they differ (`differing_settings`): runs in
+    one part differ in their seed alone; one part, keyed (), when they agree in everything."""
+    keys = differing_settings(runs)
+    parts: dict[Settings, list[RunRecord]] = {}
+    for run in runs:
+        settings = run_settings(run)
+        if run.config is None and any(other.config is not None for other in runs):
+            parts.setdefault(((CONFIG_KEY, NO_CONFIG),), []).append(run)
+        else:
+            parts.setdefault(tuple((key, settings.get(key, UNSET)) for key in keys), []).append(run)
+    return parts
+
+
+def quick_run(run: RunRecord) -> str | None:
+    """The settings that make `run` a quick check rather than a measurement (`trainer.limit_train_batches=1`), or
+    None. Quick: a `trainer.limit_*_batches` set (not null; the float 1.0, the whole set, does not count),
+    `trainer.overfit_batches` above 0, `trainer.fast_dev_run` true or a positive count, `trainer.max_steps` set
+    (not null and not -1). A run that records no config is not judged quick."""
+    trainer = (run.config or {}).get("trainer")
+    if not isinstance(trainer, dict):
+        return None
+    found = []
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
+        value = trainer.get(key)
+        if value is not None and not (isinstance(value, float) and value == 1.0):
+            found.append((key, value))
+    overfit = trainer.get("overfit_batches")
+    if isinstance(overfit, int | float) and not isinstance(overfit, bool) and overfit > 0:
+        found.append(("overfit_batches", overfit))
+    fast = trainer.get("fast_dev_run")
+    if fast is True or (isinstance(fast, int | float) and not isinstance(fast, bool) and fast > 0):
+        found.append(("fast_dev_run", fast))
+    steps = trainer.get("max_steps")
+    if steps is not None and steps != -1:
+        found.append(("max_steps", steps))
+    return ", ".join(f"trainer.{key}={_shown(value)}" for key, value in found) or None
+
+
+def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys -> leaf values (lists are leaves), so two runs compare key by key."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            flat.update(flat_config(value, dotted))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def setting_notes(label: str, runs: list[RunRecord]) -> list[str]:
+    """One line per setting in which the runs of one cell differ (`differing_settings`), naming each value and the
+    seeds that ran with it: the cell is split into one row per combination. Runs that record no config cannot be
+    compared, which a line says when the cell has others that do (they get a row of their own)."""
+    notes = []
+    unrecorded = sum(run.config is None for run in runs)
+    if 0 < unrecorded < len(runs):
+        notes.append(f"{label}: {unrecorded} of {len(runs)} runs record no config; they are a row of their own")
+    settings = {id(run): run_settings(run) for run in runs}
+    for key in differing_settings(runs):
+        seeds_by_value: dict[str, list[int]] = {}
+        for run in runs:
+            if run.config is not None:
+                seeds_by_value.setdefault(settings[id(run)].get(key, UNSET), []).append(run.seed)
+        if len(seeds_by_value) > 1:
+            values = "; ".join(
+                f"{value} (seed{'s' if len(seeds) > 1 else ''} {', '.join(str(s) for s in sorted(seeds))})"
+                for value, seeds in sorted(seeds_by_value.items())
+            )
+            notes.append(f"{label} is split by {key}: {values}")
+    return notes
+
+
+def _covered(key: str, prefixes: Iterable[str]) -> bool:
+    """`key` is one of `prefixes` or lies below one (a prefix covers everything under it)."""
+    return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
+
+
+def _shown(value: Any) -> str:
+    """A setting's value as a note prints it: strings bare, everything else as JSON (true, null, [0.9, 0.999])."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of data set and model names."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
