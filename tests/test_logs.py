@@ -7,11 +7,12 @@ import logging
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, run_train
+from helpers import CONF, QUICK, run_train
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from vit_locality.callbacks import EpochLineProgress, EpochLogCallback, progress_display
 
-from vit_locality.sweep.progress import cell_start_line, count_cells
+from vit_locality.config.preflight import check_command
+from vit_locality.sweep.progress import cell_start_line
 from vit_locality.train import name_the_cell_in_each_line
 
 
@@ -24,10 +25,18 @@ def test_a_bar_only_on_a_terminal() -> None:
     assert isinstance(none, EpochLogCallback) and not isinstance(none, ProgressBar)
 
 
+def count_cells(argv: list[str]) -> int | None:
+    counted: list[int] = []
+    assert check_command(argv, CONF, counted=counted) == []
+    return counted[0] if counted else None
+
+
 def test_the_cells_of_a_sweep_are_counted() -> None:
     assert count_cells(["-m", "seed=0,1,2", "aug.cutmix=true,false", "data=synthetic"]) == 6
-    assert count_cells(["seed=0"]) is None  # one run
-    assert count_cells(["-m", "hparams_search=optuna_lr"]) is None  # a search counts its own trials
+    assert count_cells(["-m", "experiment=demo"]) == 8  # a saved sweep's axes count too (the demo said "of 1")
+    assert count_cells(["-m", "experiment=demo", "seed=0,1"]) == 16
+    assert count_cells(["data=synthetic", "seed=0"]) is None  # one run
+    assert count_cells(["-m", "hparams_search=optuna_lr", "data=synthetic"]) is None  # a search counts its own
 
 
 def test_cell_start_line_estimates_from_finished_cells() -> None:

@@ -173,3 +173,14 @@ def test_the_identity_names_the_random_stream_version(monkeypatch) -> None:
     now = identity.identity_hash(cfg)
     monkeypatch.setattr(identity, "RANDOM_STREAM_VERSION", identity.RANDOM_STREAM_VERSION - 1)
     assert identity.identity_hash(cfg) != now
+
+
+def test_the_process_count_is_part_of_the_identity() -> None:
+    """Two processes mix their own halves of the batch: not the one-process cell (a later run was skipped as it)."""
+    from helpers import QUICK, compose_config
+
+    from vit_locality.config.identity import identity_hash
+
+    one = identity_hash(compose_config([*QUICK, "trainer.devices=1"]))
+    assert identity_hash(compose_config([*QUICK, "trainer.devices=2"])) != one
+    assert identity_hash(compose_config([*QUICK, "trainer.devices=[0]"])) == one  # one device, named or counted

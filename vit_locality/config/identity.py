@@ -96,10 +96,24 @@ def run_identity(cfg: DictConfig) -> dict[str, Any]:
 RANDOM_STREAM_VERSION = 2
 
 
+def processes(cfg: DictConfig) -> int | str:
+    """How many processes share the cell, as far as the config says (devices x nodes; `auto` and -1 as written).
+    Under DDP each process mixes its own share of the batch (CutMix, MixUp), so a cell on 2 devices computes other
+    numbers than the cell on 1: the count is part of the identity, though `trainer.devices` itself is not (a list
+    of device indices and a count of the same size are one cell)."""
+    trainer = cfg.get("trainer") or {}
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    if OmegaConf.is_list(devices) or isinstance(devices, list):
+        devices = len(devices)
+    if isinstance(devices, int) and devices > 0 and isinstance(nodes, int):
+        return devices * nodes
+    return f"{devices}x{nodes}"
+
+
 def identity_hash(cfg: DictConfig) -> str:
-    """The cell's identity: its settings (run_identity) under this version of the random streams."""
-    settings = run_identity(cfg)
-    blob = json.dumps({"settings": settings, "random_stream": RANDOM_STREAM_VERSION}, sort_keys=True, default=str)
+    """The cell's identity: its settings (run_identity), its process count, and this version of the random streams."""
+    identity = {"settings": run_identity(cfg), "processes": processes(cfg), "random_stream": RANDOM_STREAM_VERSION}
+    blob = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -214,6 +215,8 @@ class Plan:
         saved_axes = _axes((composer.parse(f"{k}={v}") for k, v in saved.items() if k not in axes), search)
         axes = {**saved_axes, **axes}
         self.cells: Iterable[Cell] = itertools.product(*axes.values())
+        # How many cells the command runs (a search sweeper decides its own count): the sweep's "cell k of N".
+        self.cell_count = math.prod(len(values) for values in axes.values()) if multirun and not search else None
         self.directories: dict[str, str] = {}  # run directory name -> the first cell that writes there
         self.identities: dict[str, str | None] = {}  # run directory name -> the identity of that first cell
 
@@ -312,8 +315,11 @@ def _identity_or_none(cfg: DictConfig) -> str | None:
         return None
 
 
-def check_command(argv: list[str], conf_dir: Path, config_name: str = "train") -> list[str]:
-    """Problems found in the command's cells, as one-line messages (empty when every cell is fine)."""
+def check_command(
+    argv: list[str], conf_dir: Path, config_name: str = "train", counted: list[int] | None = None
+) -> list[str]:
+    """Problems found in the command's cells, as one-line messages (empty when every cell is fine). `counted`, when
+    given, receives the number of cells a `-m` command runs (nothing for a single run or a search)."""
     if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
         return []
     args = hydra_args_parser().parse_args(argv)
@@ -331,4 +337,7 @@ def check_command(argv: list[str], conf_dir: Path, config_name: str = "train") -
             return [str(error)]
         except (HydraException, OmegaConfBaseException, ValueError) as error:
             return [explain(error, conf_dir)]
-        return plan.problems()
+        problems = plan.problems()
+        if counted is not None and plan.cell_count:
+            counted.append(plan.cell_count)
+        return problems

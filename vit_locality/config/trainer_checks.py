@@ -135,10 +135,13 @@ def _check_val_check_interval(trainer: DictConfig, batches: int) -> None:
 
 
 def _check_limit(key: str, value: Any) -> None:
-    """Lightning reads an integer as a count of batches and a float as a fraction of them."""
+    """Lightning reads an integer as a count of batches and a float as a fraction of them. The test split must keep
+    a batch: a cell's record is its test figures, and Lightning would train the whole cell before failing."""
     count = is_int(value) and value >= 0
     fraction = isinstance(value, float) and 0 <= value <= 1
     check(value is None or count or fraction, key, value, "null, a count of batches >= 0 or a fraction in [0, 1]")
+    if key == "trainer.limit_test_batches":
+        check(value is None or value > 0, key, value, "null, a count of batches >= 1 or a fraction in (0, 1]")
 
 
 def _check_global_batch(batch_size: int, trainer: DictConfig) -> None:
