@@ -7,6 +7,9 @@ was overwritten), 3 a training run that diverged, 1 anything else.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class VitLocalityError(Exception):
     """Base of the project's errors; the message is one line a person can act on."""
@@ -29,3 +32,14 @@ def first_line(error: BaseException) -> str:
 def exit_code_of(error: BaseException) -> int:
     """The exit status an entry point gives for `error`."""
     return getattr(error, "exit_code", 1) if isinstance(error, VitLocalityError) else 1
+
+
+def run_as_command(main: Callable[[], int]) -> None:
+    """Run an entry point's `main` and exit with its status; a project error becomes its one line on stderr and the
+    status it carries."""
+    try:
+        status = main()
+    except VitLocalityError as error:
+        print(f"error: {first_line(error)}", file=sys.stderr)
+        status = exit_code_of(error)
+    sys.exit(status)

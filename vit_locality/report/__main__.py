@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from vit_locality.config.file_access import check_directory
-from vit_locality.errors import ConfigError, VitLocalityError, exit_code_of, first_line
+from vit_locality.errors import ConfigError, run_as_command
 from vit_locality.report.aggregate import Aggregate, aggregate
 from vit_locality.report.summary import architecture_warnings, sweep_dirs_problem
 from vit_locality.report.tables import ablation_tables, protocols_table
@@ -136,12 +136,7 @@ def out_problem(out: Path) -> str | None:
 
 def cli() -> None:
     """The installed console script: a project error is its one line on stderr and its exit status."""
-    try:
-        status = main()
-    except VitLocalityError as error:
-        print(f"error: {first_line(error)}", file=sys.stderr)
-        status = exit_code_of(error)
-    sys.exit(status)
+    run_as_command(main)
 
 
 if __name__ == "__main__":

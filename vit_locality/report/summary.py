@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vit_locality.catalog import CELL_ORDER
-from vit_locality.errors import VitLocalityError, exit_code_of, first_line
+from vit_locality.errors import run_as_command
 from vit_locality.report.run_settings import UNSET, differing_settings, run_settings
 from vit_locality.run.record import RunRecord, scan_records
 
@@ -116,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cli() -> None:
     """The installed console script: a project error is its one line on stderr and its exit status."""
-    try:
-        status = main()
-    except VitLocalityError as error:
-        print(f"error: {first_line(error)}", file=sys.stderr)
-        status = exit_code_of(error)
-    sys.exit(status)
+    run_as_command(main)
 
 
 if __name__ == "__main__":
