@@ -86,11 +86,12 @@ def _all_cases(policy: str, subs: list[int] | None = None) -> AutoAugmentDraws:
     )
 
 
+@pytest.mark.parametrize("grouping", batched.GROUPINGS)
 @pytest.mark.parametrize("policy", list(AUTOAUGMENT_POLICIES))
-def test_apply_matches_torchvision_per_image_for_every_sub_policy_flag_and_sign(policy: str) -> None:
+def test_apply_matches_torchvision_per_image_for_every_sub_policy_flag_and_sign(policy: str, grouping: str) -> None:
     draws = _all_cases(policy)  # 25 x 16 = 400 images
     images = _images(len(draws), 32, seed=1)
-    out = apply(images, draws)
+    out = apply(images, draws, grouping)
     assert out.dtype == torch.uint8 and out.shape == images.shape
     ref = _reference(images, draws)
     mismatched = [i for i in range(len(draws)) if not torch.equal(out[i], ref[i])]
@@ -306,7 +307,7 @@ def test_grouping_makes_one_call_per_group(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(v2.AutoAugment, "_apply_image_or_video_transform", counting)
     d = draw(256, torch.Generator().manual_seed(5))
-    apply(_images(256, 32), d)
+    apply(_images(256, 32), d, "grouped")
 
     sub_policies = _sub_policies("cifar10")
     groups = set()
@@ -317,7 +318,29 @@ def test_grouping_makes_one_call_per_group(monkeypatch: pytest.MonkeyPatch) -> N
     assert sum(g for _, _, g in calls) == int(d.applied.sum())
 
 
+def test_select_makes_one_whole_batch_call_per_key_the_policy_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync-free path: every (op, bin, sign) of each slot on all 8 images, whatever was drawn; AutoContrast,
+    whose torchvision kernel reads the host, runs as the module's own copy of its arithmetic instead."""
+    calls = []
+    real = v2.AutoAugment._apply_image_or_video_transform
+
+    def counting(self, image, transform_id, magnitude, **kwargs):
+        calls.append((transform_id, magnitude, image.shape[0]))
+        return real(self, image, transform_id, magnitude, **kwargs)
+
+    monkeypatch.setattr(v2.AutoAugment, "_apply_image_or_video_transform", counting)
+    apply(_images(8, 32), draw(8, torch.Generator().manual_seed(5)), "select")
+    expected = 0
+    for k in range(2):
+        keys = {(name, bin_, sign) for sub in _sub_policies("cifar10") for name, _, bin_ in [sub[k]]
+                for sign in ((False, True) if SPACE[sub[k][0]][1] else (False,)) if name != "AutoContrast"}  # fmt: skip
+        expected += len(keys)
+    assert len(calls) == expected and all(size == 8 for _, _, size in calls)
+
+
 def test_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="grouping='fast': allowed values are select, grouped"):
+        apply(_images(4, 32), draw(4), "fast")
     with pytest.raises(ValueError, match="policy"):
         BatchedAutoAugment("rand")
     with pytest.raises(ValueError, match="draws"):

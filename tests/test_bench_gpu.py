@@ -36,6 +36,7 @@ def _smoke(tmp_path, sections: str) -> tuple[dict, str]:
 
 
 def test_smoke_run_without_packing_writes_every_row(tmp_path) -> None:
+    torch._dynamo.reset()  # a warm dynamo (another test's compile in this process) would time the compile as 0.0 s
     record, text = _smoke(tmp_path, "model,e2e,probe,overhead,projection")
     sections = {r["section"] for r in record["rows"]}
     assert sections == {"model", "e2e", "probe", "overhead", "projection"}
@@ -99,3 +100,15 @@ def test_a_failing_section_becomes_a_row_and_the_rest_still_runs(tmp_path, monke
     assert [r["section"] for r in record["rows"]] == ["probe", "projection"]
     assert record["rows"][0]["value"] == "RuntimeError: CUDA out of memory / 2 GiB"  # no stray table column
     assert json.loads(out.read_text())["rows"] == record["rows"]
+
+
+def test_smoke_run_checks_syncs_autoaugment_and_memory(tmp_path) -> None:
+    record, _ = _smoke(tmp_path, "syncs,autoaugment,memory")
+    rows = {(r["section"], r["quantity"]): r["value"] for r in record["rows"]}
+    quiet = [v for (s, q), v in rows.items() if s == "syncs" and "without logging" in q]
+    assert quiet == ["0", "0"]  # the two smoke cells: no host sync outside the check and Lightning's logging
+    debug = [v for (s, q), v in rows.items() if "set_sync_debug_mode" in q]
+    assert debug == ["skipped: CUDA only (no CUDA device)"]
+    assert any(s == "autoaugment" and v.endswith("same pixels: True") for (s, _), v in rows.items())
+    cells = [v for (s, q), v in rows.items() if s == "memory" and q.startswith("cells per H200 (141 GiB) at batch 128")]
+    assert cells == [str(gpu.MEMORY_CELLS_PER_GPU)]

@@ -266,13 +266,15 @@ def test_cutmix_prob_mixes_about_that_share_of_batches(monkeypatch) -> None:
     import vit_locality.augment.mixing as module
 
     mixed = []
-    real = module.cutmix_batch
+    real = module.cutmix_this_batch  # the coin, a device tensor (CutMix is drawn every batch, used or not)
 
     def counting(*args, **kwargs):
-        mixed.append(1)
-        return real(*args, **kwargs)
+        coin = real(*args, **kwargs)
+        if bool(coin):
+            mixed.append(1)
+        return coin
 
-    monkeypatch.setattr(module, "cutmix_batch", counting)
+    monkeypatch.setattr(module, "cutmix_this_batch", counting)
     cfg = compose_config([*CELL, "aug.cutmix_prob=0.5"])
     from vit_locality.run.builders import build_datamodule, build_module
 

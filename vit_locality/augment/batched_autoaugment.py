@@ -1,8 +1,10 @@
 """Per-sample AutoAugment for a whole uint8 batch on its own device, distributed exactly like torchvision.
 
 `v2.AutoAugment` draws one sub-policy per call, so a per-sample protocol has to call it image by image in the
-data workers. Here a batch draws its per-image choices at once (`draw`) and `apply` groups the images by the
-(op, magnitude, sign) they drew, one batched torchvision functional call per group, first op then second op.
+data workers. Here a batch draws its per-image choices at once (`draw`) and `apply` runs each (op, magnitude,
+sign) the policy holds on the whole batch and lets every image take the result of the one it drew (`torch.where`),
+first op then second op: no host reads, so a GPU never waits on the host for it. On a CPU, where host reads cost
+nothing, the default is `grouping="grouped"`: one call per drawn group on just its images, less arithmetic.
 The policy tables, magnitude bins and op dispatch are torchvision's own (`v2.AutoAugment`), called, not copied,
 so the batched path cannot drift from the per-sample one; they are private there, hence reached through `upstream`.
 
@@ -120,8 +122,10 @@ def draw(
     return AutoAugmentDraws(policy, sub, torch.stack(applied, 1), torch.stack(negative, 1))
 
 
+@cache
 def _magnitude(name: str, bin_: int | None, negative: bool, height: int, width: int) -> float:
-    """The magnitude torchvision's forward would pass for this op, bin and sign at this image size."""
+    """The magnitude torchvision's forward would pass for this op, bin and sign at this image size (computed once:
+    torchvision's tables are CPU tensors, read here as Python numbers)."""
     magnitudes_fn, signed = autoaugment_space()[name]
     magnitudes = magnitudes_fn(_NUM_BINS, height, width)
     if magnitudes is None:
@@ -130,8 +134,85 @@ def _magnitude(name: str, bin_: int | None, negative: bool, height: int, width: 
     return -magnitude if signed and negative else magnitude
 
 
-def apply(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
-    """Apply each image's drawn sub-policy, one batched torchvision op call per (op, magnitude, sign) group.
+@cache
+def _slot_keys(policy: str, slot: int) -> tuple[int, ...]:
+    """Every key (op id x 2 + negative) the policy's op `slot` can draw: signed ops with both signs. From the policy's
+    Python lists, not the table's tensors: nothing here is read from a device."""
+    ids: dict[tuple[str, int | None], int] = {}
+    space, keys = autoaugment_space(), set()
+    for sub in autoaugment_sub_policies(v2.AutoAugment(autoaugment_policy(policy))):
+        for name, _, bin_ in sub:
+            op_id = ids.setdefault((name, bin_), len(ids))  # the ids `_table` gives, in the same order
+        name, _, bin_ = sub[slot]
+        op_id = ids[name, bin_]
+        keys.update((op_id * 2, op_id * 2 + 1) if space[name][1] else (op_id * 2,))
+    return tuple(sorted(keys))
+
+
+def _autocontrast(images: torch.Tensor) -> torch.Tensor:
+    """torchvision's `autocontrast_image` for uint8 with its arithmetic step for step, but the flat channels' minimum
+    and scale replaced by `torch.where` instead of a boolean-mask assignment, which reads the mask's count on the
+    host (a sync on a GPU). The pixel tests hold it to torchvision's output."""
+    bound = 255.0
+    pixels = images.to(torch.float32)
+    minimum = pixels.amin(dim=(-2, -1), keepdim=True)
+    maximum = pixels.amax(dim=(-2, -1), keepdim=True)
+    flat = maximum == minimum
+    inv_scale = maximum.sub_(minimum).mul_(1.0 / bound)
+    minimum = torch.where(flat, 0.0, minimum)
+    inv_scale = torch.where(flat, 1.0, inv_scale)
+    return pixels.sub_(minimum).div_(inv_scale).clamp_(0, bound).to(images.dtype)
+
+
+def _op(table: _Table, images: torch.Tensor, name: str, magnitude: float) -> torch.Tensor:
+    """Op `name` through torchvision, but AutoContrast on uint8, whose torchvision kernel syncs (`_autocontrast`)."""
+    if name == "AutoContrast" and images.dtype == torch.uint8:
+        return _autocontrast(images)
+    return apply_autoaugment_op(table.augment, images, name, magnitude)
+
+
+GROUPINGS = ("select", "grouped")
+# The grouping `apply` uses by device type: on a CPU host reads are free and arithmetic is the cost (select did
+# about 11x grouped's work at batch 16), elsewhere (a GPU) a host read stalls the queue: select.
+GROUPING_BY_DEVICE = {"cpu": "grouped"}
+
+
+def _grouped(out: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, table: _Table) -> torch.Tensor:
+    """One op call per drawn key on the images that drew it: the least work, but the groups' sizes are read by the
+    host (`nonzero`, `unique_consecutive`, `tolist`), a sync per call on a GPU."""
+    height, width = out.shape[-2:]
+    rows = rows.nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return out
+    keys, order = keys[rows].sort(stable=True)
+    group_keys, counts = torch.unique_consecutive(keys, return_counts=True)
+    for key, idx in zip(group_keys.tolist(), rows[order].split(counts.tolist()), strict=True):
+        name, bin_ = table.specs[key // 2]
+        out[idx] = apply_autoaugment_op(
+            table.augment, out[idx], name, _magnitude(name, bin_, bool(key % 2), height, width)
+        )
+    return out
+
+
+def _selected(
+    out: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, table: _Table, slot: int, policy: str
+) -> torch.Tensor:
+    """Every key the slot can draw applied to the whole batch, each image taking its own key's result with
+    `torch.where`: more arithmetic (one whole-batch call per key), no host read, fixed shapes."""
+    height, width = out.shape[-2:]
+    result = out
+    for key in _slot_keys(policy, slot):
+        name, bin_ = table.specs[key // 2]
+        candidate = _op(table, out, name, _magnitude(name, bin_, bool(key % 2), height, width))
+        pick = (rows & (keys == key)).view(-1, 1, 1, 1)
+        result = torch.where(pick, candidate, result)
+    return result
+
+
+def apply(images: torch.Tensor, draws: AutoAugmentDraws, grouping: str | None = None) -> torch.Tensor:
+    """Apply each image's drawn sub-policy: `select` (every op on the whole batch, picked per image with
+    `torch.where`: no host reads, the GPU path) or `grouped` (one op call per drawn (op, magnitude, sign) group:
+    less arithmetic, but host reads); by default the device's (`GROUPING_BY_DEVICE`). The two give the same pixels.
 
     The ops run with `v2.AutoAugment(policy)`'s own interpolation and fill (nearest, black), the ones the
     per-sample transform uses, and with autocast off, as in the data workers, so both paths produce the same pixels
@@ -142,9 +223,11 @@ def apply(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
         raise ValueError(f"expected a (B, C, H, W) batch, got shape {tuple(images.shape)}")
     if len(draws) != images.shape[0]:
         raise ValueError(f"{len(draws)} draws for a batch of {images.shape[0]} images")
+    grouping = grouping or GROUPING_BY_DEVICE.get(images.device.type, "select")
+    if grouping not in GROUPINGS:
+        raise ValueError(f"grouping={grouping!r}: allowed values are {', '.join(GROUPINGS)}")
     draws = draws.to(images.device)
     table = _table(draws.policy, str(images.device))
-    height, width = images.shape[-2:]
 
     out = images.clone()
     sub = draws.sub_policy
@@ -153,17 +236,12 @@ def apply(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
     # run them in fp32. Autocast off keeps the two paths pixel-identical.
     with torch.autocast(device_type=images.device.type, enabled=False):
         for k in range(_NUM_OPS):
-            rows = draws.applied[:, k].nonzero().squeeze(1)
-            if rows.numel() == 0:
-                continue
             negative = draws.negative[:, k] & table.signed[sub, k]
-            keys = (table.op_id[sub, k] * 2 + negative.long())[rows]
-            keys, order = keys.sort(stable=True)
-            group_keys, counts = torch.unique_consecutive(keys, return_counts=True)
-            for key, idx in zip(group_keys.tolist(), rows[order].split(counts.tolist()), strict=True):
-                name, bin_ = table.specs[key // 2]
-                magnitude = _magnitude(name, bin_, bool(key % 2), height, width)
-                out[idx] = apply_autoaugment_op(table.augment, out[idx], name, magnitude)
+            keys = table.op_id[sub, k] * 2 + negative.long()
+            if grouping == "grouped":
+                out = _grouped(out, draws.applied[:, k], keys, table)
+            else:
+                out = _selected(out, draws.applied[:, k], keys, table, k, draws.policy)
     return out
 
 

@@ -9,8 +9,15 @@ MixUp (Zhang et al. 2018), CutMix's spatially global control: one Beta(alpha, al
 blended whole with its partner (a random permutation), lambda x own + (1 - lambda) x partner, images and targets
 alike. A protocol runs one of the two, never both (Protocol.validate refuses it).
 
-Label smoothing is not applied here: it happens once, in the loss. Every draw uses torch's global generator, which
-the run reseeds per epoch (exact resume).
+Label smoothing is not applied here: it happens once, in the loss. Every draw uses torch's global generator of the
+batch's device, which the run reseeds per epoch (exact resume).
+
+No host reads. On a GPU a Python number read from a tensor makes the host wait for the device, once per batch: the
+lambdas, boxes, partners and the per-batch CutMix coin (`aug.cutmix_prob`) are drawn on the batch's device and stay
+tensors; a batch the coin leaves unmixed is selected with `torch.where`, not skipped by a Python branch (so with
+`cutmix_prob < 1` every batch draws CutMix's lambda, box and partners, used or not). The results' `lam` and `box`
+read the host only when asked (tests, reports). Lambda is `Beta(alpha, alpha)` drawn as torch's `Beta.sample` draws
+it (the first component of a Dirichlet), so on a CPU a cell with `cutmix_prob=1` keeps the stream it always had.
 """
 
 from __future__ import annotations
@@ -18,18 +25,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from vit_locality.protocol import Protocol
+
+
+def _beta(alpha: float, device: torch.device) -> torch.Tensor:
+    """One Beta(alpha, alpha) draw on `device`, float32, as `torch.distributions.Beta(alpha, alpha).sample()` makes it
+    (the same generator calls), without its argument checks, which read the host."""
+    return torch._sample_dirichlet(torch.full((2,), float(alpha), device=device))[0]
+
+
+def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """float32 one-hot rows by comparison: `F.one_hot` checks the labels' range on the host (a sync on a GPU)."""
+    return (labels.unsqueeze(1) == torch.arange(num_classes, device=labels.device)).to(torch.float32)
 
 
 @dataclass
 class CutMixResult:
     images: torch.Tensor  # the mixed batch, same dtype as the input
     targets: torch.Tensor  # (B, num_classes) soft targets, each row sums to 1
-    lam: float  # share of each image that is its own (1 - pasted area / image area)
+    kept: torch.Tensor  # float64 scalar: share of each image that is its own (1 - pasted area / image area)
     partner: torch.Tensor  # (B,) index of the image pasted into each one
-    box: tuple[int, int, int, int]  # (top, left, bottom, right) of the pasted region, exclusive bounds
+    bounds: torch.Tensor  # (4,) int64: top, left, bottom, right of the pasted region, exclusive bounds
+
+    @property
+    def lam(self) -> float:
+        """`kept` as a Python number (a host read: for tests and reports, not the training step)."""
+        return float(self.kept)
+
+    @property
+    def box(self) -> tuple[int, int, int, int]:
+        """`bounds` as Python numbers (a host read)."""
+        top, left, bottom, right = (int(v) for v in self.bounds.tolist())
+        return top, left, bottom, right
 
 
 def cutmix_batch(
@@ -37,37 +65,46 @@ def cutmix_batch(
     labels: torch.Tensor,
     num_classes: int,
     alpha: float = 1.0,
-    lam: float | None = None,
+    lam: float | torch.Tensor | None = None,
 ) -> CutMixResult:
     """Paste one box from a permuted copy of the batch into every image; return images and soft targets.
 
     `lam` fixes the drawn lambda (tests); otherwise it is drawn from Beta(alpha, alpha) with torch's global
-    generator, so `seed` makes runs reproducible.
+    generator, so `seed` makes runs reproducible. Box and partners are drawn on the batch's device; the box is a
+    mask applied with `torch.where`, so nothing here reads the host.
     """
     batch, _, height, width = images.shape
-    if lam is None:
-        lam = float(torch.distributions.Beta(alpha, alpha).sample())
-    cut_ratio = (1.0 - lam) ** 0.5
-    cut_h, cut_w = int(height * cut_ratio), int(width * cut_ratio)
-    cy, cx = int(torch.randint(height, ())), int(torch.randint(width, ()))
-    top, bottom = max(cy - cut_h // 2, 0), min(cy + cut_h // 2, height)
-    left, right = max(cx - cut_w // 2, 0), min(cx + cut_w // 2, width)
-    partner = torch.randperm(batch).to(images.device)
+    device = images.device
+    drawn = _beta(alpha, device).double() if lam is None else torch.as_tensor(lam, dtype=torch.float64, device=device)
+    cut_ratio = (1.0 - drawn).sqrt()
+    cut_h, cut_w = (height * cut_ratio).floor().long(), (width * cut_ratio).floor().long()
+    cy, cx = torch.randint(height, (), device=device), torch.randint(width, (), device=device)
+    top, bottom = (cy - cut_h // 2).clamp(min=0), (cy + cut_h // 2).clamp(max=height)
+    left, right = (cx - cut_w // 2).clamp(min=0), (cx + cut_w // 2).clamp(max=width)
+    partner = torch.randperm(batch, device=device)
 
-    mixed = images.clone()
-    mixed[:, :, top:bottom, left:right] = images[partner, :, top:bottom, left:right]
-    kept = 1.0 - (bottom - top) * (right - left) / (height * width)
-    own = F.one_hot(labels, num_classes).to(torch.float32)
-    targets = kept * own + (1.0 - kept) * own[partner]
-    return CutMixResult(mixed, targets, kept, partner, (top, left, bottom, right))
+    ys, xs = torch.arange(height, device=device), torch.arange(width, device=device)
+    inside = ((ys >= top) & (ys < bottom)).view(height, 1) & ((xs >= left) & (xs < right)).view(1, width)
+    mixed = torch.where(inside, images[partner], images)
+    area = (bottom - top).clamp(min=0) * (right - left).clamp(min=0)
+    kept = 1.0 - area.double() / (height * width)
+    own = _one_hot(labels, num_classes)
+    share, rest = kept.to(torch.float32), (1.0 - kept).to(torch.float32)  # each rounded from float64, as before
+    targets = share * own + rest * own[partner]
+    return CutMixResult(mixed, targets, kept, partner, torch.stack([top, left, bottom, right]))
 
 
 @dataclass
 class MixUpResult:
     images: torch.Tensor  # float32 (B, C, H, W), lam x own + (1 - lam) x partner, on the input's 0..255 scale
     targets: torch.Tensor  # (B, num_classes) soft targets, each row sums to 1
-    lam: float  # weight of each image's own pixels and label
+    weight: torch.Tensor  # float64 scalar: weight of each image's own pixels and label
     partner: torch.Tensor  # (B,) index of the image blended into each one
+
+    @property
+    def lam(self) -> float:
+        """`weight` as a Python number (a host read: for tests and reports)."""
+        return float(self.weight)
 
 
 def mixup_batch(
@@ -75,25 +112,29 @@ def mixup_batch(
     labels: torch.Tensor,
     num_classes: int,
     alpha: float = 1.0,
-    lam: float | None = None,
+    lam: float | torch.Tensor | None = None,
 ) -> MixUpResult:
     """Blend every image with a permuted copy of the batch; return the blended images and soft targets.
 
     The uint8 batch becomes float32 (a blend has fractional values); normalising afterwards is affine, so it commutes
     with the blend. `lam` fixes the drawn lambda (tests); otherwise it is drawn from Beta(alpha, alpha)."""
-    if lam is None:
-        lam = float(torch.distributions.Beta(alpha, alpha).sample())
-    partner = torch.randperm(len(images)).to(images.device)
+    device = images.device
+    wide = _beta(alpha, device).double() if lam is None else torch.as_tensor(lam, dtype=torch.float64, device=device)
+    weight, rest = wide.to(torch.float32), (1.0 - wide).to(torch.float32)  # each rounded from float64
+    partner = torch.randperm(len(images), device=device)
     pixels = images.float()
-    mixed = lam * pixels + (1.0 - lam) * pixels[partner]
-    own = F.one_hot(labels, num_classes).to(torch.float32)
-    return MixUpResult(mixed, lam * own + (1.0 - lam) * own[partner], lam, partner)
+    mixed = weight * pixels + rest * pixels[partner]
+    own = _one_hot(labels, num_classes)
+    return MixUpResult(mixed, weight * own + rest * own[partner], wide, partner)
 
 
-def cutmix_this_batch(prob: float) -> bool:
-    """CutMix on a batch with probability `prob` (Yun et al.'s CIFAR recipe used 0.5). At 1 nothing is drawn, so
-    runs with the default keep the random stream they always had."""
-    return prob >= 1.0 or float(torch.rand(())) < prob
+def cutmix_this_batch(prob: float, device: torch.device | str = "cpu") -> torch.Tensor | None:
+    """Whether CutMix mixes this batch, with probability `prob` (Yun et al.'s CIFAR recipe used 0.5), as a bool
+    tensor on `device` (no host read). At 1 nothing is drawn and None says "always", so runs with the default keep
+    the random stream they always had."""
+    if prob >= 1.0:
+        return None
+    return torch.rand((), device=device) < prob
 
 
 def mix_batch(
@@ -102,10 +143,16 @@ def mix_batch(
     """The batch as the protocol trains on it: (images, targets for the loss, labels accuracy is measured against).
 
     Unmixed, the targets are the labels. Mixed, they are (B, num_classes) soft targets and accuracy is measured
-    against each image's dominant label."""
-    if protocol.cutmix and cutmix_this_batch(protocol.cutmix_prob):
+    against each image's dominant label. With `cutmix_prob < 1` a batch the coin leaves alone keeps its pixels and
+    gets one-hot targets (the same loss as its labels, label smoothing included)."""
+    if protocol.cutmix and protocol.cutmix_prob > 0:
+        coin = cutmix_this_batch(protocol.cutmix_prob, images.device)
         mixed = cutmix_batch(images, labels, num_classes, protocol.cutmix_alpha)
-        return mixed.images, mixed.targets, mixed.targets.argmax(dim=1)
+        if coin is None:
+            return mixed.images, mixed.targets, mixed.targets.argmax(dim=1)
+        own = _one_hot(labels, num_classes)
+        targets = torch.where(coin, mixed.targets, own)
+        return torch.where(coin, mixed.images, images), targets, targets.argmax(dim=1)
     if protocol.mixup:
         blended = mixup_batch(images, labels, num_classes, protocol.mixup_alpha)
         return blended.images, blended.targets, blended.targets.argmax(dim=1)

@@ -1,6 +1,8 @@
 """`python -m vit_locality.bench gpu`: the GPU figures of BENCHMARKS.md in one call of at most about 8 minutes.
 
 Sections, in the order they run (each a row group of the table):
+- syncs, autoaugment, memory: host syncs per step of every cell, sync-free against grouped AutoAugment, and the
+  memory model's projection of cells per GPU (gpu_checks.py).
 - model: train images/s of the ViT alone (fixed batch, the Trainer's precision: bf16 autocast on CUDA), eager and
   compiled; eval images/s; achieved TFLOP/s against the analytic FLOPs and a measured bf16 matmul peak.
 - e2e: a cell's whole training step (data, augmentation, CutMix, loss, backward, AdamW) in images/s, for Baseline
@@ -11,6 +13,8 @@ Sections, in the order they run (each a row group of the table):
 - overhead: the on-device path against the model alone, side by side (the CPU target: at most +5% at the paper
   config).
 - projection: from the figures above, one 200-epoch CIFAR-100 cell and the 8-cell x 3-seed grid.
+- cell, compile_modes: a real 200-epoch Modern cell through train.py, timed against the 3-minute target, and the
+  compiled step under max-autotune-no-cudagraphs and CUDA graphs (gpu_runs.py); each skipped if the budget is short.
 
 `--device cpu --smoke` runs every section on the tiny model with a few steps in well under a minute, so the first GPU
 call is not the script's first run; `--benchmarks BENCHMARKS.md` writes the table between its GPU markers.
@@ -35,7 +39,9 @@ import torch
 from vit_locality.bench.common import (
     section_parser,
 )
+from vit_locality.bench.gpu_checks import autoaugment_section, memory_section, syncs_section
 from vit_locality.bench.gpu_pack import pack_section, pack_worker
+from vit_locality.bench.gpu_runs import cell_section, compile_modes_section
 from vit_locality.bench.gpu_sections import (
     e2e_section,
     model_section,
@@ -43,20 +49,26 @@ from vit_locality.bench.gpu_sections import (
     probe_section,
     projection_section,
 )
-from vit_locality.bench.gpu_settings import FULL, SMOKE, row
+from vit_locality.bench.gpu_settings import FULL, MEMORY_CELLS_PER_GPU, SMOKE, row
 from vit_locality.bench.suite import load_average, machine, render
 from vit_locality.run.builders import resolve_precision
 
+__all__ = ["FULL", "MEMORY_CELLS_PER_GPU", "SECTIONS", "SMOKE", "main", "projection_section", "write_benchmarks"]
 BEGIN, END = "<!-- bench-gpu:begin -->", "<!-- bench-gpu:end -->"
 
 
 SECTIONS = {
+    "syncs": syncs_section,
+    "autoaugment": autoaugment_section,
+    "memory": memory_section,
     "model": model_section,
     "e2e": e2e_section,
     "probe": probe_section,
     "pack": pack_section,
     "overhead": overhead_section,
     "projection": projection_section,
+    "cell": cell_section,  # after projection (its projected time decides whether the budget holds it)
+    "compile_modes": compile_modes_section,  # last: max-autotune may take minutes, and it resets dynamo
 }
 parse_sections = section_parser(SECTIONS)
 
@@ -114,6 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             begun = time.perf_counter()
             section = SECTIONS[name]
             run = partial(section, out_dir=Path(scratch)) if name == "pack" else section
+            run = partial(section, out_dir=args.out.parent) if name == "cell" else run  # the cell's run dir stays
             try:  # one device call must bring back every row it could measure
                 rows.extend(run(settings, device, state))
             except Exception as error:  # noqa: BLE001 - reported as the section's row, the next section runs

@@ -161,7 +161,7 @@ def model_section(settings: Settings, device: torch.device, state: dict[str, Any
         row("model", "first compiled steps (compile), s", f"{compile_s:.1f}"),
         row("model", f"eval forward img/s, compiled, batch {settings.eval_batch}", f"{eval_rate:.0f}"),
         row("model", "achieved TFLOP/s (analytic 3 x forward FLOPs x img/s)", f"{flops * rate / 1e12:.3f}"),
-        row("model", "dense matmul peak TFLOP/s measured here", f"{peak / 1e12:.1f}"),
+        row("model", "dense matmul peak TFLOP/s measured here", f"{peak / 1e12:.3g}"),
         row("model", "achieved / peak", f"{100 * flops * rate / peak:.1f}%"),
     ]
 

@@ -206,7 +206,9 @@ class ViTClassifier(L.LightningModule):
             self._train_sums = sums if self._train_sums is None else self._train_sums.to(sums.device) + sums
             self._train_seen += len(reference)
         if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
-            self.log("train/loss", loss, prog_bar=True)
+            # On the progress bar only when one is shown: Lightning reads every progress-bar figure on the host at
+            # every batch end, until the next log replaces it (a sync per step on a GPU).
+            self.log("train/loss", loss, prog_bar=self.trainer.progress_bar_callback is not None)
             self.log("lr", self.optimizers().param_groups[0]["lr"])
             self.log("epoch", self.epoch_number())
         if self.trainer.is_last_batch:
@@ -226,15 +228,16 @@ class ViTClassifier(L.LightningModule):
         self._train_sums, self._train_seen = entry.get("sums"), int(entry.get("seen", 0))
 
     def _note_nonfinite(self, loss: torch.Tensor) -> None:
-        """Stop at a non-finite loss before the optimizer step uses it. On a CPU the check is free; on a GPU it
-        would cost a sync per step, so the first bad step is remembered on the device and checked every
-        `nonfinite_check_every` steps (on_train_batch_end)."""
-        if loss.device.type == "cpu":
+        """Stop at a non-finite loss before the optimizer step uses it. On a CPU the check is free, and with
+        `nonfinite_check_every=1` (a CPU run's) it happens at once; on a GPU it would cost a sync per step, so the
+        first bad step is remembered on the device and checked every `nonfinite_check_every` steps
+        (on_train_batch_end). A CPU run with a longer interval takes the GPU's way (the host-sync test counts it)."""
+        if loss.device.type == "cpu" and self.hparams.nonfinite_check_every == 1:
             if not math.isfinite(float(loss.detach())):
                 self._raise_nonfinite(self.global_step)
             return
         bad = ~torch.isfinite(loss.detach())
-        step = torch.tensor(self.global_step, device=loss.device)
+        step = torch.full((), self.global_step, device=loss.device)  # a fill, not a host-to-device copy
         if self._first_bad_step is None or self._first_bad_step.device != loss.device:
             self._first_bad_step = torch.full((), -1, dtype=torch.long, device=loss.device)
         self._first_bad_step = torch.where(bad & (self._first_bad_step < 0), step, self._first_bad_step)

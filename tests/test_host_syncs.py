@@ -1,0 +1,93 @@
+"""Host syncs per training step: the counter sees every read a GPU would wait for, and every cell's on-device
+training steps (real Lightning steps, on the CPU) make none outside the periodic non-finite check and Lightning's
+logging steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vit_locality.augment.batched_autoaugment as batched
+import vit_locality.augment.mixing as mixing
+from vit_locality.bench import host_sync_cells as cells
+from vit_locality.bench.host_syncs import HostSyncCounter
+
+
+def _ops(counter: HostSyncCounter) -> list[str]:
+    return [op for op, _ in counter.events]
+
+
+def test_counter_sees_each_kind_of_host_read_and_names_its_cause() -> None:
+    t = torch.arange(6.0)
+    with HostSyncCounter() as counter:
+        t.sum().item()
+        float(t[1])
+        bool(t[2] > 1)
+        t.nonzero()
+        t[t > 2]
+        t.tolist()
+        t.cpu()
+        torch.unique(t)
+    assert _ops(counter) == ["item", "item", "item", "nonzero", "boolean mask index", "tolist", "cpu", "unique"]
+    assert all(cause.startswith("tests/test_host_syncs.py:") for _, cause in counter.events)
+    assert all(
+        cause.endswith(" test_counter_sees_each_kind_of_host_read_and_names_its_cause") for _, cause in counter.events
+    )
+
+
+def test_counter_ignores_device_side_work_and_restores_tensor_methods() -> None:
+    original = torch.Tensor.tolist
+    t = torch.arange(6.0)
+    with HostSyncCounter() as counter:
+        torch.where(t > 2, t, -t).sum()
+        t[torch.tensor([0, 2])]  # integer index: fixed size
+        torch.randperm(6)
+    assert counter.events == [] and torch.Tensor.tolist is original
+
+
+def test_host_resident_tensors_are_not_counted() -> None:
+    host = torch.tensor(3.0)
+    with HostSyncCounter(host_resident=lambda tensor: tensor is host) as counter:
+        host.tolist()
+        float(host)
+        torch.tensor(2.0).tolist()
+    assert _ops(counter) == ["tolist"]
+
+
+@pytest.mark.parametrize("cell", list(cells.CELLS))
+def test_every_cell_trains_without_host_syncs_but_the_allowed_ones(cell: str) -> None:
+    counts = cells.count_cell(cells.CELLS[cell])
+    assert cells.unexpected(counts) == []
+    mean, quiet, causes = cells.summary(counts)
+    assert quiet == 0 and not causes
+    # the non-finite flag is read after steps 4 and 8 (every 4 steps), and nowhere else
+    checks = [step for step, c in enumerate(counts) for cause in c if cause.endswith(" on_train_batch_end")]
+    assert checks == [3, 7]
+
+
+def test_a_host_read_in_cutmix_fails_the_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: CutMix reading its lambda on the host again, as it did before."""
+    real = mixing.cutmix_batch
+
+    def reading(*args, **kwargs):
+        result = real(*args, **kwargs)
+        float(result.kept)
+        return result
+
+    monkeypatch.setattr(mixing, "cutmix_batch", reading)
+    found = cells.unexpected(cells.count_cell(cells.CELLS["aa0_cm1_ls1"]))
+    assert len(found) >= cells.STEPS - 3 and all(cause.endswith(" reading") for _, cause in found)
+
+
+def test_autoaugment_groups_on_a_cpu_and_selects_without_host_reads_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU groups (its host reads are free); the GPU path, `select`, reads nothing on the host."""
+    images = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    draws = batched.draw(16, torch.Generator().manual_seed(1))
+    grouped = batched.apply(images, draws)  # also fills the magnitude cache, read once from torchvision's tables
+    with HostSyncCounter() as counter:
+        batched.apply(images, draws)
+    assert {"nonzero", "unique_consecutive", "tolist"} <= set(_ops(counter))
+    monkeypatch.setitem(batched.GROUPING_BY_DEVICE, "cpu", "select")
+    with HostSyncCounter() as counter:
+        selected = batched.apply(images, draws)
+    assert counter.events == [] and torch.equal(selected, grouped)
