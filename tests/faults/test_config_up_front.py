@@ -70,8 +70,8 @@ REFUSED = [
     # overrides nothing reads
     (["+model.drop_path=0.1"], f"+model.drop_path: {NOT_READ} (the nearest real one is model.depth)"),
     (["+optim.momentum=0.9"], f"+optim.momentum: {NOT_READ} (the nearest real one is optim.betas)"),
-    (["+foo=1"], f"+foo: {NOT_READ} (the real ones here are seed, optimized_metric, tags, sweep"),
-    (["+ckpt_path=foo.ckpt"], f"+ckpt_path: {NOT_READ} (the real ones here are seed,"),
+    (["+foo=1"], f"+foo: {NOT_READ} (the real ones here are ckpt_path, ckpt_mode, seed, optimized_metric, tags"),
+    (["+ckpt_path=foo.ckpt"], "ckpt_path='foo.ckpt' is not allowed: null or a checkpoint file this user can read"),
     (["++new_top_level=x"], f"+new_top_level: {NOT_READ}"),
     (["+stats.extra=1"], f"+stats.extra: {NOT_READ}"),
     (["+data.root2=/tmp"], f"+data.root2: {NOT_READ} (the nearest real one is data.root)"),
@@ -202,7 +202,7 @@ def test_an_unknown_option_of_every_group_is_one_line(group: str) -> None:
     [
         (["hydra/launcher=joblb"], "error: hydra/launcher=joblb is not allowed: one of basic, joblib"),
         (["+model.drop_path=0.1"], f"error: +model.drop_path: {NOT_READ}"),
-        (["+ckpt_path=foo.ckpt"], f"error: +ckpt_path: {NOT_READ}"),
+        (["ckpt_path=foo.ckpt"], "error: ckpt_path='foo.ckpt' is not allowed: null or a checkpoint file"),
         (["trainer.accelerator=mps"], "error: trainer.accelerator='mps' is not allowed here"),
         (["-m", *QUICK, "+trainer.max_time=00:01:00:00,abc"], "error: trainer.max_time='abc' is not allowed"),
     ],

@@ -9,8 +9,10 @@ resumed only under the config that wrote it. The fingerprint covers what the con
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Iterable
 from enum import Enum
@@ -29,6 +31,8 @@ NOT_IDENTITY = (
     "callbacks",
     "startup",  # what a cell shows when it starts
     "optimized_metric",
+    "ckpt_path",  # a start from weights enters as the file's content hash (start_weights), not as its path
+    "ckpt_mode",
     "data.root",
     "data.num_workers",
     "data.download",
@@ -110,9 +114,41 @@ def processes(cfg: DictConfig) -> int | str:
     return f"{devices}x{nodes}"
 
 
+RESUME_MODE = "resume"  # ckpt_mode that continues the checkpoint's own cell; any other starts a new one from it
+CONTENT_HASH_CHARS = 16
+
+
+def start_checkpoint(cfg: DictConfig) -> str | None:
+    """The checkpoint whose weights start this cell (`ckpt_path` with `ckpt_mode=weights`), or None: a cell from
+    scratch, or one that resumes its own checkpoint (`ckpt_mode=resume`, the same cell)."""
+    path = cfg.get("ckpt_path")
+    return None if path in (None, "") or str(cfg.get("ckpt_mode")) == RESUME_MODE else str(path)
+
+
+def file_content_hash(path: str) -> str:
+    """The sha256 of a file's bytes (hex, shortened): a copy of a checkpoint is the same start, a retrained one is
+    not. Cached by path, size and modification time, since a run name and an identity both ask for it."""
+    path = os.path.expanduser(path)
+    status = os.stat(path)
+    return _content_hash(os.path.realpath(path), status.st_size, status.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _content_hash(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:CONTENT_HASH_CHARS]
+
+
 def identity_hash(cfg: DictConfig) -> str:
-    """The cell's identity: its settings (run_identity), its process count, and this version of the random streams."""
+    """The cell's identity: its settings (run_identity), its process count, this version of the random streams and,
+    for a cell started from a checkpoint's weights, that checkpoint's content hash (never a from-scratch cell's)."""
     identity = {"settings": run_identity(cfg), "processes": processes(cfg), "random_stream": RANDOM_STREAM_VERSION}
+    start = start_checkpoint(cfg)
+    if start is not None:
+        identity["start_weights"] = file_content_hash(start)
     blob = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -191,9 +227,11 @@ def named_settings(overrides: Iterable[str], value_of: Lookup | None = None, def
     (the last of two for one key) that changes the result, that the base name does not show, and whose value
     (`value_of(key)`, the composed config's; else the override's) differs from its default (`default_of(key)`)."""
     chosen: dict[str, str] = {}
+    starts = False  # whether the command sets ckpt_path or ckpt_mode: a start from weights is named by its hash
     for override in overrides:
         key = _override_key(override)
         chosen.pop(key, None)  # the last override of a key wins, as in the config
+        starts = starts or key in START_KEYS
         if "=" not in override or key in IN_BASE_NAME or key in GROUPS_NOT_NAMED or _covered(key, NOT_IDENTITY):
             continue
         value = _lookup(value_of, key)
@@ -202,7 +240,29 @@ def named_settings(overrides: Iterable[str], value_of: Lookup | None = None, def
         if default is not ABSENT and canonical_value(default) == canonical_value(value):
             continue
         chosen[key] = canonical_text(value)
+    start = _start_name(overrides, value_of) if starts else None
+    if start is not None:
+        chosen[START_NAME] = start
     return dict(sorted(chosen.items()))
+
+
+START_KEYS = ("ckpt_path", "ckpt_mode")
+START_NAME = "ckpt"  # `..._ckpt-<content hash>`: a cell started from a checkpoint's weights
+
+
+def _start_name(overrides: Iterable[str], value_of: Lookup | None) -> str | None:
+    """The content hash (HASH_CHARS) of the checkpoint whose weights start the cell, for its directory name; None
+    when none does (or the file cannot be read, which the pre-check refuses anyway)."""
+    given = {_override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
+    path, mode = (_lookup(value_of, key) for key in START_KEYS)
+    path = given.get("ckpt_path") if path is ABSENT else path
+    mode = given.get("ckpt_mode") if mode is ABSENT else mode
+    if path in (None, "", "null") or str(mode) == RESUME_MODE:
+        return None
+    try:
+        return file_content_hash(str(path))[:HASH_CHARS]
+    except OSError:
+        return None
 
 
 def _lookup(lookup: Lookup | None, key: str) -> Any:

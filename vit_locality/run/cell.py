@@ -1,7 +1,8 @@
 """The cell runner: one protocol cell, end to end, into its run directory.
 
-Skip a complete cell with the same identity and data, refuse a directory that holds a complete run of another
-config, set aside an unfinished attempt of another config, resume from the furthest checkpoint, record `running`,
+Skip a complete cell with the same identity and data (new tags go to its record and W&B run: labels.py), refuse a
+directory that holds a complete run of another config, set aside an unfinished attempt of another config, resume
+from the furthest checkpoint or start from a user's `ckpt_path` (start.py), record `running`,
 fit, test, record `complete`. Whatever stops the cell (an error, SIGTERM or Ctrl-C at any point) is recorded
 (`failed` with the error, or `interrupted`) before it propagates. Objects come from builders.py; the Trainer's
 callbacks come from the entry point's factory (vit_locality.callbacks), called inside the recorded region so a
@@ -41,8 +42,9 @@ from vit_locality.run.builders import (
     split_global_batch,
     trainer_world_size,
 )
-from vit_locality.run.checkpoints import discard_interrupted, resume_point
+from vit_locality.run.checkpoints import discard_interrupted
 from vit_locality.run.interrupts import SigtermGate, sigterm_raises
+from vit_locality.run.labels import add_labels
 from vit_locality.run.lock import RunLock
 from vit_locality.run.record import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_record, write_record
 from vit_locality.run.record_sections import (
@@ -53,6 +55,7 @@ from vit_locality.run.record_sections import (
     same_data,
     setup_sections,
 )
+from vit_locality.run.start import StartPoint, load_start_weights, start_point
 from vit_locality.tracking.wandb_run import finish_wandb, publish_run_files
 
 log = logging.getLogger("vit_locality")
@@ -140,10 +143,13 @@ def _run_locked(
     datamodule = build_datamodule(cfg)
     if candidate is not None:
         return _skip_or_refuse(cfg, run_dir, candidate, datamodule)
-    # Before anything is recorded: a checkpoint of another config is refused without writing over its directory.
-    resume = resume_point(run_dir, identity)
+    # Before anything is recorded: a checkpoint of another config is refused without writing over its directory,
+    # and so is a ckpt_path that is damaged or (ckpt_mode=resume) another cell's.
+    start = start_point(cfg, run_dir, identity)
+    if start.section:
+        record["start"] = start.section
     try:
-        return _train_and_test(cfg, run_dir, make_callbacks, record, datamodule, gate, resume)
+        return _train_and_test(cfg, run_dir, make_callbacks, record, datamodule, gate, start)
     except (KeyboardInterrupt, SIGTERMException, SystemExit) as stop:
         sigterm = isinstance(stop, SIGTERMException) and not gate.sigint_received  # a first Ctrl-C stops this way
         if is_rank_zero():
@@ -169,8 +175,12 @@ def _skip_or_refuse(cfg: DictConfig, run_dir: Path, record: RunRecord, datamodul
             f"fingerprint {record.data.get('data_fingerprint', '(none)')} differs from {fingerprint_of(datamodule)}); "
             "move that directory away or choose another sweep_name"
         )
-    log.info("%s is complete already: skipped (results in %s)", cfg.run_name, run_dir)
-    return record.data
+    updated = add_labels(cfg, run_dir, record) if is_rank_zero() else None
+    if updated is None:
+        log.info("%s is complete already: skipped (results in %s)", cfg.run_name, run_dir)
+        return record.data
+    log.info("%s is complete already, not retrained: %s", cfg.run_name, updated.summary)
+    return updated.data
 
 
 def _train_and_test(
@@ -180,12 +190,14 @@ def _train_and_test(
     record: dict[str, Any],
     datamodule: ImageDataModule,
     gate: SigtermGate,
-    resume_at: tuple[Path | None, int],
+    start: StartPoint,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     datamodule.prepare_data()
     datamodule.setup("fit")
     module = build_module(cfg, datamodule)
+    if start.weights is not None:
+        load_start_weights(module, start.weights, str(cfg.ckpt_path))
     record.update(setup_sections(cfg, datamodule, module.model, protocol_record(cfg)))
     log.info("%s | protocol: %s", cfg.run_name, record["protocol"]["description"])
     parameters = f"{record['model']['num_params']:,}"
@@ -195,7 +207,7 @@ def _train_and_test(
     global_batch = datamodule.batch_size
     split_global_batch(datamodule, world_size)
     record.update(batch_section(global_batch, datamodule.batch_size, world_size))
-    resume, start_epoch = resume_at
+    resume, start_epoch = start.resume, start.epochs
     loggers = build_loggers(cfg, run_dir)
     # A resumed run skips the sanity-check validation: the run was checked when it first started.
     trainer = build_trainer(cfg, run_dir, loggers, make_callbacks(cfg, run_dir), sanity_check=resume is None)

@@ -178,3 +178,33 @@ def finish_wandb(loggers: Iterable[Logger], failed: bool = False) -> None:
     wandb.finish(exit_code=1 if failed else 0)
     if offline and run_path is not None:
         log.info("W&B run saved offline in %s; upload it with: wandb sync %s", run_path, run_path)
+
+
+def retag_wandb_run(cfg: DictConfig, run_dir: Path, run_id: str, tags: list[str]) -> str:
+    """Give a finished cell's W&B run (`run_id`, kept under `run_dir`) these tags, without logging anything else:
+    the run is resumed, its tags set, and finished. Offline, the resumed run is a new `offline-run-*` directory
+    with the same id, which `wandb sync` merges into the run. Returns what was done, for the cell's one line."""
+    import wandb
+
+    settings = cfg.logger.wandb
+    mode = resolve_mode(settings.mode)
+    if mode == "disabled":
+        return "W&B run not updated (logger.wandb.mode=disabled)"
+    quiet_wandb()
+    chosen = list(dict.fromkeys(tag[:MAX_TAG] for tag in tags))
+    run = wandb.init(
+        project=settings.project,
+        entity=settings.entity,
+        id=run_id,
+        resume="allow",
+        dir=str(run_dir),
+        mode=mode,
+        tags=chosen,
+        settings=wandb.Settings(silent=True),
+    )
+    try:
+        run.tags = tuple(chosen)
+        where = f"saved offline in {Path(run.dir).parent}, upload with wandb sync" if mode == "offline" else "online"
+    finally:
+        run.finish()
+    return f"W&B run {run_id} tagged ({where})"

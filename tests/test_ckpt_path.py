@@ -1,0 +1,135 @@
+"""`ckpt_path=FILE` on train: a new cell from the file's weights (ckpt_mode=weights, the default), or the same cell
+resumed from it (ckpt_mode=resume, identity-checked); a missing or damaged file is one line, before any training."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from helpers import CONF, QUICK, compose_config, run_cell_as_train, run_train
+
+from vit_locality.config.identity import file_content_hash, identity_hash
+from vit_locality.config.preflight import check_command
+from vit_locality.errors import ConfigError
+from vit_locality.run import cell
+from vit_locality.run.checkpoints import DamagedCheckpoint, ForeignCheckpoint
+
+CELL = [*QUICK, "stats.enabled=false"]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A complete 1-epoch cell: its last.ckpt is the checkpoint the tests start from."""
+    run_dir = tmp_path_factory.mktemp("source") / "run"
+    record = run_cell_as_train(compose_config(CELL), run_dir)
+    return run_dir / "checkpoints" / "last.ckpt", record
+
+
+def test_a_start_from_weights_is_another_cell_named_by_the_files_content(
+    source: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    checkpoint, record = source
+    scratch = identity_hash(compose_config(CELL))
+    from_weights = identity_hash(compose_config([*CELL, f"ckpt_path={checkpoint}"]))
+    assert scratch == record["identity_hash"] and from_weights != scratch
+    copy = tmp_path / "copy.ckpt"
+    shutil.copy(checkpoint, copy)
+    assert identity_hash(compose_config([*CELL, f"ckpt_path={copy}"])) == from_weights  # the content, not the path
+    copy.write_bytes(copy.read_bytes() + b"\0")
+    assert identity_hash(compose_config([*CELL, f"ckpt_path={copy}"])) != from_weights
+    assert identity_hash(compose_config([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume"])) == scratch
+
+
+def test_a_start_from_weights_never_collides_with_the_cell_from_scratch(source: tuple[Path, dict[str, Any]]) -> None:
+    """The from-scratch cell's complete directory is no result for the cell from its weights: refused, not skipped."""
+    checkpoint, _ = source
+    with pytest.raises(ConfigError, match="already holds a complete run with a different config"):
+        run_cell_as_train(compose_config([*CELL, f"ckpt_path={checkpoint}"]), checkpoint.parents[1])
+
+
+def test_the_cell_trains_on_from_the_checkpoints_weights_and_says_so(
+    source: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint, record = source
+    loaded: list[bool] = []
+    load = cell.load_start_weights
+
+    def checked_load(module: torch.nn.Module, weights: dict[str, Any], path: str) -> None:
+        load(module, weights, path)
+        state = torch.load(checkpoint, weights_only=True)["state_dict"]
+        loaded.append(all(torch.equal(module.state_dict()[k], state[k]) for k in state))
+
+    monkeypatch.setattr(cell, "load_start_weights", checked_load)
+    started = run_cell_as_train(compose_config([*CELL, f"ckpt_path={checkpoint}"]), tmp_path / "run")
+    assert loaded == [True]
+    assert started["start"] == {
+        "ckpt_path": str(checkpoint.resolve()),
+        "ckpt_mode": "weights",
+        "ckpt_sha256": file_content_hash(str(checkpoint)),
+        "ckpt_identity": record["identity_hash"],
+    }
+    assert started["steps"] == record["steps"]  # a fresh epoch on top of the weights, not a resumed loop
+
+
+def test_resume_continues_only_the_cell_that_wrote_the_checkpoint(
+    source: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    checkpoint, record = source
+    resumed = run_cell_as_train(compose_config([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume"]), tmp_path / "a")
+    assert resumed["steps"] == record["steps"]  # its epoch was done: nothing more to train
+    assert resumed["metrics"]["test/acc1"] == record["metrics"]["test/acc1"]
+    assert resumed["start"]["ckpt_mode"] == "resume" and resumed["identity_hash"] == record["identity_hash"]
+
+    other = compose_config([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume", "seed=1"])
+    with pytest.raises(ForeignCheckpoint) as refused:
+        run_cell_as_train(other, tmp_path / "b")
+    message = str(refused.value)
+    assert record["identity_hash"] in message and identity_hash(other) in message and "\n" not in message
+    assert not (tmp_path / "b" / "results.json").exists()  # refused before anything was recorded
+
+
+def test_a_damaged_checkpoint_is_refused_before_training(tmp_path: Path) -> None:
+    damaged = tmp_path / "damaged.ckpt"
+    damaged.write_bytes(b"not a checkpoint")
+    for mode in ("weights", "resume"):
+        with pytest.raises(DamagedCheckpoint, match="damaged") as refused:
+            run_cell_as_train(compose_config([*CELL, f"ckpt_path={damaged}", f"ckpt_mode={mode}"]), tmp_path / mode)
+        assert refused.value.exit_code == 2
+        assert not (tmp_path / mode / "results.json").exists()
+
+
+def test_a_missing_file_or_mode_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.ckpt"
+    allowed = "null or a checkpoint file this user can read"
+    assert check_command([f"ckpt_path={missing}"], CONF) == [
+        f"ckpt_path={str(missing)!r} is not allowed: {allowed} (no such file)"
+    ]
+    assert check_command([f"ckpt_path={tmp_path}"], CONF) == [
+        f"ckpt_path={str(tmp_path)!r} is not allowed: {allowed} (a directory)"
+    ]
+    (problem,) = check_command(["ckpt_mode=restart"], CONF)
+    assert "ckpt_mode" in problem and "\n" not in problem
+    assert check_command(["ckpt_mode=resume"], CONF) == [
+        "ckpt_mode='resume' is not allowed: only with ckpt_path=FILE (the checkpoint to resume from)"
+    ]
+    assert check_command([], CONF) == []
+
+
+def test_train_refuses_a_missing_file_in_one_line_with_status_2(tmp_path: Path) -> None:
+    proc = run_train([*CELL, f"ckpt_path={tmp_path / 'nowhere.ckpt'}"], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: ckpt_path=") and not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_train_names_the_cell_by_the_checkpoints_content(source: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    checkpoint, _ = source
+    proc = run_train([*CELL, f"ckpt_path={checkpoint}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = (tmp_path / "outputs").iterdir()
+    assert f"_s0_ckpt-{file_content_hash(str(checkpoint))[:10]}_" in run_dir.name  # the from-scratch cell's lacks it
+    assert json.loads((run_dir / "results.json").read_text())["start"]["ckpt_mode"] == "weights"

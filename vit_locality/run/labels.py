@@ -1,0 +1,70 @@
+"""Labels added to a complete cell without training it again: its record and its W&B run take new tags.
+
+Tags cannot change a result (they are outside the identity, config/identity.py), so a complete cell re-run with
+more `tags=[...]` is not retrained: the new tags are merged into its results.json (written atomically, every
+result untouched, the time they were added noted under `label_updates`) and, with `logger=wandb`, into the tags
+of the cell's W&B run. Tags are only ever added: a re-run with fewer tags removes none.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from vit_locality.run.record import RESULTS_FILE, RunRecord, write_record
+
+log = logging.getLogger("vit_locality")
+LABEL_UPDATES = "label_updates"  # the record's list of {"at": UTC time, "tags_added": [...]}
+
+
+@dataclass(frozen=True)
+class LabelUpdate:
+    """The record as rewritten, and the one line that says what changed."""
+
+    data: dict[str, Any]
+    summary: str
+
+
+def new_tags(cfg: DictConfig, record: RunRecord) -> list[str]:
+    """The command's tags that the record lacks, in the command's order."""
+    have = {str(tag) for tag in record.data.get("tags") or []}
+    wanted = [str(tag) for tag in cfg.get("tags") or []]
+    return [tag for tag in dict.fromkeys(wanted) if tag not in have]
+
+
+def add_labels(cfg: DictConfig, run_dir: Path, record: RunRecord) -> LabelUpdate | None:
+    """Merge the command's new tags into the complete `record` (and the cell's W&B run when `logger=wandb`); None
+    when there is nothing new. Called under the run directory's lock, after the data were found to be the same."""
+    added = new_tags(cfg, record)
+    if not added:
+        return None
+    data = {key: value for key, value in record.data.items() if key != "status"}
+    data["tags"] = [*(str(tag) for tag in data.get("tags") or []), *added]
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    data[LABEL_UPDATES] = [*(data.get(LABEL_UPDATES) or []), {"at": when, "tags_added": added}]
+    write_record(run_dir, data, status="complete")
+    parts = [f"tags {', '.join(added)} added to {RESULTS_FILE}", _update_wandb(cfg, Path(run_dir), data["tags"])]
+    return LabelUpdate({**data, "status": "complete"}, "; ".join(part for part in parts if part))
+
+
+def _update_wandb(cfg: DictConfig, run_dir: Path, record_tags: list[str]) -> str:
+    """The W&B half: the cell's run gets the record's tags besides its own; what happened, in a few words. A failed
+    update leaves the record updated (W&B is a dashboard, never the record)."""
+    had_run = (run_dir / "wandb").is_dir()
+    if not cfg.logger.get("wandb"):
+        return "its W&B run not updated (logger=wandb is off)" if had_run else ""
+    if not had_run:
+        return "no W&B run of this cell to tag (it ran without logger=wandb)"
+    from vit_locality.run.builders import wandb_run_id
+    from vit_locality.tracking.wandb_run import retag_wandb_run, run_tags
+
+    try:
+        return retag_wandb_run(cfg, run_dir, wandb_run_id(cfg, run_dir), [*run_tags(cfg), *record_tags])
+    except Exception as error:
+        log.warning("W&B tag update failed (%s: %s); the record has the tags", type(error).__name__, error)
+        return "W&B run not updated (see the warning)"
