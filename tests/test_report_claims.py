@@ -78,7 +78,15 @@ def test_claims_per_run_and_per_cell_mean(c100: Aggregate) -> None:
         "holds",
         "0.020 (+CM)",
         "holds",
+        "holds: 0.017 (+CM)",  # 0.024 / sqrt 2 on the diagonal scale
+        "holds: 0.014 (+CM)",
+        "agree",
     ]
+    # On the diagonal scale -CM's 0.210 is 0.148 < 0.210: "others not local" fails there, and is flagged.
+    assert other["run_diagonal_value"] == pytest.approx(0.210 / math.sqrt(2))
+    assert other["run_diagonal_verdict"] == "fails"
+    assert other["row"][6:] == ["fails: 0.148 (-CM)", "fails: 0.163 (-CM)", "differ (per run, per cell mean)"]
+    assert other["conventions"] == "differ: run, mean"
 
     # (c) Per run: the lowest +CM run 56.0 minus the highest Baseline run 51.5 = 4.5 points < 5: fails;
     # per cell mean: 57.1667 - 50.1667 = 7.0 points: holds. +AA: 55.5 - 51.5 = 4.0 (fails), 6.0 (holds).
@@ -92,23 +100,31 @@ def test_claims_per_run_and_per_cell_mean(c100: Aggregate) -> None:
         assert claim["mean_value"] == pytest.approx(mean(acc[cell]) - mean(acc["Baseline"]))
         assert claim["mean_value"] == pytest.approx(mean_gain) and claim["mean_verdict"] == "holds"
         assert claim["run_bound"] == claim["mean_bound"] == 0.05
-    assert claims["c_cutmix_gain"]["row"][2:] == ["+4.50", "fails", "+7.00", "holds"]
+    assert claims["c_cutmix_gain"]["row"][2:] == ["+4.50", "fails", "+7.00", "holds", *DIAGONAL_SAME_C, "agree"]
 
-    # (d) Per run: the largest |+AA run - Baseline run| is 0.310 - 0.290 = 0.020; the limit is 10% of the smallest
-    # |+CM run - Baseline run|, 0.290 - 0.024 = 0.266: 0.0266. +LS reaches 0.320 - 0.290 = 0.030 > 0.0266: fails.
-    # Per cell mean: |0.30367 - 0.302| and |0.30933 - 0.302| against 10% of 0.302 - 0.020.
-    run_limit = 0.1 * (0.290 - 0.024)
-    mean_limit = 0.1 * (means["Baseline"] - means["+CM"])
-    for key, cell, run_distance, run_verdict in (
-        ("d_autoaug_keeps", "+AA", 0.020, "holds"),
-        ("d_ls_keeps", "+LS", 0.030, "fails"),
+    # (d) TOST. Baseline 0.316, 0.300, 0.290: mean 0.302, sample variance (0.014^2 + 0.002^2 + 0.012^2) / 2 =
+    # 0.000172, so the margin is max(0.02, 2 x 0.013115) = 0.02623. +AA: mean 0.303667, variance 0.00005033;
+    # +LS: mean 0.309333, variance 0.00012133. Welch: se^2 = v_c / 3 + v_b / 3.
+    margin = 2 * math.sqrt(0.000172)
+    for key, cell, var, shown in (
+        ("d_autoaug_keeps", "+AA", 100.6667e-6 / 2, "+0.002, 90% [-0.018, +0.022] (margin 0.026)"),
+        ("d_ls_keeps", "+LS", 242.6667e-6 / 2, "+0.007, 90% [-0.014, +0.029] (margin 0.026)"),
     ):
         claim = claims[key]
-        assert claim["run_value"] == pytest.approx(run_distance) and claim["run_bound"] == pytest.approx(run_limit)
-        assert claim["run_verdict"] == run_verdict
-        assert claim["mean_value"] == pytest.approx(abs(means[cell] - means["Baseline"]))
-        assert claim["mean_bound"] == pytest.approx(mean_limit) and claim["mean_verdict"] == "holds"
-    assert claims["d_ls_keeps"]["row"][2:] == ["0.030 (limit 0.027)", "fails", "0.007 (limit 0.028)", "holds"]
+        diff = means[cell] - means["Baseline"]
+        a, b = var / 3, 0.000172 / 3
+        df = (a + b) ** 2 / (a**2 / 2 + b**2 / 2)
+        half = t_quantile(0.95, df) * math.sqrt(a + b)
+        assert claim["run_value"] == claim["mean_value"] == pytest.approx(diff)
+        assert claim["run_bound"] == pytest.approx(margin) and claim["row"][2] == shown
+        equivalent = -margin < diff - half and diff + half < margin
+        assert claim["run_verdict"] == claim["mean_verdict"] == ("holds" if equivalent else "fails")
+    # +AA's 90% interval [-0.0185, +0.0218] lies inside +-0.0262: holds; +LS reaches +0.0285: fails.
+    assert (claims["d_autoaug_keeps"]["run_verdict"], claims["d_ls_keeps"]["run_verdict"]) == ("holds", "fails")
+
+
+# Claim (c) is about accuracy, so both conventions show the same verdicts.
+DIAGONAL_SAME_C = ["fails: +4.50", "holds: +7.00"]
 
 
 def test_a_cell_mean_can_hide_a_cutmix_run_above_the_others(tmp_path: Path) -> None:
@@ -123,7 +139,7 @@ def test_a_cell_mean_can_hide_a_cutmix_run_above_the_others(tmp_path: Path) -> N
     assert by_mean.verdict is True and by_mean.max_cutmix == pytest.approx((0.02 + 0.02 + 0.50) / 3)
     assert by_run.verdict is False and (by_run.max_cutmix, by_run.min_other) == (0.50, 0.21)
     claims = claims_of(agg, "cifar100")
-    assert claims["a_separation"]["row"][2:] == [
+    assert claims["a_separation"]["row"][2:6] == [
         "0.500 (+CM) vs 0.210 (Baseline)",
         "fails",
         "0.180 (+CM) vs 0.210 (Baseline)",
@@ -144,10 +160,13 @@ def test_a_missing_cell_is_not_enough_runs(tmp_path: Path) -> None:
     for key in ("a_cutmix_local", "a_other_not_local", "a_separation", "d_ls_keeps"):
         assert claims[key]["run_verdict"] == claims[key]["mean_verdict"] == "not enough runs"
         assert math.isnan(claims[key]["run_value"]) and claims[key]["row"][2] == "missing +LS"
-    # +AA needs Baseline, +AA and +CM only: |0.3 - 0.31| = 0.01 per run against 10% of 0.3 - 0.02 = 0.028.
+    # +AA needs Baseline, +AA and +CM only. +AA equals Baseline (0.3, 0.31): difference 0, se^2 = 2 x 0.00005 / 2,
+    # df 2, so the 90% interval is +-2.920 x 0.00707 = +-0.0206, wider than the margin max(0.02, 2 x 0.00707) = 0.02:
+    # two seeds cannot show equivalence. CutMix's shift -0.29 is significant and beyond the margin: a verdict.
     keeps = claims["d_autoaug_keeps"]
-    assert keeps["run_verdict"] == "holds" and keeps["run_value"] == pytest.approx(0.01)
-    assert keeps["run_bound"] == pytest.approx(0.1 * (0.3 - 0.02))
+    assert keeps["run_verdict"] == "fails" and keeps["run_value"] == pytest.approx(0.0, abs=1e-12)
+    assert keeps["run_bound"] == pytest.approx(0.02)
+    assert keeps["row"][2] == "+0.000, 90% [-0.021, +0.021] (margin 0.020)"
     # All runs at 50%: no gain over Baseline.
     assert claims["c_cutmix_gain"]["run_verdict"] == claims["c_cutmix_gain"]["mean_verdict"] == "fails"
     table = ablation_table(aggregate([tmp_path]), "cifar10", "vit_paper")
@@ -338,4 +357,4 @@ def test_table_from_a_plain_table_part(c100: Aggregate) -> None:
     claims: Table = table.parts[0]
     assert "### Paper's claims checked: cifar100, vit_paper" in table.markdown()
     assert "\\caption{Paper's claims checked: cifar100, vit\\_paper" in table.latex()
-    assert "$\\le$ 0.024" in claims.latex() and "10\\% of CutMix" in claims.latex()
+    assert "$\\le$ 0.024" in claims.latex() and "max(0.02, 2 x Baseline's seed std)" in claims.latex()

@@ -43,7 +43,7 @@ __all__ = [
     "patch_distance_matrix",
 ]
 
-UNITS = ("unit", "grid", "pixels")
+UNITS = ("unit", "grid", "pixels", "diagonal")
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -68,7 +68,9 @@ def patch_distance_matrix(
     """(g*g, g*g) Euclidean distances between patch centres, patches in row-major order.
 
     units="unit": centres ((c + 0.5) / g, (r + 0.5) / g) in the unit square, so one patch step is 1 / g;
-    units="grid": one patch step is 1; units="pixels": one patch step is ``patch_size`` pixels.
+    units="grid": one patch step is 1; units="pixels": one patch step is ``patch_size`` pixels;
+    units="diagonal": the unit square's values over its diagonal sqrt(2), the other way a paper may normalise
+    (one patch step is 1 / (g sqrt 2)).
     ``patch_size`` is only used with units="pixels".
     """
     _check_units(units, patch_size)
@@ -83,6 +85,8 @@ def patch_distance_matrix(
     dist = torch.sqrt(dr * dr + dc * dc)  # in patch steps; exactly 0 on the diagonal
     if units == "unit":
         dist = dist / grid_size
+    elif units == "diagonal":
+        dist = dist / (grid_size * math.sqrt(2.0))
     elif units == "pixels":
         dist = dist * float(patch_size)  # type: ignore[arg-type]
     return dist.to(dtype)

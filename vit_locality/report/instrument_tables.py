@@ -20,7 +20,14 @@ from vit_locality.errors import first_line
 from vit_locality.instruments import loading
 from vit_locality.instruments.dose_response import AXES, dose_curves
 from vit_locality.instruments.pasted_box import BoxResult, box_locality
-from vit_locality.instruments.position_embedding import position_locality, position_similarity
+from vit_locality.instruments.position_embedding import (
+    FAR_STEPS,
+    NEAR_STEPS,
+    position_locality,
+    position_rank_locality,
+    position_similarity,
+    similarity_at_distances,
+)
 from vit_locality.instruments.trajectory import TEST_SET_REFUSAL, Trajectory, matched_levels, val_accuracy_by_epoch
 from vit_locality.report.aggregate import Aggregate, Group, summarise
 from vit_locality.report.figures import early_layers, emergence_series
@@ -158,22 +165,36 @@ def masses_table(found: Instruments) -> Table:
 
 
 def positions_table(found: Instruments) -> Table:
-    """Per cell: how 2-D local the learned position embeddings are, beside the attention's minimum MAD."""
-    headers = ["cell", "runs", "position locality", "min MAD", "per run (seed: position locality)"]
+    """Per cell: how 2-D local the learned position embeddings are, beside the attention's minimum MAD. Three
+    readings, since one number cannot say both whether similarity falls with distance and how fast: the linear
+    (Pearson) score, the rank (Spearman) score, and the length scale as the mean similarity at 1 step and far."""
+    headers = ["cell", "runs", "position locality", "rank locality", "similarity at 1 step"]
+    headers += [f"similarity at >= {FAR_STEPS:g} steps", "min MAD", "per run (seed: position locality)"]
     rows, records = [], []
     for name, measured in found.measured.items():
         usable = [m for m in measured if m.similarity is not None]
         if not usable:
             continue
         stat = summarise(m.locality for m in usable)
+        similarities = [m.similarity for m in usable if m.similarity is not None]
+        rank = summarise(position_rank_locality(sim) for sim in similarities)
+        scales = [similarity_at_distances(sim) for sim in similarities]
+        near, far = summarise(s[0] for s in scales), summarise(s[1] for s in scales)
         mad = summarise(m.run.headline().min_mad for m in usable)
         per_run = ", ".join(f"{m.run.seed}: {m.locality:.3f}" for m in usable)
-        rows.append([name, str(len(usable)), format_stat(stat, 3), format_stat(mad, 3), per_run])
-        records.append({"cell": name, "runs": len(usable), "position_locality": stat.mean, "min_mad": mad.mean})
+        shown = [format_stat(x, 3) for x in (stat, rank, near, far, mad)]
+        rows.append([name, str(len(usable)), *shown, per_run])
+        records.append({"cell": name, "runs": len(usable), "position_locality": stat.mean, "rank_locality": rank.mean})
+        records[-1].update({"similarity_near": near.mean, "similarity_far": far.mean, "min_mad": mad.mean})
         records[-1]["per_run"] = per_run
     notes = [
-        "position locality: minus the correlation between two patches' position-embedding cosine similarity and"
-        " their grid distance (1: similarity falls steadily with distance; 0: the embeddings ignore the grid)",
+        "position locality: minus the Pearson correlation between two patches' position-embedding cosine similarity"
+        " and their grid distance (1: similarity falls linearly with distance; 0: the embeddings ignore the grid);"
+        " it rewards a linear fall-off, so a sharp, very local code scores lower than a broad one",
+        "rank locality: minus the Spearman correlation of the same pairs, 1 whenever similarity falls with distance,"
+        " however sharply; read the length scale beside it",
+        f"length scale: mean similarity of patches {NEAR_STEPS:g} step apart and of patches {FAR_STEPS:g} or more"
+        " steps apart; a local code is high at 1 step and near 0 far away, a broad one stays high far away",
         "a CutMix cell with Baseline's position locality but a far smaller MAD changed the attention, not the"
         " positions",
     ]

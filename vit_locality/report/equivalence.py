@@ -1,0 +1,103 @@
+"""Claim (d), "+AA and +LS stay at Baseline's MAD", as an equivalence test on cell means.
+
+"No effect" cannot be shown by failing to find one, and a margin tied to CutMix's shift collapses when CutMix moves
+nothing. So:
+
+- margin delta = max(0.02, 2 x Baseline's sample standard deviation over its runs), in the convention's numbers:
+  a difference smaller than the paper's own precision (three decimals, steps of 0.001 well below 0.02) or than
+  twice what reseeding Baseline alone moves is "the same";
+- two one-sided Welch t-tests (TOST) at 5% each on d = mean(cell) - mean(Baseline): the cell is equivalent to
+  Baseline when d > -delta and d < +delta are both significant, i.e. when the 90% interval
+  d +- t(0.95, df) se lies strictly inside (-delta, +delta); se = sqrt(s_c^2 / n_c + s_b^2 / n_b), df by
+  Welch-Satterthwaite;
+- "undetermined" when the test cannot mean anything: fewer than 2 runs in Baseline, the cell or +CM (a t-test
+  needs each cell's spread), or CutMix's own shift is not significant (two-sided Welch t-test at 5%) or not
+  larger than the margin: then "stays where CutMix does not" cannot be told from "nothing moves".
+
+Welch on cell means, not pairs by seed: the claim is about the cells, and it needs no seed to run in all three.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vit_locality.report.aggregate import summarise
+from vit_locality.report.factorial import t_quantile
+
+MARGIN_FLOOR = 0.02  # the fixed part of the margin, in min MAD
+SPREAD_FACTOR = 2.0  # times Baseline's seed standard deviation
+ALPHA = 0.05  # each one-sided test; the two-sided test of CutMix's shift
+MIN_RUNS = 2  # per cell: a sample standard deviation needs two values
+
+EQUIVALENT, NOT_EQUIVALENT, UNDETERMINED = "equivalent", "not equivalent", "undetermined"
+
+
+@dataclass(frozen=True)
+class WelchDifference:
+    """mean(a) - mean(b) with its standard error and Welch-Satterthwaite degrees of freedom."""
+
+    estimate: float
+    se: float
+    df: float
+
+    def interval(self, level: float) -> tuple[float, float]:
+        """The two-sided `level` interval; the point itself when se = 0 (no spread anywhere)."""
+        if self.se == 0.0:
+            return self.estimate, self.estimate
+        half = t_quantile(0.5 + level / 2, self.df) * self.se
+        return self.estimate - half, self.estimate + half
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    outcome: str  # EQUIVALENT, NOT_EQUIVALENT or UNDETERMINED
+    difference: float  # mean(cell) - mean(Baseline); NaN when too few runs
+    low: float  # the 90% interval of the difference
+    high: float
+    margin: float
+    reason: str = ""  # why undetermined
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> WelchDifference:
+    """mean(a) - mean(b), its standard error and Welch degrees of freedom; needs 2 or more values on each side."""
+    sa, sb = summarise(a), summarise(b)
+    if sa.n < MIN_RUNS or sb.n < MIN_RUNS:
+        raise ValueError(f"a Welch t-test needs {MIN_RUNS} or more values per side, got {sa.n} and {sb.n}")
+    va, vb = sa.std**2 / sa.n, sb.std**2 / sb.n
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1)) if se > 0 else math.inf
+    return WelchDifference(sa.mean - sb.mean, se, df)
+
+
+def margin(baseline: Sequence[float]) -> float:
+    """max(0.02, 2 x Baseline's sample standard deviation); the floor alone below two runs."""
+    spread = summarise(baseline).std
+    return max(MARGIN_FLOOR, SPREAD_FACTOR * spread) if math.isfinite(spread) else MARGIN_FLOOR
+
+
+def shift_is_significant(diff: WelchDifference) -> bool:
+    """Two-sided Welch t-test at 5%: the 95% interval excludes 0 (an exact non-zero when nothing varies)."""
+    low, high = diff.interval(1 - ALPHA)
+    return low > 0 or high < 0
+
+
+def stays_at_baseline(cell: Sequence[float], baseline: Sequence[float], cutmix: Sequence[float]) -> Equivalence:
+    """TOST of `cell` against `baseline` with the stated margin, undetermined as the module says."""
+    delta = margin(baseline)
+    few = [name for name, runs in (("Baseline", baseline), ("the cell", cell), ("+CM", cutmix)) if len(runs) < MIN_RUNS]
+    if few:
+        why = f"fewer than {MIN_RUNS} runs in {', '.join(few)} (a t-test needs each cell's spread)"
+        return Equivalence(UNDETERMINED, math.nan, math.nan, math.nan, delta, why)
+    diff = welch(cell, baseline)
+    low, high = diff.interval(1 - 2 * ALPHA)
+    shift = welch(cutmix, baseline)
+    if not shift_is_significant(shift):
+        why = f"CutMix's own shift ({shift.estimate:+.3f}) is not significant at 5%"
+        return Equivalence(UNDETERMINED, diff.estimate, low, high, delta, why)
+    if abs(shift.estimate) <= delta:
+        why = f"CutMix's own shift ({shift.estimate:+.3f}) is within the margin {delta:.3f}"
+        return Equivalence(UNDETERMINED, diff.estimate, low, high, delta, why)
+    inside = -delta < low and high < delta
+    return Equivalence(EQUIVALENT if inside else NOT_EQUIVALENT, diff.estimate, low, high, delta)
