@@ -10,9 +10,65 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.ticker import ScalarFormatter  # noqa: E402
+
+from vit_locality.attention.reference import figure_references  # noqa: E402
 
 UNIFORM_MAD_8X8 = 0.5171  # MAD of uniform attention over the 8 x 8 grid, in unit-square distance
 CHAR_WIDTH_EM = 0.6  # a generous average glyph width of the default sans-serif font, in ems
+REFERENCE_COLOURS = {"3x3 neighbourhood": "tab:red", "self only": "tab:purple"}
+REFERENCE_MARKERS = {"3x3 neighbourhood": "P", "self only": "X"}
+
+
+def plain_tick_labels(fig: plt.Figure) -> plt.Figure:
+    """Plain numbers on every axis of `fig`: values close together otherwise print as an offset and small
+    differences ("1e-5+5.17e-1"), which reads as noise. Axes with other formatters (fixed labels, logs) are left
+    alone."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            formatter = axis.get_major_formatter()
+            if isinstance(formatter, ScalarFormatter):
+                formatter.set_useOffset(False)
+                formatter.set_scientific(False)
+    return fig
+
+
+def draw_mad_references(ax: plt.Axes, units: str, horizontal: bool, patch_size: int | None = None) -> float:
+    """What local looks like on a MAD axis: lines at the MAD of attention spread evenly over the 3 x 3 neighbourhood
+    and of attention on the patch itself (vit_locality/attention/reference.py), in `units`; on the MAD-entropy plane
+    (vertical lines) each also as a point at its entropy. Returns the largest value drawn (0 if none)."""
+    largest = 0.0
+    for ref in figure_references(units, patch_size):
+        colour, value = REFERENCE_COLOURS[ref.label], ref.mad_value
+        largest = max(largest, value)
+        if horizontal:
+            ax.axhline(value, color=colour, ls="-.", lw=0.8)
+            along = ax.get_yaxis_transform()  # x in axes fractions, y in data
+            ax.text(0.01, value, ref.legend(), color=colour, fontsize=6.5, va="bottom", transform=along)
+            continue
+        ax.axvline(value, color=colour, ls="-.", lw=0.8)
+        ax.scatter([value], [ref.entropy_value], color=colour, marker=REFERENCE_MARKERS[ref.label], s=36, clip_on=False)
+        across = ax.get_xaxis_transform()  # x in data, y in axes fractions: from the top down, inside any panel
+        ax.text(
+            value,
+            0.98,
+            " " + ref.legend(),
+            color=colour,
+            fontsize=6.5,
+            rotation=90,
+            va="top",
+            ha="left",
+            transform=across,
+        )
+    return largest
+
+
+def draw_uniform_line(ax: plt.Axes, units: str) -> None:
+    """A horizontal line at the MAD of uniform attention over the 8 x 8 grid, in unit distance only."""
+    if units == "unit":
+        ax.axhline(UNIFORM_MAD_8X8, color="grey", ls=":", lw=1)
+        along = ax.get_yaxis_transform()
+        ax.text(0.01, UNIFORM_MAD_8X8, "uniform", color="grey", fontsize=7, va="bottom", transform=along)
 
 
 def wrap_title(title: str, width_inches: float, fontsize: float) -> str:
@@ -48,15 +104,22 @@ def layer_colours(depth: int) -> list:
 
 
 def mad_entropy_plane(
-    mad: torch.Tensor, entropy: torch.Tensor, title: str, ax: plt.Axes | None = None, units: str = "unit"
+    mad: torch.Tensor,
+    entropy: torch.Tensor,
+    title: str,
+    ax: plt.Axes | None = None,
+    units: str = "unit",
+    patch_size: int | None = None,
 ) -> plt.Figure:
-    """Every head as a point (MAD, entropy), one colour per layer; (layers, heads) inputs."""
+    """Every head as a point (MAD, entropy), one colour per layer; (layers, heads) inputs. The known references
+    (draw_mad_references) and, in unit distance, uniform attention mark the scale; `patch_size` is only needed for
+    the references in pixels."""
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
     for layer, colour in enumerate(layer_colours(mad.shape[0])):
         ax.scatter(mad[layer], entropy[layer], color=colour, s=28, label=f"layer {layer}", edgecolor="k", lw=0.3)
-    right = float(mad.max()) * 1.1
+    right = max(float(mad.max()), draw_mad_references(ax, units, horizontal=False, patch_size=patch_size)) * 1.1
     if units == "unit":  # a fixed scale, so that panels of different cells compare at a glance
         ax.axvline(UNIFORM_MAD_8X8, color="grey", ls=":", lw=1)
         ax.text(UNIFORM_MAD_8X8, 0.02, " uniform", color="grey", fontsize=7, rotation=90, va="bottom")
@@ -67,7 +130,7 @@ def mad_entropy_plane(
     ax.set_ylim(-0.02, 1.02)
     set_title(ax, title, fontsize=10)
     ax.legend(fontsize=7, ncol=2, loc="lower right")
-    return fig if fig is not None else ax.figure
+    return plain_tick_labels(fig if fig is not None else ax.figure)
 
 
 def central_query_maps(maps: torch.Tensor, layers: list[int], title: str) -> plt.Figure:
@@ -89,7 +152,7 @@ def central_query_maps(maps: torch.Tensor, layers: list[int], title: str) -> plt
             if head == 0:
                 ax.set_ylabel(f"layer {layer}", fontsize=8)
     fig.suptitle(wrap_title(title, fig.get_figwidth(), 9), fontsize=9)
-    return fig
+    return plain_tick_labels(fig)
 
 
 def text_colour(rgba: tuple[float, ...]) -> str:
@@ -123,11 +186,12 @@ def layer_head_heatmap(values: torch.Tensor, title: str, vmax: float | None = No
     ax.set_ylabel("layer")
     fig.colorbar(image, ax=ax)
     set_title(ax, title, fontsize=9)
-    return fig
+    return plain_tick_labels(fig)
 
 
 def save(fig: plt.Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
+    plain_tick_labels(fig)
     fig.savefig(path, dpi=130, bbox_inches="tight")  # nothing drawn outside the figure is cut off
     plt.close(fig)
     return path

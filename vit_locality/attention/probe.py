@@ -50,6 +50,7 @@ class ProbeResult:
     num_images: int
     early_layers: int
     settings: ProbeSettings = field(default_factory=ProbeSettings)
+    patch_size: int | None = None  # pixels per patch side: a figure in pixel units needs it for its references
 
     @property
     def depth(self) -> int:
@@ -119,4 +120,4 @@ def probe_attention(
     stats = {key: torch.stack([c[key] for c in computed]).cpu() for key in STAT_KEYS}
     central = (central_sum / len(images)).view(len(model.blocks), -1, grid, grid)
     early = min(settings.early_layers, len(model.blocks))
-    return ProbeResult(stats, central, len(images), early, settings)
+    return ProbeResult(stats, central, len(images), early, settings, model.patch_size)

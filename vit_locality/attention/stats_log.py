@@ -61,7 +61,9 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
 
 def save_pictures(result: ProbeResult, out_dir: Path, title: str) -> list[Path]:
     """The heads in the MAD-entropy plane, and the first two layers' central-query maps."""
-    plane = plots.mad_entropy_plane(result.stats["mad"], result.stats["entropy"], title, units=result.settings.units)
+    plane = plots.mad_entropy_plane(
+        result.stats["mad"], result.stats["entropy"], title, units=result.settings.units, patch_size=result.patch_size
+    )
     layers = list(range(min(2, result.depth)))
     maps = plots.central_query_maps(result.central_maps, layers, f"{title}: mean attention of the central query patch")
     return [plots.save(plane, out_dir / PLANE_PNG), plots.save(maps, out_dir / MAPS_PNG)]

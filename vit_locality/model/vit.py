@@ -50,6 +50,10 @@ class Attention(nn.Module):
         self.head_dim = dim // heads
         self.qkv = nn.Linear(dim, 3 * dim, bias=True)
         self.proj = nn.Linear(dim, dim)
+        # Off (None) unless a reference restricts attention (restrict_attention): not saved, so checkpoints and
+        # state dicts are the same with or without it.
+        self.attn_mask: torch.Tensor | None
+        self.register_buffer("attn_mask", None, persistent=False)
 
     def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         batch, tokens, dim = x.shape
@@ -65,11 +69,16 @@ class Attention(nn.Module):
         """The attention output, and on the explicit path the (B, heads, T, T) probabilities in fp32 (else None).
         Both paths give the same output up to rounding (tests/test_model.py)."""
         q, k, v = self._split_heads(x)
+        mask = self.attn_mask
         if not explicit:
-            return self._merge_heads(F.scaled_dot_product_attention(q, k, v)), None
+            if mask is None:
+                return self._merge_heads(F.scaled_dot_product_attention(q, k, v)), None
+            return self._merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)), None
         # Autocast would turn these matmuls back into bf16: switch it off so the maps are truly fp32.
         with torch.autocast(device_type=x.device.type, enabled=False):
             scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(self.head_dim)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
             probs = scores.softmax(dim=-1)
             out = (probs @ v.float()).to(v.dtype)
         return self._merge_heads(out), probs
@@ -94,6 +103,22 @@ class Block(nn.Module):
 
 
 STEMS = ("patch", "conv")
+
+
+def neighbourhood_attention_mask(grid_size: int, radius: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """(1 + g*g, 1 + g*g) boolean mask, True where a query may attend: a patch query to the patches at most `radius`
+    steps away in row and in column (the (2r+1) x (2r+1) neighbourhood, clipped at the border; 0: itself alone) and
+    never to the CLS key, so its whole weight stays on that neighbourhood whatever the probe's conventions; the CLS
+    query to every token, so the classifier still sees the image."""
+    if not isinstance(radius, int) or isinstance(radius, bool) or radius < 0:
+        raise ValueError(f"attention radius must be an int >= 0 (0: each patch attends to itself), got {radius!r}")
+    idx = torch.arange(grid_size * grid_size, device=device)
+    rows, cols = idx // grid_size, idx % grid_size
+    chebyshev = torch.maximum((rows[:, None] - rows[None, :]).abs(), (cols[:, None] - cols[None, :]).abs())
+    mask = torch.ones(1 + grid_size * grid_size, 1 + grid_size * grid_size, dtype=torch.bool, device=device)
+    mask[1:, 0] = False
+    mask[1:, 1:] = chebyshev <= radius
+    return mask
 
 
 def conv_stem(dim: int, patch_size: int) -> nn.Sequential:
@@ -151,6 +176,14 @@ class VisionTransformer(nn.Module):
     @classmethod
     def from_config(cls, config: ModelConfig, num_classes: int, image_size: int) -> VisionTransformer:
         return cls(num_classes=num_classes, image_size=image_size, **asdict(config))
+
+    def restrict_attention(self, radius: int | None) -> None:
+        """Every layer's attention restricted to each patch's neighbourhood of `radius` steps
+        (neighbourhood_attention_mask), on both attention paths; None lifts the restriction. For references whose
+        locality is known by construction (vit_locality/attention/reference.py); training never sets it."""
+        mask = None if radius is None else neighbourhood_attention_mask(self.grid_size, radius, self.pos_embed.device)
+        for block in self.blocks:
+            block.attn.attn_mask = mask
 
     def no_weight_decay(self) -> set[str]:
         """Parameters AdamW leaves undecayed besides biases and norms: the CLS token and the position embeddings,

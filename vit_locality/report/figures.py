@@ -24,7 +24,7 @@ from matplotlib.ticker import MaxNLocator
 
 from vit_locality.attention import plots
 from vit_locality.attention.stats_log import read_csv
-from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
+from vit_locality.catalog import CELL_FLAGS, CELL_ORDER, GRID_SIZE
 from vit_locality.report.aggregate import Aggregate, Group, summarise
 from vit_locality.report.run_settings import slug
 from vit_locality.run.record import ATTENTION_CSV, RunRecord
@@ -86,14 +86,14 @@ def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.F
         entropy = torch.cat([entropy for _, _, entropy in usable], dim=1)
         units = usable[0][0].stats_units
         label = f"{name} ({len(usable)} seed{'s' if len(usable) > 1 else ''})"
-        plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units)
+        plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units, patch_size=patch_pixels(usable[0][0]))
         if ax is not axes.flat[0]:
             ax.get_legend().remove()
     for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return fig
+    return plots.plain_tick_labels(fig)
 
 
 LAYER_PANELS = [("mad", "min"), ("mad", "mean"), ("entropy", "min"), ("entropy", "mean")]
@@ -116,10 +116,13 @@ def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.
     """Per layer: min and mean over heads of MAD and of entropy, averaged over seeds, one line per cell."""
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
     early = depth = 0
+    units, patch = None, None
     for name, group in cells.items():
         usable = [(run, table) for run in group.runs if (table := layer_table(run, notes))]
         if not usable:
             continue
+        if units is None:
+            units, patch = usable[0][0].stats_units, patch_pixels(usable[0][0])
         early = max(early, *(early_layers(run) or 0 for run, _ in usable))
         tables = [table for _, table in usable]
         layers = list(range(min(len(t) for t in tables)))
@@ -133,10 +136,27 @@ def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.
             ax.axvspan(-0.5, early - 0.5, color="grey", alpha=0.12, lw=0)
         ax.set_xlabel("layer")
         ax.set_xticks(range(depth))
+        if stat == "mad" and units is not None:  # what local and uniform look like, in the runs' units
+            plots.draw_mad_references(ax, units, horizontal=True, patch_size=patch)
+            plots.draw_uniform_line(ax, units)
+            ax.set_ylim(0, max(ax.get_ylim()[1], 0.58) if units == "unit" else None)
+            ax.set_ylabel(f"MAD ({units})")
     _legend_or_empty(axes[0, 0])
     fig.suptitle(f"{title} (shaded: early layers; mean over seeds)", fontsize=10)
     fig.tight_layout()
-    return fig
+    return plots.plain_tick_labels(fig)
+
+
+def patch_pixels(run: RunRecord) -> int | None:
+    """Pixels per patch side as the record states them (model.patch_size, else data.image_size over the 8 x 8 grid),
+    for the references of a figure in pixels; None when it states neither."""
+    model, data = run.data.get("model") or {}, run.data.get("data") or {}
+    size, image = model.get("patch_size"), data.get("image_size")
+    if _is_number(size) and size == int(size) and size > 0:
+        return int(size)
+    if _is_number(image) and image > 0 and image % GRID_SIZE == 0:
+        return int(image) // GRID_SIZE
+    return None
 
 
 def early_layers(run: RunRecord) -> int | None:
@@ -192,21 +212,21 @@ def _is_number(value: Any) -> bool:
 def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure:
     """Minimum early-layer MAD per epoch: mean over seeds, band from the lowest to the highest seed."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    units = "unit"
+    units, patch = "unit", None
     for name, group in cells.items():
         series = [s for s in (emergence_series(run, notes) for run in group.runs) if s]
         if not series:
             continue
-        units = group.runs[0].stats_units
+        units, patch = group.runs[0].stats_units, patch_pixels(group.runs[0])
         epochs = sorted({epoch for s in series for epoch in s})
         at = [[s[epoch] for s in series if epoch in s] for epoch in epochs]
         style = cell_style(name)
         ax.plot(epochs, [sum(v) / len(v) for v in at], marker="o", ms=3, label=f"{name} ({len(series)})", **style)
         if len(series) > 1:
             ax.fill_between(epochs, [min(v) for v in at], [max(v) for v in at], color=style["color"], alpha=0.15)
+    plots.draw_mad_references(ax, units, horizontal=True, patch_size=patch)
     if units == "unit":
-        ax.axhline(plots.UNIFORM_MAD_8X8, color="grey", ls=":", lw=1)
-        ax.text(0, plots.UNIFORM_MAD_8X8, "uniform", color="grey", fontsize=7, va="bottom")
+        plots.draw_uniform_line(ax, units)
         ax.set_ylim(top=max(ax.get_ylim()[1], 0.58))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch (0 = initialisation)")
@@ -215,7 +235,7 @@ def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> p
     _legend_or_empty(ax)
     ax.set_title(f"{title}: emergence of locality (mean, min-max band over seeds)", fontsize=10)
     fig.tight_layout()
-    return fig
+    return plots.plain_tick_labels(fig)
 
 
 FIGURE_KINDS = {"plane": plane_figure, "layers": layers_figure, "emergence": emergence_figure}

@@ -69,7 +69,7 @@ def masses_figure(found: Instruments) -> plt.Figure:
     fig.legend(handles, [MASS_LABELS[k] for k in MASS_KEYS], loc="upper right", fontsize=8, ncol=3)
     fig.suptitle(f"{found.title}: where each head's attention goes (final model)", fontsize=10, x=0.4)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    return fig
+    return plots.plain_tick_labels(fig)
 
 
 def positions_figure(found: Instruments) -> plt.Figure:
@@ -90,7 +90,7 @@ def positions_figure(found: Instruments) -> plt.Figure:
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.6, label="cosine similarity")
     fig.suptitle(f"{found.title}: position-embedding similarity (first seed)", fontsize=10)
-    return fig
+    return plots.plain_tick_labels(fig)
 
 
 def trajectory_figure(found: Instruments) -> plt.Figure:
@@ -112,7 +112,7 @@ def trajectory_figure(found: Instruments) -> plt.Figure:
         ax.legend(fontsize=7, ncol=2)
     ax.set_title(f"{found.title}: locality against accuracy, epoch by epoch (ring: final)", fontsize=10)
     fig.tight_layout()
-    return fig
+    return plots.plain_tick_labels(fig)
 
 
 def dose_figure(found: Instruments) -> plt.Figure:
@@ -143,7 +143,7 @@ def dose_figure(found: Instruments) -> plt.Figure:
             axes[0, col].legend(fontsize=6)
     fig.suptitle(f"{found.title}: dose-response (dotted: the paper's settings; dashed: uniform attention)", fontsize=10)
     fig.tight_layout()
-    return fig
+    return plots.plain_tick_labels(fig)
 
 
 def write_instrument_figures(found: Instruments, out_dir: Path) -> list[Path]:
