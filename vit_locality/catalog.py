@@ -24,6 +24,7 @@ DATASET_DEFAULT_POLICY = {
     "cifar100": "cifar10",
     "tiny_imagenet": COLORJITTER,
     "synthetic": "cifar10",
+    "glyphs": "cifar10",
 }
 DATASETS = tuple(DATASET_DEFAULT_POLICY)
 

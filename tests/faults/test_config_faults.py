@@ -25,7 +25,7 @@ CASES = [
     (["aug.cutmix=maybe"], "aug.cutmix='maybe' is not allowed: true or false"),
     (["loss.ls=1.5"], "loss.ls=1.5 is not allowed: a number in [0, 1)"),
     (["loss.ls=-0.1"], "loss.ls=-0.1 is not allowed: a number in [0, 1)"),
-    (["data=imagenet"], "data=imagenet is not allowed: one of cifar10, cifar100, synthetic, tiny_imagenet"),
+    (["data=imagenet"], "data=imagenet is not allowed: one of cifar10, cifar100, glyphs, synthetic, tiny_imagenet"),
     (["aug.cutmx=true"], "aug.cutmx: no such setting"),
     (["model.depth=0"], "model.depth=0 is not allowed: an integer in [1, 64]"),
     (["model.dim=100", "model.heads=8"], "model.dim=100 is not allowed: a multiple of model.heads=8"),

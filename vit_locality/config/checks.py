@@ -93,6 +93,8 @@ def _check_data(data: DictConfig, cutmix: bool) -> None:
         check(data.root != "", "data.root", data.root, "a directory path")
     if data.name == "synthetic":
         _check_synthetic(data)
+    if data.name == "glyphs":
+        _check_glyphs(data)
     if "image_size" in data:
         size = data.image_size
         allowed = f"a multiple of {GRID_SIZE} (the {GRID_SIZE} x {GRID_SIZE} patch grid) in [16, {MAX_IMAGE_SIZE}]"
@@ -107,7 +109,7 @@ def _check_data(data: DictConfig, cutmix: bool) -> None:
 
 
 def _train_size(data: DictConfig) -> int:
-    return data.train_size if data.name == "synthetic" else TRAIN_SIZES[data.name]
+    return data.train_size if data.name in GENERATED_SETS else TRAIN_SIZES[data.name]
 
 
 def _train_batches(data: DictConfig) -> int:
@@ -115,6 +117,7 @@ def _train_batches(data: DictConfig) -> int:
     return (_train_size(data) - data.val_size) // data.batch_size
 
 
+GENERATED_SETS = ("synthetic", "glyphs")  # drawn from a seed: data.train_size is the training set's size
 SYNTHETIC_MINIMUMS = {"train_size": 1, "test_size": 1, "num_classes": 2}
 
 
@@ -125,6 +128,18 @@ def _check_synthetic(data: DictConfig) -> None:
         integer(data, "data", name, 1, MAX_SYNTHETIC_IMAGES)
     check(is_finite(data.noise) and data.noise >= 0, "data.noise", data.noise, "a number >= 0, finite")
     check(is_finite(data.period) and data.period >= 2, "data.period", data.period, "a number of pixels >= 2, finite")
+
+
+def _check_glyphs(data: DictConfig) -> None:
+    for name, minimum in (*SYNTHETIC_MINIMUMS.items(), ("generator_seed", 0), ("clutter", 0)):
+        integer(data, "data", name, minimum)
+    for name in ("train_size", "test_size"):
+        integer(data, "data", name, 1, MAX_SYNTHETIC_IMAGES)
+    integer(data, "data", "num_classes", 2, 10)
+    check(is_finite(data.noise) and data.noise >= 0, "data.noise", data.noise, "a number >= 0, finite")
+    low, high = data.min_height, data.max_height
+    check(is_finite(low) and 0.2 <= low <= 1, "data.min_height", low, "a fraction of the image side in [0.2, 1]")
+    check(is_finite(high) and low <= high <= 1, "data.max_height", high, f"a fraction in [data.min_height={low}, 1]")
 
 
 def _check_model(model: DictConfig) -> None:
@@ -221,6 +236,19 @@ def _check_run(cfg: DictConfig) -> None:
     test_set = selection_problem(metric, int(cfg.data.val_size or 0)) if metric else None
     if test_set:  # a search selects: it must never select on the test set (vit_locality/metric_names.py)
         raise ConfigError(test_set)
+    _check_start(cfg)
+
+
+def _check_start(cfg: DictConfig) -> None:
+    """`ckpt_path` (train): a checkpoint file this user can read, or null; whether it is a checkpoint, and of which
+    cell, the run itself finds out before anything is recorded (run/start.py)."""
+    checkpoint = cfg.get("ckpt_path")
+    resume_alone = checkpoint is None and str(cfg.get("ckpt_mode")) == "resume"
+    check(not resume_alone, "ckpt_mode", "resume", "only with ckpt_path=FILE (the checkpoint to resume from)")
+    if checkpoint is None:
+        return
+    problem = file_problem(Path(str(checkpoint)).expanduser()) if checkpoint != "" else "empty"
+    check(problem is None, "ckpt_path", checkpoint, f"null or a checkpoint file this user can read ({problem})")
 
 
 def validate_analysis(cfg: DictConfig) -> None:

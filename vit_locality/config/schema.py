@@ -35,11 +35,13 @@ class StrChoice(str, Enum):
 
 
 class Units(StrChoice):
-    """`stats.units`: distances on the unit square, in patch steps, or in pixels (attention.metrics.UNITS)."""
+    """`stats.units`: distances on the unit square, in patch steps, in pixels, or over the image diagonal
+    (attention.metrics.UNITS)."""
 
     unit = "unit"
     grid = "grid"
     pixels = "pixels"
+    diagonal = "diagonal"
 
 
 class ProgressBar(StrChoice):
@@ -92,6 +94,21 @@ class SyntheticDataConfig(DataConfig):
     num_classes: int = MISSING
     image_size: int = MISSING
     period: float = MISSING
+    noise: float = MISSING
+    generator_seed: int = MISSING
+
+
+@dataclass
+class GlyphsDataConfig(DataConfig):
+    """The built-in seeded stroke glyphs, the demo's data (conf/data/glyphs.yaml holds the values)."""
+
+    train_size: int = MISSING
+    test_size: int = MISSING
+    num_classes: int = MISSING
+    image_size: int = MISSING
+    min_height: float = MISSING
+    max_height: float = MISSING
+    clutter: int = MISSING
     noise: float = MISSING
     generator_seed: int = MISSING
 
@@ -174,6 +191,23 @@ class StatsConfig:
     pictures: bool = MISSING
 
 
+class CkptMode(StrChoice):
+    """`ckpt_mode` (with `ckpt_path`): `weights` starts a new cell from the checkpoint's weights (its content hash is
+    in the identity); `resume` continues the cell that wrote it, only when its identity is this run's."""
+
+    weights = "weights"
+    resume = "resume"
+
+
+@dataclass
+class TrainRunConfig:
+    """The top-level keys of conf/train.yaml that are typed here: where a cell starts from. Open to the others
+    (seed, tags, ... are checked in checks.py)."""
+
+    ckpt_path: Optional[str] = None
+    ckpt_mode: CkptMode = CkptMode.weights
+
+
 @dataclass
 class StartupConfig:
     """What a cell shows when it starts; nothing here changes a result."""
@@ -185,6 +219,7 @@ class StartupConfig:
 SCHEMAS: dict[str, type] = {
     "data_downloadable_schema": DownloadableDataConfig,
     "data_synthetic_schema": SyntheticDataConfig,
+    "data_glyphs_schema": GlyphsDataConfig,
     "model_schema": ModelConfig,
     "model_convstem_schema": ConvStemModelConfig,
     "aug_schema": AugConfig,
@@ -195,8 +230,9 @@ SCHEMAS: dict[str, type] = {
     "callbacks_schema": CallbacksConfig,
     "stats_schema": StatsConfig,
     "startup_schema": StartupConfig,
+    "train_schema": TrainRunConfig,
 }
-OPEN_SCHEMAS = {"trainer_schema"}  # typed where declared, open to other keys
+OPEN_SCHEMAS = {"trainer_schema", "train_schema"}  # typed where declared, open to other keys
 DECLARED_TRAINER_KEYS = frozenset(TrainerConfig.__dataclass_fields__)
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from vit_locality.data.base import DataError, ImageArrays, ImageDataModule, UInt8ImageDataset
 from vit_locality.data.cifar import CIFAR10DataModule, CIFAR100DataModule
+from vit_locality.data.glyphs import GlyphsDataModule
 from vit_locality.data.synthetic import SyntheticDataModule
 from vit_locality.data.tiny_imagenet import TinyImageNetDataModule
 
 DATAMODULES: dict[str, type[ImageDataModule]] = {
-    cls.name: cls for cls in (CIFAR10DataModule, CIFAR100DataModule, TinyImageNetDataModule, SyntheticDataModule)
+    cls.name: cls
+    for cls in (CIFAR10DataModule, CIFAR100DataModule, TinyImageNetDataModule, SyntheticDataModule, GlyphsDataModule)
 }
 
 
@@ -23,6 +25,7 @@ def datamodule_class(name: str) -> type[ImageDataModule]:
 __all__ = [
     "DATAMODULES",
     "DataError",
+    "GlyphsDataModule",
     "ImageArrays",
     "ImageDataModule",
     "SyntheticDataModule",

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from vit_locality.data.base import ImageArrays, ImageDataModule
+from vit_locality.data.generated import GeneratedDataModule
 
 PATTERNS = ("stripes", "checkerboard", "dots", "grid", "rings")
 SCALES = (1.0, 1.9)  # fine and coarse: the two periods of each pattern kind, relative to `period`
@@ -80,7 +80,7 @@ def generate_synthetic(
     return (images.clamp(0, 1) * 255).round().to(torch.uint8), labels
 
 
-class SyntheticDataModule(ImageDataModule):
+class SyntheticDataModule(GeneratedDataModule):
     """Seeded texture images: RGB, 32 x 32 by default, `num_classes` classes, configurable sizes, no files."""
 
     name = "synthetic"
@@ -97,21 +97,19 @@ class SyntheticDataModule(ImageDataModule):
         generator_seed: int = 0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        self.num_classes = num_classes
-        self.image_size = image_size
-        self.sizes = (train_size, test_size)
-        self.generation = dict(
+        generation = dict(
             num_classes=num_classes, image_size=image_size, period=period, noise=noise, seed=generator_seed
         )
+        super().__init__(train_size, test_size, generation, **kwargs)
 
-    def load_arrays(self) -> ImageArrays:
-        train_x, train_y = generate_synthetic(self.sizes[0], split_offset=1, **self.generation)
-        test_x, test_y = generate_synthetic(self.sizes[1], split_offset=2, **self.generation)
+    def generate(self, count: int, split_offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return generate_synthetic(count, split_offset=split_offset, **self.generation)
+
+    def class_names(self) -> list[str]:
         names = [
             f"{kind}_{'fine' if scale == min(SCALES) else 'coarse'}"
             for kind, scale in (class_texture(k, self.num_classes) for k in range(self.num_classes))
         ]
         if len(set(names)) < self.num_classes:
             names = [f"class_{k}_{name}" for k, name in enumerate(names)]
-        return ImageArrays(train_x, train_y, test_x, test_y, names)
+        return names
