@@ -6,7 +6,6 @@ import json
 import math
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +54,9 @@ RESUMABLE = [
 ]
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+# SIGINT, and SIGKILL then the same command, are held to the unbroken run's weights in test_exact_resume.py and
+# test_worker_faults.py; this one checks what a resumed run leaves: one statistics row per head and epoch.
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143)])
 def test_signal_saves_a_resumable_checkpoint(sig: signal.Signals, code: int, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
@@ -74,25 +75,6 @@ def test_signal_saves_a_resumable_checkpoint(sig: signal.Signals, code: int, tmp
     assert not (run_dir / "checkpoints" / "interrupted.ckpt").exists()
     epochs = [int(line.split(",")[0]) for line in (run_dir / "attention_stats.csv").read_text().splitlines()[1:]]
     assert sorted(set(epochs)) == [0, 1, 2, 3] and all(epochs.count(e) == 16 for e in set(epochs))
-
-
-def test_sigkill_then_same_command_ends_where_an_unbroken_run_ends(tmp_path: Path) -> None:
-    unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
-    assert run_train([*RESUMABLE, f"hydra.run.dir={unbroken}"], cwd=tmp_path).returncode == 0
-
-    proc = start_train([*RESUMABLE, f"hydra.run.dir={broken}"], tmp_path, tmp_path / "killed.log")
-    wait_for(broken / "checkpoints" / "last.ckpt", proc)
-    time.sleep(0.3)  # into the second epoch
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert _record(broken)["status"] == "running"  # what a killed run leaves: not complete, not counted
-    resumed = run_train([*RESUMABLE, f"hydra.run.dir={broken}"], cwd=tmp_path)
-    assert resumed.returncode == 0 and "resuming" in resumed.stdout + resumed.stderr
-
-    a = torch.load(unbroken / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
-    b = torch.load(broken / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert _record(unbroken)["metrics"]["test/acc1"] == _record(broken)["metrics"]["test/acc1"]
 
 
 def _lr_sweep(tmp_path: Path, extra: list[str]) -> subprocess.CompletedProcess:
