@@ -113,3 +113,26 @@ def test_every_training_batch_has_one_size(on_device: bool) -> None:
     datamodule.setup("fit")
     sizes = [len(labels) for _, labels in datamodule.train_dataloader()]
     assert sizes == [32, 32, 32]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_short_evaluation_batch_keeps_a_compiled_models_one_shape(compiled: bool) -> None:
+    """Static evaluation shapes: after a batch of 8, a compiled model gets the tail of 3 padded to 8 (no second
+    shape to compile) and the 3 rows' logits are those of the 3 alone; an eager model gets the 3 as they are."""
+    from vit_locality.model.classifier import ViTClassifier
+    from vit_locality.model.vit import ModelConfig
+
+    torch.manual_seed(0)
+    small = ModelConfig(depth=1, dim=16, heads=2, mlp_ratio=1.0)
+    module = ViTClassifier(3, 16, [0.5] * 3, [0.25] * 3, small).eval()
+    module.hparams["compile_model"] = compiled  # the flag the padding follows, without a real compile here
+    seen: list[int] = []
+    module.model.register_forward_pre_hook(lambda _, args: seen.append(len(args[0])))
+    images = torch.randint(0, 256, (11, 3, 16, 16), dtype=torch.uint8)
+    with torch.no_grad():
+        module.evaluation_logits(images[:8])
+        tail = module.evaluation_logits(images[8:])
+        alone = module(images[8:])
+    assert seen[:2] == ([8, 8] if compiled else [8, 3])
+    assert tail.shape == (3, 3)
+    torch.testing.assert_close(tail, alone, rtol=1e-5, atol=1e-6)

@@ -152,6 +152,7 @@ class ViTClassifier(L.LightningModule):
         self._first_bad_step: torch.Tensor | None = None
         self._train_sums: torch.Tensor | None = None  # (loss x images, correct) over the epoch so far
         self._train_seen = 0
+        self._eval_rows = 0  # the largest evaluation batch seen: a compiled model's one evaluation shape
         self.model = VisionTransformer.from_config(self.arch, num_classes, image_size)
         # aug.device=gpu: AutoAugment runs here, batched on the device, instead of per sample in the workers.
         self.device_autoaugment: torch.nn.Module | None = None
@@ -268,7 +269,7 @@ class ViTClassifier(L.LightningModule):
 
     def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], split: str, acc1, acc5) -> None:
         images, labels = batch
-        logits = self(images)
+        logits = self.evaluation_logits(images)
         loss = F.cross_entropy(logits, labels)
         per_epoch = split != TEST  # the figures validated every epoch: `val` (held out) or `test_epoch`
         self.log(f"{split}/loss", loss, on_epoch=True, prog_bar=per_epoch, sync_dist=True)
@@ -278,6 +279,17 @@ class ViTClassifier(L.LightningModule):
         self.log(f"{split}/acc5", acc5, on_epoch=True)
         if per_epoch:  # after fit, current_epoch already counts the epochs run: test rows keep Lightning's
             self.log("epoch", self.epoch_number(), on_epoch=True, sync_dist=True)
+
+    def evaluation_logits(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits of an evaluation batch. A compiled model sees one batch size: a short last batch is padded with
+        zero images up to the largest batch seen and their rows dropped (in eval mode each image's logits depend on
+        that image alone), so the tail costs no recompilation. Eager models take the batch as it is."""
+        rows = len(images)
+        self._eval_rows = max(self._eval_rows, rows)
+        if not self.hparams.get("compile_model", False) or rows == self._eval_rows:
+            return self(images)
+        padding = images.new_zeros((self._eval_rows - rows, *images.shape[1:]))
+        return self(torch.cat([images, padding]))[:rows]
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, self.epoch_eval_prefix(), self.val_acc1, self.val_acc5)
