@@ -297,8 +297,10 @@ def _magnitude_of(name: str, bin_: int) -> float:
     return float(SPACE[name][0](10, 32, 32)[bin_])
 
 
-def test_grouping_makes_one_call_per_group(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
+@pytest.fixture
+def torchvision_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """Every call of torchvision's AutoAugment kernel, as (op, magnitude, images in the call)."""
+    calls: list[tuple] = []
     real = v2.AutoAugment._apply_image_or_video_transform
 
     def counting(self, image, transform_id, magnitude, **kwargs):
@@ -306,6 +308,11 @@ def test_grouping_makes_one_call_per_group(monkeypatch: pytest.MonkeyPatch) -> N
         return real(self, image, transform_id, magnitude, **kwargs)
 
     monkeypatch.setattr(v2.AutoAugment, "_apply_image_or_video_transform", counting)
+    return calls
+
+
+def test_grouping_makes_one_call_per_group(torchvision_calls: list) -> None:
+    calls = torchvision_calls
     d = draw(256, torch.Generator().manual_seed(5))
     apply(_images(256, 32), d, "grouped")
 
@@ -318,17 +325,10 @@ def test_grouping_makes_one_call_per_group(monkeypatch: pytest.MonkeyPatch) -> N
     assert sum(g for _, _, g in calls) == int(d.applied.sum())
 
 
-def test_select_makes_one_whole_batch_call_per_key_the_policy_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_select_makes_one_whole_batch_call_per_key_the_policy_holds(torchvision_calls: list) -> None:
     """The sync-free path: every (op, bin, sign) of each slot on all 8 images, whatever was drawn; AutoContrast,
     whose torchvision kernel reads the host, runs as the module's own copy of its arithmetic instead."""
-    calls = []
-    real = v2.AutoAugment._apply_image_or_video_transform
-
-    def counting(self, image, transform_id, magnitude, **kwargs):
-        calls.append((transform_id, magnitude, image.shape[0]))
-        return real(self, image, transform_id, magnitude, **kwargs)
-
-    monkeypatch.setattr(v2.AutoAugment, "_apply_image_or_video_transform", counting)
+    calls = torchvision_calls
     apply(_images(8, 32), draw(8, torch.Generator().manual_seed(5)), "select")
     expected = 0
     for k in range(2):

@@ -86,31 +86,31 @@ class DownloadableDataConfig(DataConfig):
 
 
 @dataclass
-class SyntheticDataConfig(DataConfig):
-    """The built-in seeded textures (conf/data/synthetic.yaml holds the values)."""
+class GeneratedDataConfig(DataConfig):
+    """What the two generated sets share (data/generated.py): sizes, classes, pixel noise and the data's own seed."""
 
     train_size: int = MISSING
     test_size: int = MISSING
     num_classes: int = MISSING
     image_size: int = MISSING
-    period: float = MISSING
     noise: float = MISSING
     generator_seed: int = MISSING
 
 
 @dataclass
-class GlyphsDataConfig(DataConfig):
-    """The built-in seeded stroke glyphs, the demo's data (conf/data/glyphs.yaml holds the values)."""
+class SyntheticDataConfig(GeneratedDataConfig):
+    """The built-in seeded textures (conf/data/synthetic.yaml holds the values)."""
 
-    train_size: int = MISSING
-    test_size: int = MISSING
-    num_classes: int = MISSING
-    image_size: int = MISSING
+    period: float = MISSING
+
+
+@dataclass
+class GlyphsDataConfig(GeneratedDataConfig):
+    """The built-in seeded stroke glyphs, the demo's locality variant (conf/data/glyphs.yaml holds the values)."""
+
     min_height: float = MISSING
     max_height: float = MISSING
     clutter: int = MISSING
-    noise: float = MISSING
-    generator_seed: int = MISSING
 
 
 @dataclass

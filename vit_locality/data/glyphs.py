@@ -1,11 +1,11 @@
-"""An offline data set of stroke-drawn glyphs: the demo's data, whose classes need neighbouring patches combined.
+"""Offline stroke-drawn glyphs (`experiment=demo_glyphs`), whose classes need neighbouring patches combined.
 
 Each image holds one glyph drawn from straight strokes, in the manner of a seven-segment display (a top, middle
 and bottom bar and four half-height uprights), at a random position, size, slant, stroke width and colour, over
 noise and, optionally, a few loose clutter strokes. A 4 x 4 patch sees a piece of one or two strokes (a bar, an
 upright, a corner), and every kind of piece occurs in many classes, so no single patch gives the class away; the
 glyph is several patches tall and wide, and its class is in which strokes meet where. That is the pressure under which
-attention to neighbouring patches pays, which the demo's locality statistics are meant to show.
+attention to neighbouring patches pays, which the locality statistics are meant to show.
 
 Label-keeping under the protocol's augmentations, by construction:
 - colour, contrast and polarity (light glyph on dark ground or the reverse) are random per image, so Invert,
