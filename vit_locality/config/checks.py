@@ -28,6 +28,7 @@ from vit_locality.metric_names import selection_problem
 from vit_locality.protocol import Protocol
 
 MODEL_STEMS = ("patch", "conv")
+MODEL_POSITION_INITS = ("learned", "sincos")  # model/position_code.py; here without importing torch
 ANALYSIS_DEVICES = ("auto", "cpu", "cuda")
 # Official training-set sizes, which data.val_size must leave images of (the synthetic set's is data.train_size).
 TRAIN_SIZES = {"cifar10": 50_000, "cifar100": 50_000, "tiny_imagenet": 100_000}
@@ -153,6 +154,10 @@ def _check_model(model: DictConfig) -> None:
     check(compile_ in ("auto", True, False), "model.compile", compile_, "auto, true or false")
     if "stem" in model:
         one_of("model.stem", model.stem, MODEL_STEMS)
+    if "pos_init" in model:
+        one_of("model.pos_init", model.pos_init, MODEL_POSITION_INITS)
+        sincos_fits = model.pos_init != "sincos" or model.dim % 4 == 0
+        check(sincos_fits, "model.dim", model.dim, "a multiple of 4 with model.pos_init=sincos")
 
 
 def _check_optim(optim: DictConfig) -> None:

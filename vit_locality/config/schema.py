@@ -129,6 +129,15 @@ class ConvStemModelConfig(ModelConfig):
 
 
 @dataclass
+class PositionCodeModelConfig(ModelConfig):
+    """A model whose position embeddings start from a 2-D sine-cosine code (conf/model/vit_tiny_sincos.yaml). A
+    schema of its own, like the conv stem's, so the other models' sections, and with them their run identities,
+    are unchanged."""
+
+    pos_init: str = "learned"  # learned | sincos
+
+
+@dataclass
 class OptimConfig:
     lr: float = MISSING
     weight_decay: float = MISSING
@@ -222,6 +231,7 @@ SCHEMAS: dict[str, type] = {
     "data_glyphs_schema": GlyphsDataConfig,
     "model_schema": ModelConfig,
     "model_convstem_schema": ConvStemModelConfig,
+    "model_poscode_schema": PositionCodeModelConfig,
     "aug_schema": AugConfig,
     "loss_schema": LossConfig,
     "optim_schema": OptimConfig,

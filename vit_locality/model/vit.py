@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vit_locality.catalog import GRID_SIZE
+from vit_locality.model.position_code import POSITION_INITS, sincos_position_code
 
 
 @dataclass
@@ -30,6 +31,7 @@ class ModelConfig:
     heads: int = 8
     mlp_ratio: float = 2.0
     stem: str = "patch"
+    pos_init: str = "learned"
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> ModelConfig:
@@ -151,6 +153,7 @@ class VisionTransformer(nn.Module):
         mlp_ratio: float = 2.0,
         grid_size: int = GRID_SIZE,
         stem: str = "patch",
+        pos_init: str = "learned",
     ) -> None:
         super().__init__()
         if image_size % grid_size:
@@ -159,6 +162,9 @@ class VisionTransformer(nn.Module):
             raise ValueError(f"model.depth={depth}, model.dim={dim}, model.heads={heads}: each must be >= 1")
         if stem not in STEMS:
             raise ValueError(f"model.stem={stem!r}: one of {', '.join(STEMS)}")
+        if pos_init not in POSITION_INITS:
+            raise ValueError(f"model.pos_init={pos_init!r}: one of {', '.join(POSITION_INITS)}")
+        self.pos_init = pos_init
         self.grid_size = grid_size
         self.patch_size = image_size // grid_size
         self.num_tokens = 1 + grid_size * grid_size
@@ -191,7 +197,11 @@ class VisionTransformer(nn.Module):
         return {"cls_token", "pos_embed"}
 
     def _init_weights(self) -> None:
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.pos_init == "sincos":
+            with torch.no_grad():
+                self.pos_embed.copy_(sincos_position_code(self.pos_embed.shape[-1], self.grid_size)[None])
+        else:
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         for module in self.modules():
             if isinstance(module, nn.Linear):
