@@ -20,7 +20,8 @@ from vit_locality.report.__main__ import main
 from vit_locality.report.aggregate import Aggregate, aggregate
 from vit_locality.report.factorial import main_effects, separation, t_quantile
 from vit_locality.report.figures import emergence_series
-from vit_locality.report.tables import Table, ablation_table, protocols_table
+from vit_locality.report.table_format import Table
+from vit_locality.report.tables import ablation_table, protocols_table
 from vit_locality.run.record import read_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -409,7 +410,16 @@ def test_files_round_trip(agg: Aggregate, tmp_path: Path) -> None:
     paths = table.write(tmp_path)
     names = sorted(p.name for p in paths)
     stem = "ablation_cifar100_vit_paper"
-    assert names == sorted([f"{stem}.md", f"{stem}.tex", f"{stem}.csv", f"{stem}_claims.csv", f"{stem}_effects.csv"])
+    assert names == sorted(
+        [
+            f"{stem}.md",
+            f"{stem}.tex",
+            f"{stem}.csv",
+            f"{stem}_claims.csv",
+            f"{stem}_effects.csv",
+            f"{stem}_contrasts.csv",
+        ]
+    )
     assert all(p.stat().st_size > 0 for p in paths)
     with (tmp_path / f"{stem}.csv").open() as handle:
         rows = list(csv.DictReader(handle))

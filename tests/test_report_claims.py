@@ -18,7 +18,8 @@ from test_report import ACC100, ENT100, FLAGS, MAD100, ORDER, mean, write_run
 from vit_locality.report.__main__ import main
 from vit_locality.report.aggregate import Aggregate, aggregate
 from vit_locality.report.factorial import main_effects, separation, t_quantile
-from vit_locality.report.tables import Table, ablation_table, protocols_table
+from vit_locality.report.table_format import Table
+from vit_locality.report.tables import ablation_table, protocols_table
 
 CUTMIX = [cell for cell in ORDER if FLAGS[cell][1]]
 OTHER = [cell for cell in ORDER if not FLAGS[cell][1]]
@@ -353,6 +354,7 @@ def test_table_from_a_plain_table_part(c100: Aggregate) -> None:
     assert [part.stem for part in table.parts] == [
         "ablation_cifar100_vit_paper_claims",
         "ablation_cifar100_vit_paper_effects",
+        "ablation_cifar100_vit_paper_contrasts",
     ]
     claims: Table = table.parts[0]
     assert "### Paper's claims checked: cifar100, vit_paper" in table.markdown()

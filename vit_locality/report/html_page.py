@@ -19,7 +19,8 @@ from vit_locality.report.figures import write_figures
 from vit_locality.report.instrument_figures import write_instrument_figures
 from vit_locality.report.instrument_tables import BOX_IMAGES, instrument_tables, measure
 from vit_locality.report.run_settings import slug
-from vit_locality.report.tables import Table, ablation_tables, protocols_table
+from vit_locality.report.table_format import Table
+from vit_locality.report.tables import ablation_tables, protocols_table
 
 END_COLOUR = "#2a9d8f"  # the footer's bar: a reader (or a test) that sees it has seen the whole page
 STYLE = f"""

@@ -32,7 +32,7 @@ from vit_locality.instruments.trajectory import TEST_SET_REFUSAL, Trajectory, ma
 from vit_locality.report.aggregate import Aggregate, Group, summarise
 from vit_locality.report.figures import early_layers, emergence_series
 from vit_locality.report.run_settings import slug
-from vit_locality.report.tables import MISSING, Table, format_stat
+from vit_locality.report.table_format import MISSING, Table, format_stat
 from vit_locality.run.checkpoints import DamagedCheckpoint
 from vit_locality.run.record import RunRecord
 

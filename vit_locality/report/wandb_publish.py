@@ -16,7 +16,7 @@ from typing import Any
 
 from vit_locality.report.aggregate import Aggregate, summarise
 from vit_locality.report.figures import layer_table
-from vit_locality.report.tables import Table
+from vit_locality.report.table_format import Table
 from vit_locality.tracking.quiet import quiet_wandb
 from vit_locality.tracking.wandb_run import resolve_mode
 

@@ -1,0 +1,111 @@
+"""How a report table is held and written: one object with the display strings (Markdown, LaTeX) and the plain
+numbers (CSV), so the three files always say the same thing, and the formatting every table shares."""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vit_locality.report.aggregate import Stat
+from vit_locality.report.summary import format_table
+
+DIGITS = {"acc1": 2, "min_mad": 3, "entropy": 3}
+# Printed tables show accuracy in percent, the paper's unit; the CSVs keep the record's fraction.
+SHOWN_SCALE = {"acc1": 100.0, "min_mad": 1.0, "entropy": 1.0}
+MISSING = "-"
+
+
+@dataclass
+class Table:
+    stem: str  # file name without extension
+    title: str
+    headers: list[str]
+    rows: list[list[str]]  # what is shown
+    records: list[dict[str, Any]]  # the same rows as numbers, for the CSV
+    notes: list[str] = field(default_factory=list)  # lines under the table
+    parts: list[Table] = field(default_factory=list)  # further tables shown under it, each with its own CSV
+
+    def markdown(self) -> str:
+        body = format_table([dict(zip(self.headers, row, strict=True)) for row in self.rows])
+        text = [f"### {self.title}", "", body]
+        if self.notes:
+            text += ["", *(f"- {note}" for note in self.notes)]
+        for part in self.parts:
+            text += ["", part.markdown()]
+        return "\n".join(text)
+
+    def latex(self) -> str:
+        lines = [
+            "% needs \\usepackage{booktabs}",
+            "\\begin{table}[t]",
+            "\\centering",
+            f"\\caption{{{latex_escape(self.title)}}}",
+            f"\\begin{{tabular}}{{{'l' * len(self.headers)}}}",
+            "\\toprule",
+            " & ".join(latex_escape(h) for h in self.headers) + " \\\\",
+            "\\midrule",
+            *(" & ".join(latex_escape(c) for c in row) + " \\\\" for row in self.rows),
+            "\\bottomrule",
+            "\\end{tabular}",
+            "\\end{table}",
+        ]
+        if self.notes:
+            lines += ["\\begin{itemize}", *(f"\\item {latex_escape(n)}" for n in self.notes), "\\end{itemize}"]
+        for part in self.parts:
+            lines += ["", part.latex()]
+        return "\n".join(lines)
+
+    def write(self, out_dir: Path) -> list[Path]:
+        """<stem>.md, <stem>.tex and <stem>.csv, plus one CSV per part; returns the paths written."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = [out_dir / f"{self.stem}.md", out_dir / f"{self.stem}.tex"]
+        paths[0].write_text(self.markdown() + "\n")
+        paths[1].write_text(self.latex() + "\n")
+        for table in (self, *self.parts):
+            path = out_dir / f"{table.stem}.csv"
+            with path.open("w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=list(table.records[0]) if table.records else [])
+                writer.writeheader()
+                writer.writerows({k: _csv_value(v) for k, v in rec.items()} for rec in table.records)
+            paths.append(path)
+        return paths
+
+
+def format_figure(stat: Stat, figure: str) -> str:
+    """A headline figure as printed: accuracy in percent, the others as recorded."""
+    scale = SHOWN_SCALE[figure]
+    return format_stat(Stat(scale * stat.mean, scale * stat.std, stat.n), DIGITS[figure])
+
+
+def format_stat(stat: Stat, digits: int) -> str:
+    """'mean' for one value, 'mean ± std (n)' for several, '-' for none."""
+    if stat.n == 0:
+        return MISSING
+    if stat.n == 1:
+        return f"{stat.mean:.{digits}f}"
+    return f"{stat.mean:.{digits}f} ± {stat.std:.{digits}f} ({stat.n})"
+
+
+def latex_escape(text: str) -> str:
+    specials = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_"}
+    specials.update({"{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"})
+    escaped = "".join(specials.get(ch, ch) for ch in text)
+    for plain, math_mode in (("±", "$\\pm$"), ("->", "$\\to$"), ("Δ", "$\\Delta$"), ("<=", "$\\le$"), (">=", "$\\ge$")):
+        escaped = escaped.replace(plain, math_mode)
+    return escaped
+
+
+def figure_label(figure: str) -> str:
+    return {"acc1": "top-1 (%)", "min_mad": "min MAD", "entropy": "entropy"}[figure]
+
+
+def _csv_value(value: Any) -> Any:
+    """Full precision for numbers (round trips), an empty field for a missing one."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    if value is None:
+        return ""
+    return value
