@@ -38,7 +38,7 @@ test: install ## run the whole CPU test suite (pytest, two workers)
 test-fast: install ## run the tests not marked slow
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" $(TEST_ARGS)
 
-demo: install ## offline: the 8-cell ablation on synthetic data with a tiny ViT on CPU, its tables, figures and HTML page
+demo: install ## offline: the 8-cell ablation on generated glyphs with a tiny ViT on CPU, its tables, figures and HTML page
 	$(PY) train.py -m experiment=demo
 	$(PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo
 	$(PY) -m vit_locality.report all $(SWEEP_ROOT)/demo --out $(REPORTS)/demo
