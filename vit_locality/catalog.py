@@ -18,6 +18,10 @@ AUTOAUGMENT_POLICIES = ("cifar10", "imagenet", "svhn")
 COLORJITTER = "colorjitter"
 AUGMENT_POLICIES = (*AUTOAUGMENT_POLICIES, COLORJITTER)
 
+# How a model's position embeddings start (`model.pos_init`): small random values (the paper's) or a 2-D
+# sine-cosine code (vit_locality/model/position_code.py); learned either way.
+POSITION_INITS = ("learned", "sincos")
+
 # Data set name -> the policy `aug.policy=auto` means on it.
 DATASET_DEFAULT_POLICY = {
     "cifar10": "cifar10",

@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from vit_locality.catalog import DATASETS, GRID_SIZE
+from vit_locality.catalog import DATASETS, GRID_SIZE, POSITION_INITS
 from vit_locality.config.file_access import check_directory, file_problem
 from vit_locality.config.trainer_checks import (
     _check_global_batch,
@@ -28,7 +28,6 @@ from vit_locality.metric_names import selection_problem
 from vit_locality.protocol import Protocol
 
 MODEL_STEMS = ("patch", "conv")
-MODEL_POSITION_INITS = ("learned", "sincos")  # model/position_code.py; here without importing torch
 ANALYSIS_DEVICES = ("auto", "cpu", "cuda")
 # Official training-set sizes, which data.val_size must leave images of (the synthetic set's is data.train_size).
 TRAIN_SIZES = {"cifar10": 50_000, "cifar100": 50_000, "tiny_imagenet": 100_000}
@@ -155,7 +154,7 @@ def _check_model(model: DictConfig) -> None:
     if "stem" in model:
         one_of("model.stem", model.stem, MODEL_STEMS)
     if "pos_init" in model:
-        one_of("model.pos_init", model.pos_init, MODEL_POSITION_INITS)
+        one_of("model.pos_init", model.pos_init, POSITION_INITS)
         sincos_fits = model.pos_init != "sincos" or model.dim % 4 == 0
         check(sincos_fits, "model.dim", model.dim, "a multiple of 4 with model.pos_init=sincos")
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 
-POSITION_INITS = ("learned", "sincos")
-# Frequencies from 1 down to 1/SINCOS_BASE radian per patch. Language models' 10,000 suits thousands of positions;
+# Frequencies from 1 down towards 1/SINCOS_BASE radian per patch. Language models' 10,000 suits thousands of positions;
 # on an 8-patch side it would leave most channels nearly constant, so the code uses a base matched to short sides.
 SINCOS_BASE = 100.0
 
@@ -19,7 +18,7 @@ SINCOS_BASE = 100.0
 def sincos_position_code(dim: int, grid_size: int, base: float = SINCOS_BASE) -> torch.Tensor:
     """(1 + grid_size**2, dim): a zero row for the CLS token, then one row per patch in row-major order; a quarter
     of the channels each hold sin and cos of the row index and sin and cos of the column index, at frequencies
-    spaced geometrically from 1 to 1/base."""
+    spaced geometrically from 1 down towards 1/base (the lowest of q is base**(-(q-1)/q))."""
     if dim % 4:
         raise ValueError(f"model.dim={dim}: a sine-cosine position code needs a multiple of 4")
     quarter = dim // 4

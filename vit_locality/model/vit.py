@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vit_locality.catalog import GRID_SIZE
-from vit_locality.model.position_code import POSITION_INITS, sincos_position_code
+from vit_locality.catalog import GRID_SIZE, POSITION_INITS
+from vit_locality.model.position_code import sincos_position_code
 
 
 @dataclass

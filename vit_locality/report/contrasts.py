@@ -11,7 +11,7 @@ compared must share their `stats` settings (the report's notes say when a group 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from vit_locality.catalog import CELL_ORDER
 from vit_locality.report.aggregate import Aggregate, Group
@@ -83,7 +83,7 @@ def contrasts_table(agg: Aggregate, data: str, model: str, stem: str) -> Table:
         )
         runs = f"{item.runs} / {item.baseline_runs}"
         rows.append([item.cell, figure_label(item.figure), runs, shown, interval, item.verdict])
-        records.append({key: getattr(item, key) for key in Contrast.__dataclass_fields__})
+        records.append(asdict(item))
     title = "Each cell against Baseline (mean difference, Welch interval over seeds; accuracy in points)"
     notes = [
         "lower / higher: the 95% interval of the cell's mean minus Baseline's excludes 0; n/a: fewer than 2 runs in"
