@@ -7,7 +7,12 @@ tell from the pixels which class an image was written for.
 
 from __future__ import annotations
 
+import functools
+import http.server
 import pickle
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -220,3 +225,22 @@ def write_fake_tiny_imagenet(
     for k in range(2):
         Image.new("RGB", (64, 64), (128, 128, 128)).save(test_images / f"test_{k}.JPEG")
     return fake
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def served(folder: Path) -> Iterator[str]:
+    """Serve `folder` over HTTP on localhost while the block runs: the URL its files lie under."""
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_port}"
+        finally:
+            server.shutdown()
+            thread.join()

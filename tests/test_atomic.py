@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from data_fakes import served
 from test_checkpoint_io import lightning_checkpoint, saved_step
 from test_results import complete_payload
 
@@ -77,8 +78,8 @@ def test_a_download_that_fails_its_check_never_appears(tmp_path: Path, monkeypat
     source = tmp_path / "source.bin"
     source.write_bytes(b"not the archive")
     dest = tmp_path / "data" / "archive.tar.gz"
-    with pytest.raises(DataError, match="does not match"):
-        download.download_url(source.as_uri(), dest, md5="0" * 32)
+    with served(tmp_path) as url, pytest.raises(DataError, match="does not match"):
+        download.download_archive(f"{url}/source.bin", dest, md5="0" * 32)
     assert not dest.exists() and _files(dest.parent) == []
 
 

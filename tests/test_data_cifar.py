@@ -7,6 +7,7 @@ import os
 import pickle
 import struct
 import tarfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -14,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from data_fakes import CIFAR10_NAMES, FakeCifar, write_fake_cifar10, write_fake_cifar100
+from data_fakes import CIFAR10_NAMES, FakeCifar, served, write_fake_cifar10, write_fake_cifar100
+from torchvision.datasets.utils import calculate_md5
 
 from vit_locality.data import download
 from vit_locality.data.base import DataError
 from vit_locality.data.cifar import CIFAR10DataModule, CIFAR100DataModule
-from vit_locality.data.download import md5sum, safe_extract
+from vit_locality.data.download import safe_extract
 from vit_locality.data.safe_pickle import load_pickle
 
 
@@ -98,7 +100,7 @@ def test_md5_mismatch_with_verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         _dm(CIFAR10DataModule, tmp_path, verify=True).setup()
 
     for path in fake.files:
-        monkeypatch.setitem(CIFAR10DataModule.layout.md5, path.name, md5sum(path))
+        monkeypatch.setitem(CIFAR10DataModule.layout.md5, path.name, calculate_md5(path))
     _dm(CIFAR10DataModule, tmp_path, verify=True).setup()  # the fakes pass once their md5s are "official"
 
     path = fake.folder / "data_batch_4"
@@ -203,23 +205,27 @@ def _fake_archive(tmp_path: Path) -> tuple[Path, FakeCifar]:
 
 def test_download_verify_and_extract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     archive, fake = _fake_archive(tmp_path)
-    spec = dataclasses.replace(
-        CIFAR10DataModule.archive, url=archive.as_uri(), size=archive.stat().st_size, md5=md5sum(archive)
-    )
-    layout = dataclasses.replace(CIFAR10DataModule.layout, md5={path.name: md5sum(path) for path in fake.files})
-    monkeypatch.setattr(CIFAR10DataModule, "archive", spec)
+    layout = dataclasses.replace(CIFAR10DataModule.layout, md5={path.name: calculate_md5(path) for path in fake.files})
     monkeypatch.setattr(CIFAR10DataModule, "layout", layout)
-    root = tmp_path / "data"
-    dm = _dm(CIFAR10DataModule, root, download=True, verify=True)
-    dm.setup()
-    assert torch.equal(dm.arrays.train_images, _planes(fake.train_rows))
-    assert sorted(p.name for p in root.iterdir()) == ["cifar-10-batches-py", "cifar-10-python.tar.gz"]
+    with served(tmp_path) as url:
+        spec = dataclasses.replace(
+            CIFAR10DataModule.archive,
+            url=f"{url}/{archive.name}",
+            size=archive.stat().st_size,
+            md5=calculate_md5(archive),
+        )
+        monkeypatch.setattr(CIFAR10DataModule, "archive", spec)
+        root = tmp_path / "data"
+        dm = _dm(CIFAR10DataModule, root, download=True, verify=True)
+        dm.setup()
+        assert torch.equal(dm.arrays.train_images, _planes(fake.train_rows))
+        assert sorted(p.name for p in root.iterdir()) == ["cifar-10-batches-py", "cifar-10-python.tar.gz"]
 
-    monkeypatch.setattr(CIFAR10DataModule, "archive", dataclasses.replace(spec, md5="0" * 32))
-    other = tmp_path / "other"
-    with pytest.raises(DataError, match=r"download of file://.*md5 .* does not match.*re-run"):
-        _dm(CIFAR10DataModule, other, download=True, verify=True).setup()
-    assert list(other.iterdir()) == []
+        monkeypatch.setattr(CIFAR10DataModule, "archive", dataclasses.replace(spec, md5="0" * 32))
+        other = tmp_path / "other"
+        with pytest.raises(DataError, match=r"download of http://.*md5 .* does not match.*re-run"):
+            _dm(CIFAR10DataModule, other, download=True, verify=True).setup()
+    assert list(other.iterdir()) == []  # no partial or unverified download left behind
 
 
 def test_archive_lacking_a_file_is_named(tmp_path: Path) -> None:
@@ -343,7 +349,7 @@ def test_symlinked_folder_is_used_as_it_is(tmp_path: Path, monkeypatch: pytest.M
     link, and nothing is downloaded or extracted."""
     fake = write_fake_cifar10(tmp_path / "shared")
     for path in fake.files:
-        monkeypatch.setitem(CIFAR10DataModule.layout.md5, path.name, md5sum(path))
+        monkeypatch.setitem(CIFAR10DataModule.layout.md5, path.name, calculate_md5(path))
     root = tmp_path / "data"
     root.mkdir()
     (root / "cifar-10-batches-py").symlink_to(fake.folder)
@@ -373,3 +379,22 @@ def test_broken_symlinked_folder_names_the_link_and_its_target(tmp_path: Path, t
     assert f"or remove the link to have the data set extracted into {root}" in str(err.value)
     assert sorted(p.name for p in root.iterdir()) == [link.name, archive.name]
     assert not (shared / "test_batch").exists()
+
+
+def test_a_server_that_stops_answering_fails_the_download(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listening socket that never answers: the download fails after the timeout instead of hanging."""
+    import socket
+
+    import vit_locality.data.download as download
+
+    monkeypatch.setattr(download, "DOWNLOAD_TIMEOUT_S", 1)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/cifar-10-python.tar.gz"
+        started = time.monotonic()
+        with pytest.raises(OSError):
+            download.download_archive(url, tmp_path / "cifar-10-python.tar.gz")
+    assert time.monotonic() - started < 30
+    assert socket.getdefaulttimeout() is None  # the process-wide default is restored
+    assert list(tmp_path.iterdir()) == []

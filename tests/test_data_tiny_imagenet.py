@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from data_fakes import FakeTiny, write_fake_tiny_imagenet
+from data_fakes import FakeTiny, served, write_fake_tiny_imagenet
 from PIL import Image
+from torchvision.datasets.utils import calculate_md5
 
 from vit_locality.data.base import DataError
-from vit_locality.data.download import md5sum, safe_extract
+from vit_locality.data.download import safe_extract
 from vit_locality.data.tiny_imagenet import CACHE_NAME, TinyImageNetDataModule
 
 
@@ -177,22 +178,26 @@ def test_download_verify_and_extract(tmp_path: Path, monkeypatch: pytest.MonkeyP
     fake = write_fake_tiny_imagenet(tmp_path / "src", n_classes=2, n_train_per_class=2, n_val_per_class=1)
     archive = tmp_path / "tiny-imagenet-200.zip"
     _zip_tree(fake.folder, archive)
-    spec = dataclasses.replace(
-        TinyImageNetDataModule.archive, url=archive.as_uri(), size=archive.stat().st_size, md5=md5sum(archive)
-    )
-    monkeypatch.setattr(TinyImageNetDataModule, "archive", spec)
-    root = tmp_path / "data"
-    dm = _dm(root, download=True, verify=True)
-    dm.prepare_data()
-    assert (root / "tiny-imagenet-200" / CACHE_NAME).is_file()
-    dm.setup()
-    assert dm.num_classes == 2 and dm.arrays.train_images.shape == (4, 3, 64, 64)
-    assert (root / "tiny-imagenet-200.zip").is_file()
+    with served(tmp_path) as url:
+        spec = dataclasses.replace(
+            TinyImageNetDataModule.archive,
+            url=f"{url}/{archive.name}",
+            size=archive.stat().st_size,
+            md5=calculate_md5(archive),
+        )
+        monkeypatch.setattr(TinyImageNetDataModule, "archive", spec)
+        root = tmp_path / "data"
+        dm = _dm(root, download=True, verify=True)
+        dm.prepare_data()
+        assert (root / "tiny-imagenet-200" / CACHE_NAME).is_file()
+        dm.setup()
+        assert dm.num_classes == 2 and dm.arrays.train_images.shape == (4, 3, 64, 64)
+        assert (root / "tiny-imagenet-200.zip").is_file()
 
-    monkeypatch.setattr(TinyImageNetDataModule, "archive", dataclasses.replace(spec, size=123))
-    other = tmp_path / "other"
-    with pytest.raises(DataError, match=r"download of file://.*tiny-imagenet-200\.zip: \d+ bytes, expected 123"):
-        _dm(other, download=True, verify=True).setup()
+        monkeypatch.setattr(TinyImageNetDataModule, "archive", dataclasses.replace(spec, size=123))
+        other = tmp_path / "other"
+        with pytest.raises(DataError, match=r"download of http://.*tiny-imagenet-200\.zip: \d+ bytes, expected 123"):
+            _dm(other, download=True, verify=True).setup()
     assert list(other.iterdir()) == []
 
 

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from scipy import stats
 from test_report import ORDER, write_run
 
 from vit_locality.report.aggregate import aggregate
@@ -29,11 +30,13 @@ CUTMIX = [0.02, 0.03, 0.04]  # shift -0.28, far beyond the margin
 
 def test_welch_by_hand() -> None:
     # var([1, 2, 3]) = 1, var([1, 3]) = 2: se^2 = 1/3 + 2/2 = 4/3; df = (4/3)^2 / ((1/3)^2 / 2 + 1^2 / 1) = 1.6842.
-    diff = welch([1.0, 2.0, 3.0], [1.0, 3.0])
-    assert diff.estimate == 0.0 and diff.se == pytest.approx(math.sqrt(4 / 3))
-    assert diff.df == pytest.approx((16 / 9) / (1 / 18 + 1), rel=1e-12)
+    diff = welch([1.0, 2.0, 3.0, math.nan], [1.0, 3.0])  # a run without the figure does not count
+    half = stats.t.ppf(0.95, (16 / 9) / (1 / 18 + 1)) * math.sqrt(4 / 3)
+    assert diff.estimate == 0.0 and diff.interval(0.9) == pytest.approx((-half, half), rel=1e-12)
+    scipy_welch = stats.ttest_ind([1.0, 2.0, 3.0], [1.0, 3.0], equal_var=False).confidence_interval(0.9)
+    assert diff.interval(0.9) == pytest.approx((scipy_welch.low, scipy_welch.high), rel=1e-9)
     with pytest.raises(ValueError, match="needs 2 or more values per side, got 1 and 2"):
-        welch([1.0], [1.0, 2.0])
+        welch([1.0, math.nan], [1.0, 2.0])
 
 
 def test_margin_is_the_larger_of_the_floor_and_twice_the_spread() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import multiprocessing
 import os
 import signal
 import socket
@@ -16,7 +17,19 @@ import pytest
 from helpers import REPO
 
 from vit_locality.errors import ConfigError, exit_code_of, first_line
-from vit_locality.run.lock import LOCK_FILE, LockHolder, RunLock, RunLocked, process_start_ticks
+from vit_locality.run.lock import LOCK_FILE, LockHolder, RunLock, RunLocked
+
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+# In a child process: try the lock on argv[1] once; print "refused" if another process holds it.
+TRY_LOCK = """
+import sys
+from vit_locality.run.lock import RunLock, RunLocked
+try:
+    RunLock(sys.argv[1]).acquire()
+except RunLocked:
+    print("refused")
+"""
 
 # In a child process: hold the lock on argv[1], say so, then wait to be killed.
 HOLD_LOCK = """
@@ -30,8 +43,7 @@ with RunLock(sys.argv[1]):
 
 def holder_record(run_dir) -> LockHolder | None:
     """The recorded holder; None where the lock file is empty or gone (released)."""
-    path = run_dir / LOCK_FILE
-    return LockHolder.parse(path.read_text()) if path.exists() else None
+    return LockHolder.read(run_dir / LOCK_FILE)
 
 
 def test_a_second_lock_in_the_same_process_is_refused_naming_the_holder(tmp_path) -> None:
@@ -66,9 +78,8 @@ def test_the_lock_file_is_readable_as_the_umask_allows(tmp_path, umask) -> None:
 
 
 def test_a_holder_in_another_process_is_refused_until_it_is_killed(tmp_path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path)], env=CHILD_ENV, stdout=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout.readline().strip() == "holding"
@@ -83,6 +94,18 @@ def test_a_holder_in_another_process_is_refused_until_it_is_killed(tmp_path) -> 
         assert holder_record(tmp_path).pid == os.getpid()
 
 
+def test_a_forked_worker_that_ends_leaves_the_lock_with_its_parent(tmp_path) -> None:
+    """Data workers forked during a run share the open lock file; their exit must not drop the parent's lock."""
+    with RunLock(tmp_path):
+        worker = multiprocessing.get_context("fork").Process(target=sys.exit)
+        worker.start()
+        worker.join()
+        tried = subprocess.run(
+            [sys.executable, "-c", TRY_LOCK, str(tmp_path)], env=CHILD_ENV, capture_output=True, text=True
+        )
+    assert worker.exitcode == 0 and tried.stdout.strip() == "refused", tried.stderr[-1500:]
+
+
 @pytest.fixture
 def no_flock(monkeypatch):
     """A file system without flock (NFS without lock support answers ENOLCK)."""
@@ -93,64 +116,71 @@ def no_flock(monkeypatch):
     monkeypatch.setattr(fcntl, "flock", unsupported)
 
 
-def record_holder(run_dir, pid: int, host: str, process_start: int | None = None) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / LOCK_FILE).write_text(LockHolder(pid, host, "2024-01-01T00:00:00+00:00", process_start).to_text())
+def killed_holder(run_dir) -> tuple[int, list[str]]:
+    """A holder without flock that was killed while holding: its PID and the lines of the marker it left."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", NO_FLOCK + HOLD_LOCK, str(run_dir)], env=CHILD_ENV, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "holding"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+    return child.pid, (run_dir / LOCK_FILE).read_text().splitlines()
 
 
-def ended_process_id() -> int:
-    process = subprocess.Popen(["true"])
-    process.wait()
-    return process.pid
+# Prepended to a child's program: flock answers ENOLCK there too.
+NO_FLOCK = """
+import errno, fcntl
+def unsupported(descriptor, operation):
+    raise OSError(errno.ENOLCK, "No locks available")
+fcntl.flock = unsupported
+"""
 
 
-def test_without_flock_a_dead_holder_on_this_host_is_taken_over(tmp_path, no_flock) -> None:
-    record_holder(tmp_path, ended_process_id(), socket.gethostname())
+def test_without_flock_a_killed_holder_is_taken_over(tmp_path, no_flock) -> None:
+    pid, marker = killed_holder(tmp_path)
+    assert marker[:2] == [str(pid), socket.gethostname()]  # filelock's marker: PID, host, process start
     with RunLock(tmp_path):
-        assert holder_record(tmp_path).pid == os.getpid()
-    assert holder_record(tmp_path) is None
+        assert LockHolder.read(tmp_path / LOCK_FILE).pid == os.getpid()
+    assert not (tmp_path / LOCK_FILE).exists()
 
 
 def test_without_flock_a_pid_reused_by_an_unrelated_process_is_taken_over(tmp_path, no_flock) -> None:
-    """The recorded holder ended and the kernel gave its PID to another process (here: our parent, started at
-    another time than recorded): the recorded start time tells the two apart."""
+    """The killed holder's PID now belongs to another live process (here: our parent, started at another time):
+    the recorded process start tells the two apart, and the lock is taken over instead of refused naming it."""
+    _, marker = killed_holder(tmp_path)
     reused = os.getppid()
-    start = process_start_ticks(reused)
-    assert start is not None
-    record_holder(tmp_path, reused, socket.gethostname(), process_start=start + 1)
+    (tmp_path / LOCK_FILE).write_text("\n".join([str(reused), *marker[1:]]) + "\n")
     with RunLock(tmp_path):
-        assert holder_record(tmp_path).pid == os.getpid()
-        assert holder_record(tmp_path).process_start == process_start_ticks(os.getpid())
-    record_holder(tmp_path, reused, socket.gethostname(), process_start=start)  # the very process: still running
-    with pytest.raises(RunLocked, match=f"in use by PID {reused} "):
-        RunLock(tmp_path).acquire()
-
-
-def test_the_start_time_is_read_even_from_a_process_whose_name_holds_parentheses(tmp_path) -> None:
-    odd = tmp_path / "a (b) c"
-    odd.symlink_to(sys.executable)
-    child = subprocess.Popen([str(odd), "-c", "import time; time.sleep(30)"])
-    try:
-        assert isinstance(process_start_ticks(child.pid), int)
-        assert process_start_ticks(child.pid) >= process_start_ticks(os.getpid())
-    finally:
-        child.kill()
-        child.wait()
+        assert LockHolder.read(tmp_path / LOCK_FILE).pid == os.getpid()
 
 
 def test_without_flock_a_live_holder_is_refused(tmp_path, no_flock) -> None:
-    with RunLock(tmp_path), pytest.raises(RunLocked, match=f"in use by PID {os.getpid()} "):
+    with RunLock(tmp_path), pytest.raises(RunLocked, match=f"in use by PID {os.getpid()} on {socket.gethostname()} "):
         RunLock(tmp_path).acquire()
-    record_holder(tmp_path, os.getppid(), socket.gethostname())
-    with pytest.raises(RunLocked, match=f"in use by PID {os.getppid()} "):
-        RunLock(tmp_path).acquire()
+    child = subprocess.Popen(
+        [sys.executable, "-c", NO_FLOCK + HOLD_LOCK, str(tmp_path)], env=CHILD_ENV, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "holding"
+        with pytest.raises(RunLocked) as refusal:
+            RunLock(tmp_path).acquire()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+    assert f"in use by PID {child.pid} on {socket.gethostname()} (since " in str(refusal.value)
+    assert "delete" not in str(refusal.value)  # its process can be checked from here
 
 
 def test_without_flock_a_holder_on_another_host_is_refused_with_the_way_out(tmp_path, no_flock) -> None:
-    record_holder(tmp_path, ended_process_id(), "elsewhere")
+    pid, marker = killed_holder(tmp_path)
+    (tmp_path / LOCK_FILE).write_text("\n".join([str(pid), "elsewhere", *marker[2:]]) + "\n")
     with pytest.raises(RunLocked) as refusal:
         RunLock(tmp_path).acquire()
-    assert "on elsewhere" in str(refusal.value)
+    assert f"in use by PID {pid} on elsewhere" in str(refusal.value)
     assert str(refusal.value).endswith(f"if it is no longer running, delete {tmp_path / LOCK_FILE}")
 
 
@@ -159,9 +189,8 @@ def test_train_py_refuses_a_locked_run_directory_with_status_2_and_one_line(tmp_
     from helpers import QUICK, run_train
 
     run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(run_dir)], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLD_LOCK, str(run_dir)], env=CHILD_ENV, stdout=subprocess.PIPE, text=True
     )
     try:
         assert holder.stdout.readline().strip() == "holding"
@@ -199,10 +228,12 @@ print(taken, flush=True)
 def test_contenders_that_remove_the_lock_file_never_hold_it_together(tmp_path) -> None:
     """Release removes `.lock` while holding it; a contender that opened the removed file must not run beside one
     that created the next file."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     contenders = [
         subprocess.Popen(
-            [sys.executable, "-c", CONTEND, str(tmp_path), "4"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            [sys.executable, "-c", CONTEND, str(tmp_path), "4"],
+            env=CHILD_ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         for _ in range(3)
     ]

@@ -8,6 +8,7 @@ Every bomb here is built small: either the limit is patched down, or the archive
 
 from __future__ import annotations
 
+import codecs
 import io
 import multiprocessing
 import os
@@ -232,25 +233,46 @@ def test_pickle_claiming_a_huge_array_is_refused_before_allocating(tmp_path: Pat
     assert _peak_traced_bytes(lambda: load_pickle(batch)) < 16 * _MiB
 
 
-_CALLS_PAST_A_MIB = {
+_CALLS_NO_DATA_FILE_MAKES = {
     "bytes(n)": _Call(bytes, 4 * _MiB),
     "bytearray(n)": _Call(bytearray, 4 * _MiB),
-    "_reconstruct(ndarray, (n,), 'b')": _Call(_RECONSTRUCT, np.ndarray, (4 * _MiB,), b"b"),
     "ndarray((n,), 'u8')": _Call(np.ndarray, (_MiB,), "u8"),
-    "array state": _array_claiming((4 * _MiB,), "u1"),
     "str(64 references to 64 KB)": _Call(str, ["x" * (64 << 10)] * 64),
+    "array state": _array_claiming((4 * _MiB,), "u1"),
+    "_reconstruct(ndarray, (n,), 'b') without a state": _Call(_RECONSTRUCT, np.ndarray, (4 * _MiB,), b"b"),
 }
 
 
-@pytest.mark.parametrize("crafted", _CALLS_PAST_A_MIB.values(), ids=_CALLS_PAST_A_MIB.keys())
-def test_allowed_calls_past_the_budget_are_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crafted: _Call
-) -> None:
-    """Each call is allowed but asks for 4 MiB or more from a file of a few KB; the budget is patched to 1 MiB."""
-    monkeypatch.setattr(safe_pickle, "MAX_UNPICKLED_BYTES", _MiB)
+@pytest.mark.parametrize("crafted", _CALLS_NO_DATA_FILE_MAKES.values(), ids=_CALLS_NO_DATA_FILE_MAKES.keys())
+def test_calls_no_data_file_makes_are_refused_before_allocating(tmp_path: Path, crafted: _Call) -> None:
+    """Each asks for 4 MiB or more from a file of a few KB."""
     path = tmp_path / "data_batch_1"
     path.write_bytes(pickle.dumps({"data": crafted}, protocol=2))
     assert path.stat().st_size < 80 * 1024
+    with pytest.raises(DataError, match=r"data_batch_1: (refusing to unpickle|not a readable pickle)"):
+        load_pickle(path)
+    assert _peak_traced_bytes(lambda: load_pickle(path)) < _MiB
+
+
+_TEXT, _PIXELS = "x" * (64 << 10), bytes(256 << 10)
+_ALLOWED_CALLS_PAST_A_MIB = {
+    # One string of 64 KB in the file, encoded 64 times: 4 MiB.
+    "_codecs.encode of one text, 64 times": [_Call(codecs.encode, _TEXT, "latin1") for _ in range(64)],
+    # One run of 256 KB in the file, the contents of 16 arrays: 4 MiB.
+    "16 arrays of one content": [_array_claiming((len(_PIXELS),), "u1", _PIXELS) for _ in range(16)],
+}
+
+
+@pytest.mark.parametrize("crafted", _ALLOWED_CALLS_PAST_A_MIB.values(), ids=_ALLOWED_CALLS_PAST_A_MIB.keys())
+def test_allowed_calls_past_the_budget_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crafted: list
+) -> None:
+    """Each call is one a data file makes, but together they ask for 4 MiB from a file of a few hundred KB; the
+    budget is patched to 1 MiB."""
+    monkeypatch.setattr(safe_pickle, "MAX_UNPICKLED_BYTES", _MiB)
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(pickle.dumps({"data": crafted}, protocol=2))
+    assert path.stat().st_size < 400 * 1024
     with pytest.raises(DataError, match=rf"data_batch_1: refusing to unpickle .*past the limit of {_MiB} bytes"):
         load_pickle(path)
 

@@ -1,33 +1,35 @@
 """Download, verify and safely extract the official data archives.
 
-Everything that can fail here (network, a corrupted file, a hostile archive) fails as one DataError whose
-message names the file or URL and says what to do, instead of a traceback from deep inside urllib or tarfile.
-Every member of an archive is checked before the first one is written, so a refused archive writes nothing.
-The checks bound what an archive may unpack to even when its md5 is not checked (`data.verify=false`).
+torchvision fetches (`download_url`) and hashes (`calculate_md5`); this module adds what torchvision lacks:
+- a partial or unverified download never appears under the archive's name (torchvision writes in place);
+- everything that can fail (network, a corrupted file, a hostile archive) fails as one DataError whose message
+  names the file or URL and says what to do, instead of a traceback from deep inside urllib or tarfile;
+- every member of an archive is checked before the first one is written, so a refused archive writes nothing.
+  torchvision's `extract_archive` (0.29) calls `tarfile.extractall` without a filter (Python before 3.14 then
+  writes links, devices, absolute paths and `..` as they come) and neither it nor `zipfile` bounds what an
+  archive unpacks to. The checks hold even when the md5 is not checked (`data.verify=false`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import http.client
+import os
 import re
-import shutil
+import socket
 import stat
 import tarfile
-import urllib.request
+import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, NoReturn
+from typing import NoReturn
 
-from tqdm import tqdm
+from torchvision.datasets.utils import calculate_md5, download_url
 
 from vit_locality.data.base import DataError
 from vit_locality.errors import first_line
-from vit_locality.run.atomic import replace_atomically
 
-_CHUNK = 1 << 20
 # tarfile's "data" extraction filter: Python 3.12+, back-ported to 3.8.17, 3.9.17, 3.10.12 and 3.11.4.
 _TAR_DATA_FILTER = getattr(tarfile, "data_filter", None)
 
@@ -61,13 +63,7 @@ class ArchiveSpec:
     folder: str  # under the data root, created by extracting the archive
 
 
-def md5sum(path: Path) -> str:
-    """Hex md5 of a file, read in chunks so archives of hundreds of MB need no memory."""
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+DOWNLOAD_TIMEOUT_S = 60  # seconds without a byte from the server before a download fails
 
 
 def check_file(path: Path, *, md5: str | None = None, size: int | None = None, what: str = "", hint: str) -> None:
@@ -77,32 +73,26 @@ def check_file(path: Path, *, md5: str | None = None, size: int | None = None, w
         raise DataError(f"{what}: file is missing; {hint}")
     if size is not None and (actual := path.stat().st_size) != size:
         raise DataError(f"{what}: {actual} bytes, expected {size}; {hint}")
-    if md5 is not None and (actual_md5 := md5sum(path)) != md5:
+    if md5 is not None and (actual_md5 := calculate_md5(path)) != md5:
         raise DataError(f"{what}: md5 {actual_md5} does not match the official {md5}; {hint}")
 
 
-def download_url(
-    url: str, dest: Path, *, size: int | None = None, md5: str | None = None, timeout: float = 60.0
-) -> Path:
-    """Fetch `url` to `dest` with a progress bar; a partial or unverified download never appears at `dest`.
-
-    Network failures propagate as OSError (URLError is one) so the caller can say what data was wanted.
-    """
-
-    def fetch(out: BinaryIO) -> None:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            total = int(response.headers.get("Content-Length") or 0) or size
-            with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name) as bar:
-                while chunk := response.read(_CHUNK):
-                    out.write(chunk)
-                    bar.update(len(chunk))
-
-    def verify(downloaded: Path) -> None:
+def download_archive(url: str, dest: Path, *, size: int | None = None, md5: str | None = None) -> None:
+    """torchvision's `download_url` into a temporary folder beside `dest`, checked there and only then renamed to
+    `dest`. Network failures propagate as OSError (URLError is one) so the caller can say what data was wanted."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    previous_timeout = socket.getdefaulttimeout()
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as folder:
+        # torchvision opens the URL without a timeout: a server that stops answering would hang the cell forever.
+        socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+        try:
+            download_url(url, folder, dest.name)
+        finally:
+            socket.setdefaulttimeout(previous_timeout)
+        fetched = Path(folder) / dest.name
         hint = "the transfer was corrupted: re-run to try again"
-        check_file(downloaded, md5=md5, size=size, what=f"download of {url}", hint=hint)
-
-    replace_atomically(dest, fetch, check=verify)
-    return dest
+        check_file(fetched, md5=md5, size=size, what=f"download of {url}", hint=hint)
+        os.replace(fetched, dest)
 
 
 def fetch_and_extract(
@@ -119,7 +109,7 @@ def fetch_and_extract(
         if not download:
             raise DataError(f"{dataset}: {missing} not found and download is off; fetch {spec.url} by hand, {place}")
         try:
-            download_url(spec.url, archive, size=spec.size if verify else None, md5=spec.md5 if verify else None)
+            download_archive(spec.url, archive, size=spec.size if verify else None, md5=spec.md5 if verify else None)
         except DataError:
             raise
         except (OSError, ValueError, http.client.HTTPException) as err:
@@ -174,13 +164,12 @@ def _refuse_absolute(archive: Path, name: str) -> None:
         _refuse(archive, name, "absolute path")
 
 
-def _destination(archive: Path, target: Path, name: str, is_dir: bool) -> Path:
-    """Where a member lands inside `target` (already resolved); refuse absolute or escaping paths."""
+def _check_destination(archive: Path, target: Path, name: str, is_dir: bool) -> None:
+    """Refuse a member whose path is absolute or lands outside `target` (already resolved)."""
     _refuse_absolute(archive, name)
     dest = (target / name.replace("\\", "/")).resolve()
     if not (target in dest.parents or (is_dir and dest == target)):
         _refuse(archive, name, f"its path escapes {target}")
-    return dest
 
 
 def _tar_kind(member: tarfile.TarInfo) -> str:
@@ -191,31 +180,17 @@ def _tar_kind(member: tarfile.TarInfo) -> str:
     return "device" if member.isdev() else "special file"
 
 
-def _inside(archive: Path, member: tarfile.TarInfo, target: Path) -> tarfile.TarInfo:
-    """The member as the data filter passes it (unchanged where Python lacks the filter); refuse an escaping path."""
-    if _TAR_DATA_FILTER is None:
-        _destination(archive, target, member.name, member.isdir())
-        return member
-    try:
-        return _TAR_DATA_FILTER(member, str(target))
-    except tarfile.OutsideDestinationError:
-        _refuse(archive, member.name, f"its path escapes {target}")
-
-
 def _checked_tar_members(archive: Path, tar: tarfile.TarFile, target: Path) -> list[tarfile.TarInfo]:
-    """Every member, checked before anything is written (the filter alone checks each one as it writes it).
-
-    Links and device files are refused outright, where the filter allows links that stay inside `target`;
-    absolute paths are refused too, where the filter strips the leading / and extracts the rest.
-    """
+    """Every member, checked before anything is written (tarfile's data filter checks each one only as it writes
+    it, allows links that stay inside `target` and strips a leading / where this refuses the member)."""
     members = []
     unpacked = _UnpackedSize(archive)
     for member in tar:  # read header by header, so a refused archive is not read to its end
         if not (member.isreg() or member.isdir()):
             _refuse(archive, member.name, f"it is a {_tar_kind(member)}")
-        _refuse_absolute(archive, member.name)
+        _check_destination(archive, target, member.name, member.isdir())
         unpacked.add(member.size)
-        members.append(_inside(archive, member, target))
+        members.append(member)
     return members
 
 
@@ -238,9 +213,9 @@ def _check_zip_member(archive: Path, info: zipfile.ZipInfo) -> None:
         )
 
 
-def _zip_plan(archive: Path, zf: zipfile.ZipFile, target: Path) -> list[tuple[zipfile.ZipInfo, Path]]:
-    """zipfile has no extraction filter: check every member ourselves, and say where each one lands."""
-    plan = []
+def _checked_zip_members(archive: Path, zf: zipfile.ZipFile, target: Path) -> list[zipfile.ZipInfo]:
+    """zipfile has no extraction filter: every member, checked here before anything is written."""
+    members = []
     unpacked = _UnpackedSize(archive)
     for info in zf.infolist():
         unpacked.add(info.file_size)
@@ -250,34 +225,22 @@ def _zip_plan(archive: Path, zf: zipfile.ZipFile, target: Path) -> list[tuple[zi
             _refuse(archive, info.filename, "it is a symlink")
         if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
             _refuse(archive, info.filename, "it is a special file")
-        plan.append((info, _destination(archive, target, info.filename, info.is_dir())))
-    return plan
-
-
-def _place(dest: Path, source: IO[bytes] | None) -> None:
-    """Create `dest` as a directory when there is no `source`, else as a copy of it."""
-    if source is None:
-        dest.mkdir(parents=True, exist_ok=True)
-        return
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with source, open(dest, "wb") as out:
-        shutil.copyfileobj(source, out, _CHUNK)
+        _check_destination(archive, target, info.filename, info.is_dir())
+        members.append(info)
+    return members
 
 
 def _extract_zip(archive: Path, target: Path) -> None:
     with zipfile.ZipFile(archive) as zf:
-        for info, dest in _zip_plan(archive, zf, target):
-            _place(dest, None if info.is_dir() else zf.open(info))
+        zf.extractall(target, members=_checked_zip_members(archive, zf, target))
 
 
 def _extract_tar(archive: Path, target: Path) -> None:
     with tarfile.open(archive, "r:*") as tar:
         members = _checked_tar_members(archive, tar, target)
-        if _TAR_DATA_FILTER is not None:
-            tar.extractall(target, members=members, filter=_TAR_DATA_FILTER)
-            return
-        for member in members:
-            _place(target / member.name, None if member.isdir() else tar.extractfile(member))
+        # The data filter also drops setuid and group or other write bits from what it writes.
+        data_only = {"filter": _TAR_DATA_FILTER} if _TAR_DATA_FILTER is not None else {}
+        tar.extractall(target, members=members, **data_only)
 
 
 def safe_extract(archive: Path, target: Path) -> None:

@@ -9,7 +9,8 @@ nothing. So:
 - two one-sided Welch t-tests (TOST) at 5% each on d = mean(cell) - mean(Baseline): the cell is equivalent to
   Baseline when d > -delta and d < +delta are both significant, i.e. when the 90% interval
   d +- t(0.95, df) se lies strictly inside (-delta, +delta); se = sqrt(s_c^2 / n_c + s_b^2 / n_b), df by
-  Welch-Satterthwaite;
+  Welch-Satterthwaite, t from `scipy.stats.t` (scipy's own `ttest_ind` warns about precision when a side has
+  no spread, which repeated runs of a deterministic cell do);
 - "undetermined" when the test cannot mean anything: fewer than 2 runs in Baseline, the cell or +CM (a t-test
   needs each cell's spread), or CutMix's own shift is not significant (two-sided Welch t-test at 5%) or not
   larger than the margin: then "stays where CutMix does not" cannot be told from "nothing moves".
@@ -22,9 +23,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import fmean, variance
+
+from scipy import stats
 
 from vit_locality.report.aggregate import summarise
-from vit_locality.report.factorial import t_quantile
 
 MARGIN_FLOOR = 0.02  # the fixed part of the margin, in min MAD
 SPREAD_FACTOR = 2.0  # times Baseline's seed standard deviation
@@ -36,17 +39,23 @@ EQUIVALENT, NOT_EQUIVALENT, UNDETERMINED = "equivalent", "not equivalent", "unde
 
 @dataclass(frozen=True)
 class WelchDifference:
-    """mean(a) - mean(b) with its standard error and Welch-Satterthwaite degrees of freedom."""
+    """mean(a) - mean(b) over the finite values of each side, with its Welch t intervals."""
 
-    estimate: float
-    se: float
-    df: float
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+
+    @property
+    def estimate(self) -> float:
+        return fmean(self.a) - fmean(self.b)
 
     def interval(self, level: float) -> tuple[float, float]:
-        """The two-sided `level` interval; the point itself when se = 0 (no spread anywhere)."""
-        if self.se == 0.0:
+        """The two-sided `level` interval, t quantile at the Welch-Satterthwaite degrees of freedom; the point itself
+        when neither side varies (no spread anywhere)."""
+        va, vb = variance(self.a) / len(self.a), variance(self.b) / len(self.b)
+        if va + vb == 0.0:
             return self.estimate, self.estimate
-        half = t_quantile(0.5 + level / 2, self.df) * self.se
+        df = (va + vb) ** 2 / (va**2 / (len(self.a) - 1) + vb**2 / (len(self.b) - 1))
+        half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(va + vb)
         return self.estimate - half, self.estimate + half
 
 
@@ -61,14 +70,13 @@ class Equivalence:
 
 
 def welch(a: Sequence[float], b: Sequence[float]) -> WelchDifference:
-    """mean(a) - mean(b), its standard error and Welch degrees of freedom; needs 2 or more values on each side."""
-    sa, sb = summarise(a), summarise(b)
-    if sa.n < MIN_RUNS or sb.n < MIN_RUNS:
-        raise ValueError(f"a Welch t-test needs {MIN_RUNS} or more values per side, got {sa.n} and {sb.n}")
-    va, vb = sa.std**2 / sa.n, sb.std**2 / sb.n
-    se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1)) if se > 0 else math.inf
-    return WelchDifference(sa.mean - sb.mean, se, df)
+    """mean(a) - mean(b) for a Welch t-test; needs 2 or more finite values on each side."""
+    finite_a, finite_b = (tuple(float(v) for v in side if math.isfinite(v)) for side in (a, b))
+    if len(finite_a) < MIN_RUNS or len(finite_b) < MIN_RUNS:
+        raise ValueError(
+            f"a Welch t-test needs {MIN_RUNS} or more values per side, got {len(finite_a)} and {len(finite_b)}"
+        )
+    return WelchDifference(finite_a, finite_b)
 
 
 def margin(baseline: Sequence[float]) -> float:

@@ -1,4 +1,4 @@
-"""The 8 cells as a 2 x 2 x 2 factorial design (AA, CM, LS): main effects with intervals, and the separation.
+"""The 8 cells as a 2 x 2 x 2 factorial design (AA, CM, LS): main effects with intervals.
 
 Main effect of a factor on a figure = a contrast of CELL MEANS: the mean of the 4 cell means with the factor on
 minus the mean of the 4 cell means with it off. Each cell weighs 1/4 on its side whatever its number of seeds, so
@@ -16,23 +16,18 @@ The 95% interval is chosen by what the runs allow:
   Welch-Satterthwaite degrees of freedom (sum a_c)^2 / sum(a_c^2 / (n_c - 1)), a_c = (1/4)^2 * s_c^2 / n_c.
 - none (NaN, shown "n/a"), with one seed, or when some cell has a single run and the seeds are not paired.
 
-scipy is not a dependency, so the t quantile is computed here (`t_quantile`).
-
-The separation asks whether every CutMix value lies strictly below every non-CutMix value, judged on every run
-(`per="run"`: the highest CutMix run against the lowest other run) or on cell means (`per="mean"`). The two can
-differ: a CutMix cell with runs at 0.02, 0.02 and 0.50 has a mean of 0.18, below non-CutMix runs all at 0.21,
-while its third run lies above them.
+The t quantiles are scipy's (`scipy.stats.t.ppf`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from statistics import NormalDist
+
+from scipy import stats
 
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
-from vit_locality.report.aggregate import Group, Level, cell_values, summarise
+from vit_locality.report.aggregate import Group, summarise
 
 FACTORS = ("AA", "CM", "LS")
 
@@ -49,56 +44,6 @@ class Effect:
     method: str
 
 
-@dataclass(frozen=True)
-class Separation:
-    verdict: bool | None  # None when one side has no cell
-    max_cutmix: float  # the highest CutMix value: run or cell mean, as `per` says
-    max_cutmix_cell: str | None  # the cell it belongs to
-    min_other: float  # the lowest value without CutMix
-    min_other_cell: str | None
-    cells: int  # how many cells had a value
-    per: Level = "run"
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The p-quantile of Student's t with `df` (real, >= 1) degrees of freedom.
-
-    With t = sqrt(df) tan(theta), P(0 < T < t) = c * integral_0^theta cos(u)^(df - 1) du,
-    c = Gamma((df + 1) / 2) / (sqrt(pi) Gamma(df / 2)): a smooth integral on a finite interval (Simpson's rule),
-    solved for t by bisection. Accurate to about 1e-7 for df >= 1."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must lie in (0, 1), got {p}")
-    if not df >= 1.0:
-        raise ValueError(f"df must be >= 1, got {df}")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    if p == 0.5:
-        return 0.0
-    if df > 1e7:
-        return NormalDist().inv_cdf(p)
-    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
-    target = (p - 0.5) / c
-
-    def area(t: float, steps: int = 512) -> float:
-        theta = math.atan(t / math.sqrt(df))
-        h = theta / steps
-        total = 1.0 + math.cos(theta) ** (df - 1)
-        for i in range(1, steps):
-            total += (4 if i % 2 else 2) * math.cos(i * h) ** (df - 1)
-        return total * h / 3
-
-    low, high = 0.0, 1.0
-    while area(high) < target:  # bracket in t, so that theta stays within a few widths of the integrand's peak
-        low, high = high, 2 * high
-    for _ in range(50):
-        mid = (low + high) / 2
-        if area(mid) < target:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
-
-
 def main_effect(cells: dict[str, Group], factor: str, figure: str) -> Effect:
     """Main effect of `factor` (AA, CM or LS) on `figure` over the 8 cells of one (data set, model): the contrast
     of cell means, with the interval the module docstring describes."""
@@ -108,8 +53,8 @@ def main_effect(cells: dict[str, Group], factor: str, figure: str) -> Effect:
     if missing:
         return Effect(factor, figure, *(math.nan,) * 4, 0, f"no value in cells {', '.join(missing)}")
     weights = {name: (1.0 if CELL_FLAGS[name][index] else -1.0) / 4 for name in CELL_ORDER}
-    stats = {name: summarise(v for _, v in pairs) for name, pairs in values.items()}
-    estimate = sum(weights[name] * stats[name].mean for name in CELL_ORDER)
+    summaries = {name: summarise(v for _, v in pairs) for name, pairs in values.items()}
+    estimate = sum(weights[name] * summaries[name].mean for name in CELL_ORDER)
 
     seeds = _common_seeds(values)
     if seeds is not None and len(seeds) >= 2:
@@ -119,36 +64,24 @@ def main_effect(cells: dict[str, Group], factor: str, figure: str) -> Effect:
             per_seed.append(sum(weights[name] * at[name] for name in CELL_ORDER))
         stat = summarise(per_seed)
         df = len(per_seed) - 1
-        half = t_quantile(0.975, df) * stat.std / math.sqrt(stat.n)
+        half = float(stats.t.ppf(0.975, df)) * stat.std / math.sqrt(stat.n)
         return Effect(factor, figure, estimate, estimate - half, estimate + half, df, stat.n, "paired by seed")
-    n_runs = sum(stat.n for stat in stats.values())
+    n_runs = sum(stat.n for stat in summaries.values())
     if seeds is not None:
         return Effect(factor, figure, estimate, math.nan, math.nan, math.nan, 1, "one seed: no interval")
-    if any(stat.n < 2 for stat in stats.values()):
+    if any(stat.n < 2 for stat in summaries.values()):
         return Effect(factor, figure, estimate, math.nan, math.nan, math.nan, n_runs, "a cell has one run: no interval")
-    terms = [(weights[name] ** 2 * stat.std**2 / stat.n, stat.n - 1) for name, stat in stats.items()]
+    terms = [(weights[name] ** 2 * stat.std**2 / stat.n, stat.n - 1) for name, stat in summaries.items()]
     variance = sum(a for a, _ in terms)
     if variance == 0:
         return Effect(factor, figure, estimate, estimate, estimate, math.nan, n_runs, "Welch (no spread)")
     df = variance**2 / sum(a**2 / dof for a, dof in terms)
-    half = t_quantile(0.975, max(df, 1.0)) * math.sqrt(variance)
+    half = float(stats.t.ppf(0.975, df)) * math.sqrt(variance)
     return Effect(factor, figure, estimate, estimate - half, estimate + half, df, n_runs, "Welch")
 
 
 def main_effects(cells: dict[str, Group], figure: str) -> list[Effect]:
     return [main_effect(cells, factor, figure) for factor in FACTORS]
-
-
-def separation(cells: Mapping[str, Group], figure: str = "min_mad", per: Level = "run") -> Separation:
-    """Does every CutMix value lie below every non-CutMix value? Runs or cell means, as `per` says (see the module
-    docstring); ties go to the first cell in the paper's order."""
-    values = cell_values(cells, figure, per)
-    cutmix = [(v, name) for name, vs in values.items() if CELL_FLAGS[name][1] for v in vs]
-    other = [(v, name) for name, vs in values.items() if not CELL_FLAGS[name][1] for v in vs]
-    top = max(cutmix, key=lambda pair: pair[0], default=(math.nan, None))
-    bottom = min(other, key=lambda pair: pair[0], default=(math.nan, None))
-    verdict = None if not cutmix or not other else top[0] < bottom[0]
-    return Separation(verdict, top[0], top[1], bottom[0], bottom[1], len(values), per)
 
 
 def _common_seeds(values: dict[str, list[tuple[object, float]]]) -> list[object] | None:
