@@ -4,13 +4,13 @@ logging steps."""
 
 from __future__ import annotations
 
+import host_syncs as cells
 import pytest
 import torch
+from host_syncs import HostSyncCounter
 
 import vit_locality.augment.batched_autoaugment as batched
 import vit_locality.augment.mixing as mixing
-from vit_locality.bench import host_sync_cells as cells
-from vit_locality.bench.host_syncs import HostSyncCounter
 
 
 def _ops(counter: HostSyncCounter) -> list[str]:

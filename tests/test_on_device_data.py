@@ -27,9 +27,8 @@ from vit_locality.data.on_device import (
     crop_flip,
     draw_color_jitter,
     resolve_on_device,
-    shard_order,
 )
-from vit_locality.data.sampling import EpochShardSampler
+from vit_locality.data.sampling import EpochShardSampler, shard_order
 from vit_locality.errors import ConfigError
 from vit_locality.run.builders import build_datamodule, build_module, data_on_device
 

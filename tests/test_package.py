@@ -23,8 +23,8 @@ SCRIPTS = (
     "vit-locality-report",
     "vit-locality-summary",
     "vit-locality-analyze",
-    "vit-locality-bench",
 )
+ABSENT = "is absent from the `packages` configuration"  # setuptools' warning for a folder it would leave out
 
 
 def source_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -47,13 +47,16 @@ def source_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built wheel; what the build printed is saved beside it as build.log."""
     out = tmp_path_factory.mktemp("dist")
     source = source_copy(tmp_path_factory)
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(source)],
         check=True,
         capture_output=True,
+        text=True,
     )
+    (out / "build.log").write_text(done.stdout + done.stderr)
     (built,) = out.glob("vit_locality-*.whl")
     return built
 
@@ -69,7 +72,7 @@ def new_venv(tmp_path_factory: pytest.TempPathFactory, install: list[str]) -> Pa
         ).strip()
     )
     (purelib / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run(
+    done = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -84,7 +87,9 @@ def new_venv(tmp_path_factory: pytest.TempPathFactory, install: list[str]) -> Pa
         ],
         check=True,
         capture_output=True,
+        text=True,
     )
+    (venv / "install.log").write_text(done.stdout + done.stderr)
     return venv
 
 
@@ -97,7 +102,10 @@ def fresh_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 def test_wheel_ships_configs_entry_points_and_license(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
-    assert "vit_locality/conf/train.yaml" in names and "vit_locality/conf/experiment/demo.yaml" in names
+    configs = {f"vit_locality/conf/{p.relative_to(REPO / 'conf').as_posix()}" for p in (REPO / "conf").rglob("*.yaml")}
+    assert "vit_locality/conf/experiment/demo.yaml" in configs
+    assert {name for name in names if name.endswith(".yaml")} == configs
+    assert not any(name.startswith(("benchmarks/", "vit_locality/bench/")) for name in names)
     assert "vit_locality/callbacks/__init__.py" in names
     assert not any(name.startswith("callbacks/") for name in names)  # no generic top-level package
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
@@ -110,13 +118,22 @@ def test_wheel_ships_configs_entry_points_and_license(wheel: Path) -> None:
 
 def test_package_list_covers_every_package_folder() -> None:
     """A sub-package missing from pyproject's explicit list would be left out of the wheel (tests pass in the
-    checkout, the installed command fails)."""
+    checkout, the installed command fails); so would a config group folder's yaml files."""
     import tomllib
 
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "vit_locality").rglob("__init__.py")}
+    groups = [p for p in (REPO / "conf").rglob("*") if p.is_dir() and p.name != "__pycache__"]
+    found |= {".".join(("vit_locality", *p.relative_to(REPO).parts)) for p in groups}
     found |= {"vit_locality.conf", "vit_locality.callbacks"}
     assert listed == found
+
+
+def test_wheel_build_and_install_print_no_package_warnings(wheel: Path, fresh_venv: Path) -> None:
+    """Every config folder is a declared package: neither the wheel's build nor an (editable) install warns that
+    setuptools would leave one out (about 30 lines per folder)."""
+    assert (wheel.parent / "build.log").read_text().count(ABSENT) == 0
+    assert (fresh_venv / "install.log").read_text().count(ABSENT) == 0
 
 
 def test_installed_package_has_no_top_level_conf_or_callbacks(fresh_venv: Path, tmp_path: Path) -> None:

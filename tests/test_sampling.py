@@ -13,6 +13,7 @@ from torch.utils.data import Dataset, DistributedSampler
 
 from vit_locality.augment.per_sample import build_train_transform
 from vit_locality.data import SyntheticDataModule
+from vit_locality.data.on_device import DeviceTrainLoader
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw
 from vit_locality.run.seeding import sample_seed
 
@@ -60,6 +61,80 @@ def test_ddp_shards_partition_the_epoch_and_make_up_the_one_process_batches(worl
         assert sorted(step_draws) == sorted(whole[step * 24 : (step + 1) * 24])
     # a DistributedSampler: Lightning keeps it under DDP instead of wrapping it in a reshuffling one
     assert isinstance(shards[0][0], SampleDraw) and issubclass(EpochShardSampler, DistributedSampler)
+
+
+# The first 8 indices of each epoch for seed 5 and 96 samples, as both data paths draw them: a run resumed from a
+# checkpoint written before a change of the order would train on other samples than its unbroken twin.
+PINNED_ORDERS = {  # (processes, rank, epoch): indices
+    (1, 0, 0): [65, 37, 0, 13, 10, 41, 44, 94],
+    (1, 0, 1): [60, 76, 25, 92, 58, 7, 57, 11],
+    (1, 0, 2): [29, 10, 80, 22, 74, 20, 18, 1],
+    (2, 1, 0): [37, 13, 41, 94, 80, 78, 22, 61],
+    (2, 1, 1): [76, 92, 7, 11, 33, 42, 16, 3],
+    (2, 1, 2): [10, 22, 20, 1, 32, 17, 60, 63],
+}
+PATHS = ("workers", "on_device")
+BATCH = 4  # per process
+
+
+def _drawn(path: str, epoch: int, world: int = 1, rank: int = 0, resume: tuple[int, int] | None = None) -> list[int]:
+    """The indices one iteration of a fresh training loader of `path` draws in `epoch`; `resume` is (epoch, steps
+    all processes completed), told to the loader as base.ImageDataModule.train_dataloader tells it."""
+    if path == "workers":
+        sampler = EpochShardSampler(range(SIZE), 5, epoch, num_replicas=world, rank=rank)
+        if resume is not None:
+            sampler.resume_from(resume[0], resume[1] * BATCH * world)
+        return [d.index for d in sampler]
+    loader = DeviceTrainLoader(torch.zeros(SIZE, 1), torch.arange(SIZE), BATCH, 5, None, epoch, world, rank)
+    if resume is not None:
+        loader.resume_from(*resume)
+    batches = [labels for _, labels in loader]
+    assert all(len(labels) == BATCH for labels in batches)  # full batches only, resumed or not
+    return torch.cat(batches).tolist()
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(("world", "rank", "epoch"), list(PINNED_ORDERS))
+def test_both_paths_draw_the_recorded_orders(path: str, world: int, rank: int, epoch: int) -> None:
+    drawn = _drawn(path, epoch, world, rank)
+    assert drawn[:8] == PINNED_ORDERS[world, rank, epoch] and len(drawn) == SIZE // world
+    if path == "workers":  # each index with its own sample seed
+        sampler = EpochShardSampler(range(SIZE), 5, epoch, num_replicas=world, rank=rank)
+        assert [d.seed for d in sampler] == [sample_seed(5, epoch, i) for i in drawn]
+
+
+def test_both_paths_pad_an_uneven_split_by_wrapping_the_order() -> None:
+    """10 samples over 3 processes: 4 each, positions 10 and 11 of the global order being its positions 0 and 1."""
+    workers = [[d.index for d in EpochShardSampler(range(10), 5, 0, num_replicas=3, rank=r)] for r in range(3)]
+    assert workers[2] == [1, 5, 7, 9] and workers[1][-1] == workers[0][0] and workers[2][-1] == workers[1][0]
+    for rank in range(3):
+        loader = DeviceTrainLoader(torch.zeros(10, 1), torch.arange(10), 4, 5, None, 0, 3, rank)
+        assert torch.cat([labels for _, labels in loader]).tolist() == workers[rank]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_both_paths_resume_at_the_same_position_once_and_only_in_its_epoch(path: str) -> None:
+    """After 2 steps of 2 processes (16 samples of epoch 1), rank 1 goes on at its shard's 9th index; the skip
+    leaves other epochs whole, and the iteration that uses it leaves the next one of that epoch whole."""
+    assert _drawn(path, 1, 2, 1, resume=(1, 2)) == _drawn(path, 1, 2, 1)[2 * BATCH :]
+    assert _drawn(path, 1, 2, 1, resume=(1, 2))[:6] == [74, 36, 4, 28, 69, 71]
+    assert _drawn(path, 0, 2, 1, resume=(1, 2)) == _drawn(path, 0, 2, 1)
+    assert _drawn(path, 1, 2, 1, resume=(1, 0)) == _drawn(path, 1, 2, 1)
+    if path == "workers":
+        loader: EpochShardSampler | DeviceTrainLoader = EpochShardSampler(range(SIZE), 5, 0, num_replicas=2, rank=1)
+        loader.resume_from(1, 2 * BATCH * 2)
+        first = [d.index for d in loader]
+        loader.set_epoch(1)
+        second, third = [d.index for d in loader], [d.index for d in loader]
+    else:
+        loader = DeviceTrainLoader(torch.zeros(SIZE, 1), torch.arange(SIZE), BATCH, 5, None, 0, 2, 1)
+        loader.resume_from(1, 2)
+        first = torch.cat([labels for _, labels in loader]).tolist()
+        loader.set_epoch(1)
+        second = torch.cat([labels for _, labels in loader]).tolist()
+        third = torch.cat([labels for _, labels in loader]).tolist()
+    assert first == _drawn(path, 0, 2, 1) and second == _drawn(path, 1, 2, 1)[2 * BATCH :]
+    assert third == _drawn(path, 1, 2, 1)
 
 
 def _datamodule(num_workers: int, **options: int) -> SyntheticDataModule:

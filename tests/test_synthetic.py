@@ -3,7 +3,11 @@ the table of datamodules by name, against the names in vit_locality.catalog."""
 
 from __future__ import annotations
 
+import ast
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -239,9 +243,27 @@ def test_batch_equal_to_training_set_is_accepted() -> None:
 
 def test_every_data_set_name_has_its_datamodule_and_policy() -> None:
     assert set(DATAMODULES) == set(DATASETS)
-    for name, cls in DATAMODULES.items():
-        assert cls.name == name and datamodule_class(name) is cls
+    for name in DATAMODULES:
+        cls = datamodule_class(name)
+        assert cls.name == name
         assert cls().default_policy == DATASET_DEFAULT_POLICY[name]  # constructing one reads no files
+
+
+def test_a_synthetic_run_imports_no_other_datamodule() -> None:
+    """The registry imports a datamodule's module only when its data set is chosen: building and loading the
+    synthetic datamodule (as a run does) leaves the file readers and the downloader unimported."""
+    code = (
+        "import sys\nfrom helpers import QUICK, compose_config\n"
+        "from vit_locality.run.builders import build_datamodule\n"
+        "build_datamodule(compose_config(QUICK)).setup('fit')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('vit_locality.data.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = set(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+    assert "vit_locality.data.synthetic" in loaded
+    absent = {f"vit_locality.data.{name}" for name in ("cifar", "download", "tiny_imagenet", "safe_pickle")}
+    assert not loaded & absent, sorted(loaded & absent)
 
 
 def test_unknown_data_set_name_lists_the_known_ones() -> None:

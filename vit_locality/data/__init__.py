@@ -1,34 +1,54 @@
-"""Datamodules by name, as `data.name` in the config selects them (the names themselves: vit_locality.catalog)."""
+"""Datamodules by name, as `data.name` in the config selects them (the names themselves: vit_locality.catalog).
+
+The registry holds module paths, and a datamodule's module is imported only when its data set is chosen: a
+synthetic run never loads the pickle reader, the downloader or the Tiny-ImageNet reader.
+"""
 
 from __future__ import annotations
 
-from vit_locality.data.base import DataError, ImageArrays, ImageDataModule, UInt8ImageDataset
-from vit_locality.data.cifar import CIFAR10DataModule, CIFAR100DataModule
-from vit_locality.data.glyphs import GlyphsDataModule
-from vit_locality.data.synthetic import SyntheticDataModule
-from vit_locality.data.tiny_imagenet import TinyImageNetDataModule
+from importlib import import_module
+from typing import Any
 
-DATAMODULES: dict[str, type[ImageDataModule]] = {
-    cls.name: cls
-    for cls in (CIFAR10DataModule, CIFAR100DataModule, TinyImageNetDataModule, SyntheticDataModule, GlyphsDataModule)
+from vit_locality.data.base import DataError, ImageArrays, ImageDataModule, UInt8ImageDataset
+
+# data.name -> "module:class"
+DATAMODULES: dict[str, str] = {
+    "cifar10": "vit_locality.data.cifar:CIFAR10DataModule",
+    "cifar100": "vit_locality.data.cifar:CIFAR100DataModule",
+    "tiny_imagenet": "vit_locality.data.tiny_imagenet:TinyImageNetDataModule",
+    "synthetic": "vit_locality.data.synthetic:SyntheticDataModule",
+    "glyphs": "vit_locality.data.glyphs:GlyphsDataModule",
 }
 
 
+def _load(path: str) -> type[ImageDataModule]:
+    module, name = path.split(":")
+    return getattr(import_module(module), name)
+
+
 def datamodule_class(name: str) -> type[ImageDataModule]:
-    """The datamodule class `data.name` selects; an unknown name is a ValueError listing the known ones."""
+    """The datamodule class `data.name` selects, its module imported now; an unknown name is a ValueError listing
+    the known ones."""
     try:
-        return DATAMODULES[name]
+        path = DATAMODULES[name]
     except KeyError:
         raise ValueError(f"data.name={name!r}: allowed values are {', '.join(DATAMODULES)}") from None
+    return _load(path)
+
+
+def __getattr__(attr: str) -> Any:
+    """`from vit_locality.data import SyntheticDataModule` and the like, imported on first use."""
+    for path in DATAMODULES.values():
+        if path.endswith(f":{attr}"):
+            return _load(path)
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
 __all__ = [
     "DATAMODULES",
     "DataError",
-    "GlyphsDataModule",
     "ImageArrays",
     "ImageDataModule",
-    "SyntheticDataModule",
     "UInt8ImageDataset",
     "datamodule_class",
 ]

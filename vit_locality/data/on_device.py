@@ -8,13 +8,13 @@ of the worker path:
     gather the batch (epoch permutation) -> random crop with zero padding + horizontal flip, per sample
       -> AutoAugment (batched_autoaugment) or ColorJitter, per sample -> [the module: CutMix, normalise]
 
-Random stream. The epoch's order is the worker path's own (`EpochShardSampler.epoch_order`: seeded by (seed,
-epoch)), so both paths see the same samples in the same batches. The augmentation draws come from a generator on
-the device seeded by (seed, epoch, step) only: each step draws for the whole global batch and each process keeps the
-rows of its own samples, so a sample's crop, flip and AutoAugment depend on its position in the epoch and not on the
-number of processes, and an epoch resumed at any step draws what an unbroken run drew. The draws differ from
-the worker path's (they come in blocks, from another generator), with the same distribution; the setting is part of
-the run identity for that reason.
+Random stream. The epoch's order and the resume position are the worker path's own (sampling.ResumableEpoch), so
+both paths see the same samples in the same batches. The augmentation draws come from a generator on the device
+seeded by (seed, epoch, step) only: each step draws for the whole global batch and each process keeps the rows of
+its own samples, so a sample's crop, flip and AutoAugment depend on its position in the epoch and not on the number
+of processes, and an epoch resumed at any step draws what an unbroken run drew. The draws differ from the worker
+path's (they come in blocks, from another generator), with the same distribution; the setting is part of the run
+identity for that reason.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from vit_locality.augment.batched_autoaugment import AutoAugmentDraws
 from vit_locality.augment.batched_autoaugment import apply as apply_autoaugment
 from vit_locality.augment.batched_autoaugment import draw as draw_autoaugment
 from vit_locality.catalog import COLORJITTER
-from vit_locality.data.sampling import EpochShardSampler
+from vit_locality.data.sampling import ResumableEpoch
 from vit_locality.run.seeding import sample_seed
 
 ON_DEVICE_SETTINGS = ("auto", True, False)
@@ -145,7 +145,7 @@ class BatchAugment:
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator, world: int = 1, rank: int = 0) -> torch.Tensor:
         """Draw for the global batch (`world` x this batch) and augment this process's rows of it: rows rank,
-        rank + world, ... hold its samples (the shard order of `EpochShardSampler`)."""
+        rank + world, ... hold its samples (sampling.shard_order)."""
         total = len(images) * world
         rows = torch.arange(len(images), device=generator.device) * world + rank
         crop = draw_crop_flip(total, self.padding, generator)
@@ -163,20 +163,11 @@ class BatchAugment:
         return f"BatchAugment(padding={self.padding}, policy={self.policy!r})"
 
 
-def shard_order(size: int, seed: int, epoch: int, world: int = 1, rank: int = 0) -> torch.Tensor:
-    """This process's sample indices in the epoch: the worker path's order and shards (EpochShardSampler)."""
-    sampler = EpochShardSampler(range(size), seed, epoch, num_replicas=world, rank=rank)
-    order = torch.tensor(sampler.epoch_order(), dtype=torch.int64)
-    order = order.repeat(math.ceil(sampler.total_size / size))[: sampler.total_size]
-    return order[rank : sampler.total_size : world]
-
-
-class DeviceTrainLoader:
+class DeviceTrainLoader(ResumableEpoch):
     """What Lightning iterates as the training loader: full per-process batches of augmented uint8 images and their
     labels, already on the device. Lightning tells a loader's `sampler` the epoch at each epoch start; this loader is
-    its own sampler. `epoch` is the one a first iteration draws (a resumed fit's, see ImageDataModule), and
-    `resume_from(epoch, steps)` makes the next iteration of that epoch start at step `steps`, once (`len()` stays the
-    epoch's: Lightning counts the resumed epoch's batches on from the ones done)."""
+    its own sampler, with the worker path's order and resume rule (ResumableEpoch); `resume_from(epoch, steps)`
+    counts the steps all processes completed."""
 
     def __init__(
         self,
@@ -191,37 +182,29 @@ class DeviceTrainLoader:
     ) -> None:
         self.images, self.labels = images, labels
         self.batch_size, self.seed, self.augment = batch_size, seed, augment
-        self.epoch, self.world, self.rank = epoch, world, rank
+        self.epoch, self.num_replicas, self.rank = epoch, world, rank
         self.sampler = self
-        self._resume: tuple[int, int] | None = None  # (epoch, steps already trained)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
 
     def resume_from(self, epoch: int, steps: int) -> None:
         """Start at step `steps` the next time epoch `epoch` is iterated."""
-        self._resume = (epoch, steps) if steps > 0 else None
-
-    def _steps_done(self) -> int:
-        """The steps to skip in this iteration; the skip is used up by the epoch it was set for."""
-        if self._resume is None or self._resume[0] != self.epoch:
-            return 0
-        steps, self._resume = self._resume[1], None
-        return steps
+        super().resume_from(epoch, steps * self.batch_size * self.num_replicas)
 
     def __len__(self) -> int:
-        return math.ceil(len(self.labels) / self.world) // self.batch_size  # full batches only, as drop_last
+        return math.ceil(len(self.labels) / self.num_replicas) // self.batch_size  # full batches only, as drop_last
 
     def __iter__(self) -> Iterator[Batch]:
         device = self.images.device
-        order = shard_order(len(self.labels), self.seed, self.epoch, self.world, self.rank).to(device)
+        skipped, order = self.next_shard(len(self.labels))
+        order = order.to(device)
+        first = skipped // (self.batch_size * self.num_replicas)
         generator = torch.Generator(device=device)
-        for step in range(self._steps_done(), len(self)):
-            index = order[step * self.batch_size : (step + 1) * self.batch_size]
+        for step in range(first, len(self)):
+            at = (step - first) * self.batch_size
+            index = order[at : at + self.batch_size]
             images = self.images[index]
             if self.augment is not None:
                 generator.manual_seed(augment_seed(self.seed, self.epoch, step))
-                images = self.augment(images, generator, self.world, self.rank)
+                images = self.augment(images, generator, self.num_replicas, self.rank)
             yield images, self.labels[index]
 
 

@@ -1,0 +1,435 @@
+"""`python -m benchmarks gpu` (`make bench-gpu`): the GPU rows of BENCHMARKS.md in one call of at most about 8 minutes.
+
+Sections, in the order they run (each a group of rows; a failing section becomes a row and the next one runs):
+- model: train steps of the ViT alone (fixed batch, the Trainer's precision), eager against compiled; eval images/s;
+  achieved TFLOP/s against the analytic FLOPs and a measured dense matmul peak.
+- autoaugment: batched AutoAugment without host reads (`select`) against grouped, same pixels.
+- e2e: a cell's whole training step (next batch, augmentation, CutMix, loss, backward, AdamW), Baseline and Modern,
+  per-sample workers against on-device data; on CUDA the host syncs per on-device step and where they come from;
+  the on-device data path alone against the model's step (the CPU target: at most +5% at the paper config).
+- probe: one attention-statistics pass in training steps (the suite's stats section).
+- memory: the peak memory of a Modern on-device cell, and how many such cells fit on the device (CUDA only).
+- pack: aggregate images/s of 1, 2, 4, 8 Modern cells sharing the device (separate processes, as joblib runs them).
+- projection: one 200-epoch CIFAR-100 cell and the 8-cell x 3-seed grid, from the figures above.
+
+`--device cpu --smoke` runs every section on the tiny model in about a minute (the tests), so the first GPU call is not
+the script's first run; `--compile-mode reduce-overhead` measures CUDA graphs in place of the default compile;
+`--benchmarks BENCHMARKS.md` writes the table between its GPU markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch.utils.benchmark import Timer
+from torch.utils.benchmark import timer as clock  # the time once the device's queued work is done
+
+from benchmarks import common
+from benchmarks.common import Report, autocast, bench_config, build_vit, ratio_text, side_by_side, train_step
+from benchmarks.suite import model_flops, stats
+from vit_locality.augment.batched_autoaugment import apply, draw
+from vit_locality.augment.mixing import mix_batch
+from vit_locality.data.on_device import DeviceTrainLoader
+from vit_locality.run.builders import build_datamodule, build_module
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout, where `python -m benchmarks` runs the packed cells
+BEGIN, END = "<!-- bench-gpu:begin -->", "<!-- bench-gpu:end -->"
+CIFAR100 = {"train": 50_000, "eval": 10_000, "epochs": 200, "cells": 8, "seeds": 3}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One run's sizes: FULL for the GPU call, SMOKE for the CPU test run."""
+
+    model: str
+    batch: int
+    eval_batch: int
+    steps: int  # steps per timed call
+    warmup: int  # untimed steps first (the compile happens here)
+    train_size: int  # synthetic images the cells read
+    probe_size: int
+    pack: tuple[int, ...]  # cells packed (up to one 8-cell grid wave)
+    pack_seconds: float
+    rounds: int
+    backend: str  # "inductor"; "eager" in the smoke run (dynamo traces, nothing is compiled)
+    workers: int  # data workers of the worker path (a CIFAR cell's default)
+    smoke: bool
+    compile_mode: str = "default"  # torch.compile's mode with inductor (--compile-mode)
+
+
+FULL = Settings("vit_paper", 128, 512, 60, 10, 16_384, 512, (1, 2, 4, 8), 20.0, 5, "inductor", 4, False)
+SMOKE = Settings("vit_tiny", 16, 64, 3, 1, 256, 32, (1, 2), 1.0, 2, "eager", 2, True)
+
+
+def config(s: Settings, device: torch.device, protocol: str, on_device: bool) -> DictConfig:
+    """A CIFAR-100-shaped cell (100 classes, 32 px) on synthetic data with the protocol preset and data path."""
+    return bench_config(s.model, device, [
+        f"protocol={protocol}", f"data.on_device={str(on_device).lower()}", f"data.train_size={s.train_size}",
+        "data.test_size=64", f"data.batch_size={s.batch}", f"data.num_workers={s.workers}", "model.compile=false",
+    ])  # fmt: skip
+
+
+def repeat(fn: Callable[[], object], count: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(count):
+            fn()
+
+    return run
+
+
+def left_s(state: dict[str, Any]) -> float:
+    return state["budget_s"] - (time.perf_counter() - state["started"])
+
+
+class CellStep:
+    """One training step of a cell as its module runs it, minus the Trainer: the next batch from the cell's data path
+    (workers or on the device), `training_loss` (mixing, normalise, forward, loss), backward, AdamW."""
+
+    def __init__(self, cfg: DictConfig, device: torch.device, vit: torch.nn.Module | None = None) -> None:
+        datamodule = build_datamodule(cfg)
+        datamodule.setup("fit")
+        self.module, self.device = build_module(cfg, datamodule).to(device), device
+        if vit is not None:  # one (compiled) model for every cell measured, so it compiles once
+            self.module.model = vit.to(device)
+        if datamodule.on_device:
+            images, labels = datamodule.device_arrays(device).train
+            loader: Any = DeviceTrainLoader(images, labels, datamodule.batch_size, 0, datamodule.batch_augment)
+        else:
+            datamodule.pin_memory = device.type == "cuda"
+            loader = datamodule.train_dataloader()
+        self.loader, self.batch, self.amp = loader, datamodule.batch_size, autocast(cfg)
+        self.iterator = iter(loader)
+        self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=1e-4)
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            images, labels = next(self.iterator)
+        except StopIteration:  # a new epoch
+            self.iterator = iter(self.loader)
+            images, labels = next(self.iterator)
+        return images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+
+    def __call__(self) -> None:
+        images, labels = self.next_batch()
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.amp:
+            loss = self.module.training_loss(images, labels)[0]
+        loss.backward()
+        self.optimizer.step()
+        self.module._note_nonfinite(loss)  # what training_step adds per step besides logging (a check on the device)
+
+    def data_path(self) -> None:
+        """Everything the step adds to the model's: the batch, its augmentation and mixing, normalisation."""
+        images, labels = self.next_batch()
+        self.module.preprocess(mix_batch(images, labels, self.module.num_classes, self.module.protocol)[0])
+
+
+def compiled_step(cfg: DictConfig, s: Settings, device: torch.device, compile: bool) -> tuple[Callable, float, Any]:
+    """`s.steps` train steps of a new model, compiled (`s.backend`, `s.compile_mode`) or eager; the seconds of the
+    warm-up steps (the compile) and the model."""
+    torch.manual_seed(0)
+    vit = build_vit(cfg)
+    if compile:
+        vit.compile(backend=s.backend, **({"mode": s.compile_mode} if s.backend == "inductor" else {}))
+    step = train_step(vit, cfg, s.batch, device)
+    if compile and s.compile_mode == "reduce-overhead":  # CUDA graphs: a new graph iteration per step
+        step = graph_step(step)
+    started = clock()
+    repeat(step, s.warmup)()
+    return repeat(step, s.steps), clock() - started, vit
+
+
+def graph_step(step: Callable[[], None]) -> Callable[[], None]:
+    def run() -> None:
+        torch.compiler.cudagraph_mark_step_begin()
+        step()
+
+    return run
+
+
+def model_section(r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
+    cfg = config(s, device, "modern", True)
+    eager, _, _ = compiled_step(cfg, s, device, False)
+    compiled, compile_s, vit = compiled_step(cfg, s, device, True)
+    where, mode = f"{s.model}, batch {s.batch} x {s.steps} steps, {device.type}", f"compiled ({s.backend})"
+    mode += f", {s.compile_mode}" if s.backend == "inductor" else ""
+    times = side_by_side("model: train steps", where, {"eager": eager, mode: compiled}, s.rounds)
+    r.measurements += times.values()
+    rate = s.batch * s.steps / times[mode].median
+    images = torch.randint(0, 256, (s.eval_batch, 3, 32, 32), device=device).float()
+
+    def forward() -> None:
+        with torch.no_grad(), autocast(cfg):
+            vit.eval()(images)
+        vit.train()
+
+    evaluation = Timer("fn()", globals={"fn": forward}, label="model: eval forward", sub_label=where).timeit(s.rounds)
+    eval_rate = s.eval_batch / evaluation.median
+    size, dtype = (8192, torch.bfloat16) if device.type == "cuda" and not s.smoke else (512, torch.float32)
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    peak = 2 * size**3 / Timer("a @ b", globals={"a": a, "b": b}).blocked_autorange(min_run_time=0.5).median
+    achieved = model_flops(vit)["train_step"] * rate
+    state.update(train_img_s=rate, eval_img_s=eval_rate, compile_s=compile_s, cfg=cfg, vit=vit, where=where)
+    r.row(f"train step img/s, {mode} ({where})", f"{rate:.0f}")
+    r.row("compiled speed-up (eager step time / compiled)", ratio_text(times["eager"], times[mode]))
+    r.row("first compiled steps (compile), s", f"{compile_s:.1f}")
+    r.row(f"eval forward img/s, compiled, batch {s.eval_batch}", f"{eval_rate:.0f}")
+    r.row("achieved TFLOP/s (analytic 3 x forward FLOPs x img/s)", f"{achieved / 1e12:.3f}")
+    r.row(f"dense matmul peak TFLOP/s measured here ({dtype})", f"{peak / 1e12:.3g}")
+    r.row("achieved / peak", f"{100 * achieved / peak:.1f}%")
+
+
+def autoaugment_section(r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
+    generator = torch.Generator(device=device).manual_seed(0)
+    images = torch.randint(0, 256, (s.batch, 3, 32, 32), dtype=torch.uint8, device=device, generator=generator)
+    draws = draw(s.batch, generator, device)
+    same = torch.equal(apply(images, draws, "select"), apply(images, draws, "grouped"))
+    sides = {grouping: lambda g=grouping: apply(images, draws, g) for grouping in ("select", "grouped")}
+    times = side_by_side("autoaugment: one batch", f"batch {s.batch}, 32 px, {device.type}", sides, s.rounds)
+    r.measurements += times.values()
+    r.row("sync-free (select) / grouped (host reads), time per batch", f"{ratio_text(*times.values())}")
+    r.row("select and grouped give the same pixels", str(same))
+
+
+def sync_places(fn: Callable[[], object], count: int) -> str:
+    """Host syncs per call of `fn` on CUDA (`set_sync_debug_mode`), with the three places that asked most."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            repeat(fn, count)()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    seen = Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message))
+    places = "; ".join(f"{place} x{n}" for place, n in seen.most_common(3))
+    return f"{sum(seen.values()) / count:g}" + (f" ({places})" if places else "")
+
+
+def e2e_section(r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
+    """Per protocol, a cell's step with workers against on-device data; for Modern also the model's own step and the
+    on-device data path alone (gather, crop, flip, AutoAugment, CutMix, normalise), whose share of the model's step
+    is the judged figure (on a busy machine the ratio of two whole steps drifts by more than that share)."""
+    vit = state["vit"] if "vit" in state else build_vit(config(s, device, "modern", True))
+    for protocol in ("baseline", "modern"):
+        cfg = config(s, device, protocol, True)
+        steps = {f"{s.workers} workers": CellStep(config(s, device, protocol, False), device, vit),
+                 "on-device": CellStep(cfg, device, vit)}  # fmt: skip
+        sides = {path: repeat(step, s.steps) for path, step in steps.items()}
+        if protocol == "modern":
+            sides["model alone"] = repeat(train_step(vit, cfg, s.batch, device), s.steps)
+            sides["data path"] = repeat(steps["on-device"].data_path, s.steps)
+        times = side_by_side(f"e2e: {protocol}", f"{s.model}, batch {s.batch} x {s.steps} steps", sides, s.rounds)
+        r.measurements += times.values()
+        name = protocol.capitalize()
+        for path in steps:
+            r.row(f"{name} cell step img/s, {path}", f"{s.batch * s.steps / times[path].median:.0f}")
+        r.row(f"{name}: on-device speed-up (workers' step time / on-device)", ratio_text(*list(times.values())[:2]))
+        if device.type == "cuda":
+            r.row(f"{name}, on-device: host syncs per step", sync_places(steps["on-device"], 5))
+        state[f"e2e_{protocol}_img_s"] = s.batch * s.steps / times["on-device"].median
+        del steps, sides
+        gc.collect()  # stops the loader's workers before the next figure
+    added = 100 * times["data path"].median / times["model alone"].median
+    r.row("Modern: whole on-device step / model alone", ratio_text(times["on-device"], times["model alone"]))
+    judged = math.nan if s.smoke else added  # the target is set at the paper config
+    r.row("Modern: added by the on-device data path (data path / model step)", f"{added:+.1f}%",
+          "on_device_overhead_pct", judged)  # fmt: skip
+
+
+def probe_section(r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
+    stats(r, device, s.model, s.batch, s.probe_size, s.rounds)
+    state["probe_s"] = r.figures["probe.probe_s"]
+
+
+def memory_section(r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
+    """The peak memory of a Modern on-device cell's steps (its data set on the device included), and the cells that
+    lets share the device with a CUDA context each (about 0.5 GiB) in 90% of its memory."""
+    if device.type != "cuda":
+        r.row("peak memory of a Modern on-device cell", "skipped: CUDA only")
+        return
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    repeat(CellStep(config(s, device, "modern", True), device, state.get("vit")), s.warmup)()
+    peak, total = torch.cuda.max_memory_allocated(), torch.cuda.get_device_properties(device).total_memory
+    r.row(
+        f"peak memory of a Modern on-device cell ({s.train_size:,} images, batch {s.batch}), GiB", f"{peak / 2**30:.2f}"
+    )
+    r.row(f"cells that fit in {total / 2**30:.0f} GiB", str(math.floor(0.9 * total / (peak + 2**29))))
+
+
+def pack_worker(directory: Path, index: int, s: Settings, device: torch.device) -> None:
+    """Packed cell `index`: compile and warm up once, say so, then in every round whose file asks for more than
+    `index` cells train for `pack_seconds` and write its images/s; idle (holding its memory) otherwise."""
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    cfg = config(s, device, "modern", True)
+    vit = build_vit(cfg)
+    vit.compile(backend=s.backend)
+    step = CellStep(cfg, device, vit)
+    repeat(step, s.warmup)()
+    (directory / f"ready.{index}").touch()
+    for round_index in range(len(s.pack)):
+        order = directory / f"round.{round_index}"
+        while not order.exists():
+            time.sleep(0.01)
+        if index < int(order.read_text()):
+            done, started = 0, clock()
+            while clock() - started < s.pack_seconds:
+                repeat(step, 5)()
+                done += 5
+            rate = done * step.batch / (clock() - started)
+            (directory / f"result.{round_index}.{index}").write_text(json.dumps(rate))
+
+
+def wait_for(directory: Path, pattern: str, count: int, procs: list[subprocess.Popen], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list(directory.glob(pattern))) < count:
+        ended = [p.returncode for p in procs if p.poll() is not None]
+        if ended or time.monotonic() > deadline:
+            raise RuntimeError(f"packed cells: waiting for {count} x {pattern}, workers ended {ended} or timed out")
+        time.sleep(0.02)
+
+
+def pack_section(r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
+    """max(pack) cell processes, started and compiled once, then rounds of 1, 2, 4, ... of them training together;
+    a round past 3/4 of the budget is skipped."""
+    directory = Path(tempfile.mkdtemp(prefix="bench_pack_"))
+    command = [sys.executable, "-m", "benchmarks", "gpu", "--device", device.type, "--pack-worker", str(directory)]
+    command += ["--compile-mode", s.compile_mode, *(["--smoke"] if s.smoke else [])]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"} if device.type == "cpu" else dict(os.environ)
+    procs = [subprocess.Popen([*command, "--pack-index", str(i)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+             for i in range(max(s.pack))]  # fmt: skip
+    mps = "CUDA MPS on" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no MPS (time-sliced)"
+    rates: dict[int, float] = {}
+    try:
+        wait_for(directory, "ready.*", len(procs), procs, timeout=300)
+        for round_index, cells in enumerate(s.pack):
+            run = cells if left_s(state) > state["budget_s"] / 4 else 0
+            (directory / f"round.{round_index}").write_text(str(run))
+            if not run:
+                r.row(f"{cells} cells packed", "skipped: time budget")
+                continue
+            wait_for(directory, f"result.{round_index}.*", cells, procs, timeout=s.pack_seconds + 120)
+            rates[cells] = sum(json.loads(p.read_text()) for p in directory.glob(f"result.{round_index}.*"))
+            r.row(f"{cells} Modern cells packed ({mps}): aggregate img/s", f"{rates[cells]:.0f}")
+            r.row(f"{cells} cells: aggregate / one cell", f"{rates[cells] / rates[min(rates)]:.2f}x")
+        for proc in procs:
+            proc.wait(timeout=60)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        shutil.rmtree(directory, ignore_errors=True)
+    state["pack_img_s"] = rates
+
+
+def projected_s(state: dict[str, Any]) -> tuple[float, float, int] | None:
+    """(one 200-epoch CIFAR-100 cell's seconds, the 8-cell x 3-seed grid's, the packing it uses), or None without
+    the figures: training at the Modern on-device rate, an evaluation of 10,000 images and a probe every epoch, one
+    compile; the grid in waves of the best packing, each cell at its share of the aggregate rate."""
+    if not all(k in state for k in ("e2e_modern_img_s", "eval_img_s", "probe_s", "compile_s")):
+        return None
+    rate = state["e2e_modern_img_s"]
+    work = CIFAR100["epochs"] * (CIFAR100["train"] / rate + CIFAR100["eval"] / state["eval_img_s"] + state["probe_s"])
+    packs = state.get("pack_img_s") or {1: rate}
+    best = max(packs, key=lambda k: packs[k] / packs[min(packs)])
+    slowdown = (packs[min(packs)] / min(packs)) / (packs[best] / best)  # one cell's rate alone / in the pack
+    grid = math.ceil(CIFAR100["cells"] * CIFAR100["seeds"] / best) * (work * slowdown + state["compile_s"])
+    return work + state["compile_s"], grid, best
+
+
+def projection_section(r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
+    projected = projected_s(state)
+    if projected is None:
+        r.row("projected times", "not computed: needs the model, e2e and probe sections")
+        return
+    cell, grid, best = projected
+    judged = not s.smoke and device.type == "cuda"
+    note = "" if judged else " (not the paper's model on a GPU: not judged)"
+    r.row(f"one 200-epoch CIFAR-100 Modern cell, minutes{note}", f"{cell / 60:.1f}", "cell_minutes",
+          cell / 60 if judged else math.nan)  # fmt: skip
+    r.row(f"8-cell x 3-seed grid, {best} cells packed, minutes", f"{grid / 60:.1f}", "grid_minutes",
+          grid / 60 if judged else math.nan)  # fmt: skip
+
+
+SECTIONS = {
+    "model": model_section,
+    "autoaugment": autoaugment_section,
+    "e2e": e2e_section,
+    "probe": probe_section,
+    "memory": memory_section,
+    "pack": pack_section,
+    "projection": projection_section,
+}
+
+
+def write_benchmarks(path: Path, block: str) -> None:
+    """Replace what stands between the GPU markers of BENCHMARKS.md with `block`."""
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers to write the GPU rows between")
+    head, rest = text.split(BEGIN, 1)
+    path.write_text(f"{head}{BEGIN}\n{block.rstrip()}\n{END}{rest.split(END, 1)[1]}")
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    from benchmarks.__main__ import sections_arg
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks gpu", description=__doc__)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, a few steps: the CPU test run")
+    sections = sections_arg(list(SECTIONS))
+    parser.add_argument("--sections", type=sections, default=list(SECTIONS), help=",".join(SECTIONS))
+    parser.add_argument("--out", type=Path, default=Path("reports/bench_gpu.json"), help="JSON record")
+    parser.add_argument("--markdown", type=Path, default=None, help="write the rows as Markdown here")
+    parser.add_argument("--benchmarks", type=Path, default=None, help="write the rows into this BENCHMARKS.md")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="skip packing rounds past 3/4 of this")
+    parser.add_argument("--compile-mode", default="default", help="torch.compile's mode, e.g. reduce-overhead")
+    parser.add_argument("--pack-worker", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--pack-index", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible")
+    device, s = torch.device(args.device), replace(SMOKE if args.smoke else FULL, compile_mode=args.compile_mode)
+    if args.pack_worker is not None:
+        pack_worker(args.pack_worker, args.pack_index, s, device)
+        return {}
+    started, load_start, report = time.perf_counter(), common.load_average(), Report()
+    state: dict[str, Any] = {"started": started, "budget_s": args.budget_s}
+
+    def record() -> dict[str, Any]:
+        info = common.meta(["gpu", *argv], device, load_start, time.perf_counter() - started, smoke=args.smoke)
+        return {"meta": info, "figures": report.figures, "rows": report.rows}
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for name in args.sections:
+        begun, report.section = time.perf_counter(), name
+        try:  # one device call must bring back every row it could measure
+            SECTIONS[name](report, s, device, state)
+        except Exception as error:  # noqa: BLE001 - reported as the section's row, the next section runs
+            report.row("section failed", f"{type(error).__name__}: {error}"[:300].replace("|", "/"))
+        common.say(f"gpu {name}: {time.perf_counter() - begun:.1f} s")
+        args.out.write_text(json.dumps(record(), indent=2, default=str) + "\n")  # what a killed run leaves
+    final = record()
+    markdown = common.finish(report, final["meta"], f"### GPU bench ({device})", args.out, args.markdown)
+    if args.benchmarks:
+        write_benchmarks(args.benchmarks, markdown)
+    return final

@@ -1,1 +1,0 @@
-"""Benchmarks that print ratios measured side by side in one process (never timed tests)."""
