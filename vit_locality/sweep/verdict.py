@@ -184,6 +184,9 @@ class SweepVerdict(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Before the launcher starts any process: its jobs (and this object, pickled to them) carry the id.
         self.command_id = os.environ.setdefault(COMMAND_ID_ENV, self.command_id)
+        from vit_locality.sweep.slurm_launcher import follow_slurm_jobs
+
+        follow_slurm_jobs(config)  # under hydra/launcher=slurm: one line per cell's submission, start, requeue, end
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         """In the process that runs the job, once Hydra has set up its directory, before the job can fail."""

@@ -1,0 +1,281 @@
+"""Cells on a real SLURM cluster (tests/slurm/local_cluster.sh: one node, this machine), each against an unbroken
+run of the same cell outside SLURM: the grid as an array job, a preemption (`scontrol requeue`), a time limit
+(SIGUSR2 mid-training), `scancel` and the same command again, DDP with ranks from SLURM, and a cell that fails for
+a real reason. Who handles which signal: vit_locality/run/interrupts.py.
+
+SLURM holds a requeued job for two minutes before it may start again (its begin time); the tests move that begin
+time to now (`scontrol update StartTime=now`), which changes nothing else about the requeue.
+Each job asks for one CPU; the node advertises this machine's cores. Measured on 2 cores shared with other test
+runs (load 5-7): grid 3 min 34 s, preemption 1 min 48 s, time limit 2 min 46 s, scancel 1 min 18 s, DDP 1 min 37 s,
+failure 24 s; the unbroken reference of the preemption, time-limit and scancel tests, 31 s, runs once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from data_fakes import write_fake_cifar10
+from helpers import QUICK, REPO
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
+
+STEPS_PER_EPOCH = 8
+ON_SLURM = [  # after the launcher's choice (hydra/launcher=slurm unless the args choose slurm_node)
+    "hydra.launcher.partition=debug",
+    "hydra.launcher.gpus_per_node=0",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=2",
+]
+# A cell that resumes bit-exactly (deterministic kernels, one thread), its data workers on.
+EXACT = [
+    *[a for a in QUICK if not a.startswith(("data.train_size", "data.batch_size", "data.num_workers"))],
+    "data.train_size=256",
+    "data.batch_size=32",
+    "data.num_workers=1",
+    "trainer.deterministic=true",
+    "stats.pictures=false",
+    "stats.probe_size=64",
+]
+PACED = Path(__file__).resolve().parent / "paced"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
+
+
+def with_epochs(epochs: int) -> list[str]:
+    return [*[a for a in EXACT if not a.startswith("trainer.max_epochs")], f"trainer.max_epochs={epochs}"]
+
+
+def train(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """train.py in the foreground, with the same threads as the jobs (the same float sums)."""
+    command = [sys.executable, str(REPO / "train.py"), *args]
+    return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def start_sweep(
+    args: list[str], sweep_dir: Path, log: Path, pace: tuple[Path, float] | None = None
+) -> subprocess.Popen:
+    """train.py -m on the cluster in the background; `pace` (progress file, seconds) slows the jobs' first attempt
+    down to a pause after every batch (paced/sitecustomize.py)."""
+    env = dict(ENV)
+    if pace is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACED), env.get("PYTHONPATH")]))
+        env["VIT_LOCALITY_TEST_PACE"] = f"{pace[0]}:{pace[1]}"
+    launcher = [] if any(a.startswith("hydra/launcher=") for a in args) else ["hydra/launcher=slurm"]
+    command = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        *launcher,
+        *args,
+        *ON_SLURM,
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
+    return subprocess.Popen(command, cwd=sweep_dir.parent, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def sweep(args: list[str], sweep_dir: Path, log: Path) -> tuple[int, str]:
+    """train.py -m on the cluster to its end: exit status and output."""
+    proc = start_sweep(args, sweep_dir, log)
+    out = finish(proc, log)
+    return proc.returncode, out
+
+
+def job_ids(log: Path) -> list[str]:
+    """The jobs the sweep says it submitted, in its own lines."""
+    return re.findall(r"submitted as job (\S+)", log.read_text()) if log.exists() else []
+
+
+def hurry_requeued(ids: list[str]) -> None:
+    """A requeued job of `ids` that waits for its begin time may start now."""
+    listed = subprocess.run(["squeue", "-h", "-r", "-t", "PD", "-o", "%i %r"], capture_output=True, text=True).stdout
+    for line in listed.splitlines():
+        job, _, reason = line.partition(" ")
+        if job in ids and reason.strip() == "BeginTime":
+            subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True)
+
+
+def finish(proc: subprocess.Popen, log: Path, timeout: float = 600) -> str:
+    """Wait for the sweep, letting its requeued jobs start at once; its output."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("the sweep did not end in time:\n" + log.read_text()[-3000:])
+        hurry_requeued(job_ids(log))
+        time.sleep(2)
+    return log.read_text()
+
+
+def wait_for_step(progress: Path, step: int, proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
+    """Until a paced job has trained `step` steps (it pauses after each)."""
+    deadline = time.monotonic() + timeout
+    while not (progress.exists() and progress.read_text().strip().isdigit() and int(progress.read_text()) >= step):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"step {step} was not reached:\n" + log.read_text()[-3000:])
+        time.sleep(0.05)
+
+
+def cell_dir(sweep_dir: Path) -> Path:
+    (run_dir,) = [p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return run_dir
+
+
+def record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+
+
+def assert_same_as_unbroken(run_dir: Path, unbroken: Path) -> None:
+    a, b = weights(unbroken), weights(run_dir)
+    assert a.keys() == b.keys()
+    assert [k for k in a if not torch.equal(a[k], b[k])] == []
+    assert record(run_dir)["metrics"] == record(unbroken)["metrics"]
+
+
+def job_log(sweep_dir: Path) -> str:
+    """What the job's processes wrote (submitit's logs of every task and attempt)."""
+    return "".join(path.read_text() for path in sorted((sweep_dir / ".submitit").rglob("*_log.*")))
+
+
+def submitit_events(sweep_dir: Path) -> list[str]:
+    """submitit's own lines in the jobs' output, once each (its format; Hydra's log repeats them in its own)."""
+    lines = "".join(path.read_text() for path in sorted((sweep_dir / ".submitit").rglob("*_log.out"))).splitlines()
+    return [line for line in lines if line.startswith("submitit ")]
+
+
+def unbroken_run(args: list[str], tmp_path: Path) -> Path:
+    run_dir = tmp_path / "unbroken"
+    done = train([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference of the preemption, time-limit and scancel tests: one run of their cell outside SLURM."""
+    return unbroken_run(with_epochs(3), tmp_path_factory.mktemp("reference"))
+
+
+def test_the_8_cell_grid_runs_as_an_array_job(tmp_path: Path) -> None:
+    """8 one-epoch cells as one array job, two at a time; the Modern cell against a run outside SLURM."""
+    args = [*with_epochs(1), "data.train_size=64", "data.test_size=32"]
+    sweep_dir, log = tmp_path / "grid", tmp_path / "grid.log"
+    proc = start_sweep([*args, "aug.cutmix=true,false", "aug.autoaug=true,false", "loss.ls=0,0.1"], sweep_dir, log)
+    out = finish(proc, log)
+    assert proc.returncode == 0, out[-3000:]
+    ids = job_ids(log)
+    assert len(ids) == 8 and len({i.split("_")[0] for i in ids}) == 1, ids  # one array job of 8 tasks
+    assert out.count("ended (COMPLETED); the cell is complete") == 8, out[-3000:]
+    assert "sacct" not in out
+    verdict = json.loads((sweep_dir / "verdict.json").read_text())
+    assert [cell["status"] for cell in verdict["cells"]] == ["complete"] * 8
+    modern = next(Path(cell["run"]) for cell in verdict["cells"] if "_aa1_cm1_ls0.1_" in cell["run"])
+    assert_same_as_unbroken(modern, unbroken_run(args, tmp_path))
+
+
+def test_a_preempted_job_is_requeued_and_resumes_bit_exactly(tmp_path: Path, reference: Path) -> None:
+    """`scontrol requeue` (SIGTERM, as a preemption) in the second epoch, after the first epoch's
+    checkpoint; SLURM requeues the job itself, which resumes from interrupted.ckpt."""
+    args = with_epochs(3)
+    sweep_dir, log, progress = tmp_path / "sweep", tmp_path / "sweep.log", tmp_path / "step"
+    proc = start_sweep(args, sweep_dir, log, pace=(progress, 0.3))
+    wait_for_step(progress, STEPS_PER_EPOCH + 3, proc, log)
+    (job,) = job_ids(log)
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    out = finish(proc, log)
+    assert proc.returncode == 0, out[-3000:]
+    run_dir = cell_dir(sweep_dir)
+    assert f"job {job} requeued: preempted or requeued by SLURM (SIGTERM)" in out, out[-3000:]
+    assert f"job {job} started (attempt 2)" in out and out.count("requeued:") == 1
+    assert record(run_dir)["status"] == "complete"
+    jobs = job_log(sweep_dir)
+    assert "resuming epoch 2 after its batch" in jobs and "DataLoader worker" not in jobs
+    assert_same_as_unbroken(run_dir, reference)
+
+
+def test_a_time_limit_mid_training_requeues_once_and_resumes_bit_exactly(tmp_path: Path, reference: Path) -> None:
+    """A 3-minute limit with SIGUSR2 60 s before it; SLURM's timer sends it up to a minute early, so it
+    lands 60-120 s into the job, while the paced first attempt trains (24 steps of 5 s pauses). The main process
+    finishes its batch, writes interrupted.ckpt, and submitit requeues the job once; the data workers ignore the
+    signal. The requeued attempt trains at full speed and completes."""
+    args = with_epochs(3)
+    limit = ["hydra.launcher.timeout_min=3", "hydra.launcher.signal_delay_s=60"]
+    sweep_dir, log, progress = tmp_path / "sweep", tmp_path / "sweep.log", tmp_path / "step"
+    proc = start_sweep([*args, *limit], sweep_dir, log, pace=(progress, 5.0))  # 2 minutes of pauses
+    out = finish(proc, log)
+    assert proc.returncode == 0, out[-3000:]
+    (job,) = job_ids(log)
+    requeues = out.count(f"job {job} requeued: time limit (SIGUSR2)")
+    assert requeues >= 1 and out.count("requeued:") == requeues, out[-3000:]
+    jobs = job_log(sweep_dir)
+    events = submitit_events(sweep_dir)  # one handler call and one requeue per signal: none from the data workers
+    assert len([e for e in events if "Caught signal SIGUSR2" in e]) == requeues, events
+    assert len([e for e in events if "Requeued job" in e]) == requeues, events
+    assert "stopped for the time limit and checkpointed" in jobs and "DataLoader worker" not in jobs
+    assert "Bypassing SIGTERM" not in jobs and "auto-requeue" not in jobs  # Lightning's requeue is off
+    assert "resuming epoch" in jobs
+    run_dir = cell_dir(sweep_dir)
+    assert record(run_dir)["status"] == "complete"
+    assert_same_as_unbroken(run_dir, reference)
+
+
+def test_scancel_mid_epoch_is_interrupted_and_the_same_command_resumes(tmp_path: Path, reference: Path) -> None:
+    """`scancel` in the second epoch ends the job (no requeue): the cell is recorded interrupted, the
+    sweep exits 1, and the same command resumes it to the unbroken run's weights."""
+    args = with_epochs(3)
+    sweep_dir, log, progress = tmp_path / "sweep", tmp_path / "sweep.log", tmp_path / "step"
+    proc = start_sweep(args, sweep_dir, log, pace=(progress, 0.3))
+    wait_for_step(progress, STEPS_PER_EPOCH + 3, proc, log)
+    (job,) = job_ids(log)
+    subprocess.run(["scancel", job], check=True)
+    out = finish(proc, log)
+    run_dir = cell_dir(sweep_dir)
+    assert proc.returncode == 1, out[-3000:]
+    assert f"job {job} ended (CANCELLED); the cell is interrupted: SIGTERM" in out, out[-3000:]
+    assert record(run_dir)["status"] == "interrupted" and (run_dir / "checkpoints" / "interrupted.ckpt").exists()
+    assert "interrupted (SIGTERM); run the same command to resume" in job_log(sweep_dir)
+
+    code, again = sweep(args, sweep_dir, tmp_path / "again.log")
+    assert code == 0, again[-3000:]
+    assert record(run_dir)["status"] == "complete"
+    assert_same_as_unbroken(run_dir, reference)
+
+
+def test_ddp_on_a_node_takes_its_ranks_from_slurm(tmp_path: Path) -> None:
+    """`hydra/launcher=slurm_node` with 2 tasks (srun starts both ranks; Lightning reads them from
+    SLURM's variables, it starts no process itself): the weights of trainer=ddp_cpu outside SLURM."""
+    args = [*with_epochs(2), "trainer=ddp_cpu"]
+    node = ["hydra/launcher=slurm_node", "hydra.launcher.tasks_per_node=2"]
+    code, out = sweep([*node, *args], tmp_path / "sweep", tmp_path / "sweep.log")
+    assert code == 0, out[-3000:]
+    logs = sorted((tmp_path / "sweep" / ".submitit").rglob("*_log.out"))
+    assert [re.search(r"_(\d+)_log", path.name)[1] for path in logs] == ["0", "1"]  # a log per task: both ranks ran
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in logs[1].read_text()
+    run_dir = cell_dir(tmp_path / "sweep")
+    assert record(run_dir)["batch"]["world_size"] == 2
+    assert_same_as_unbroken(run_dir, unbroken_run(args, tmp_path))
+
+
+def test_a_cell_failing_for_a_real_reason_is_failed_and_not_requeued(tmp_path: Path) -> None:
+    """A damaged data file fails the cell in the job (exit 2); SLURM does not requeue a failed job."""
+    write_fake_cifar10(tmp_path / "data", n_train_per_batch=40, n_test=20)
+    batch = tmp_path / "data" / "cifar-10-batches-py" / "data_batch_3"
+    batch.write_bytes(batch.read_bytes()[:200])
+    args = ["data=cifar10", "model=vit_tiny", f"data.root={tmp_path / 'data'}", "data.download=false"]
+    code, out = sweep([*args, "data.verify=false", "data.batch_size=16"], tmp_path / "sweep", tmp_path / "sweep.log")
+    (job,) = job_ids(tmp_path / "sweep.log")
+    assert code == 1, out[-3000:]
+    assert f"job {job} ended (FAILED); the cell is failed: " in out and "data_batch_3" in out, out[-3000:]
+    assert "requeued" not in out and not [e for e in submitit_events(tmp_path / "sweep") if "Requeued" in e]
+    assert record(cell_dir(tmp_path / "sweep"))["status"] == "failed"

@@ -1,0 +1,210 @@
+"""Hydra's submitit SLURM launcher, with the sweep's own view of its jobs: one line per cell when it is submitted,
+starts, is requeued (and why: the time limit or a preemption) and ends, each naming the cell and the job id.
+
+The launching process follows the jobs with `squeue` (one call per poll for all of them), not with submitit's
+`sacct` poll: without accounting storage sacct fails on every poll (a warning each time) and a job that ended
+without a result (scancel, a cell that exited with its status) would look unfinished forever. A job that ended is
+done whether or not it left a result: the cell's outcome is its record (verdict.py), which the end line quotes.
+Signals inside the job: vit_locality.run.interrupts. Entry-point side: it imports Hydra.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from omegaconf import DictConfig, OmegaConf
+
+from vit_locality.run.record import RecordError, read_record
+
+log = logging.getLogger("vit_locality")
+POLL_S = 5.0
+WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESV_DEL_HOLD", "SUSPENDED"}
+PASSING = {"COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+
+
+@dataclass
+class TrackedCell:
+    """One cell's job as the launching process last saw it in squeue."""
+
+    name: str
+    job: Any  # submitit's SlurmJob
+    run_dir: Path | None
+    overrides: list[str]
+    state: str = "SUBMITTED"
+    starts: int = 0
+    ended: bool = False
+    seen: bool = False
+
+    @property
+    def job_id(self) -> str:
+        return str(self.job.job_id)
+
+    def results_written(self) -> bool:
+        """Every task of the job has written its result (submitit's pickle)."""
+        return all(self.job.task(task).paths.result_pickle.exists() for task in range(self.job.num_tasks))
+
+    def record_says(self) -> tuple[str, str]:
+        """The cell's recorded status and error ('no record', '' when it has none yet)."""
+        if self.run_dir is None:
+            return "no record", ""
+        try:
+            record = read_record(self.run_dir)
+        except RecordError as error:
+            return str(error), ""
+        if record is None:
+            return "no record", ""
+        return record.status, str(record.data.get("error") or "")
+
+
+def requeue_reason(error: str) -> str:
+    """Why a job went back to the queue, from what its cell recorded when it stopped."""
+    if error.startswith("SIGUSR2"):
+        return "time limit (SIGUSR2): checkpointed and requeued by submitit"
+    if error.startswith("SIGTERM"):
+        return "preempted or requeued by SLURM (SIGTERM): checkpointed"
+    return f"requeued by SLURM ({error or 'the cell recorded no reason'})"
+
+
+def squeue_states(job_ids: Sequence[str]) -> dict[str, tuple[str, str, int]] | None:
+    """State, reason and restart count of each of the user's jobs squeue still shows (array tasks one per line);
+    None when squeue itself fails (the next poll tries again)."""
+    command = ["squeue", "-h", "-r", "-t", "all", "-u", getpass.getuser()]
+    command += ["-O", "JobArrayID:|,State:|,Reason:|,RestartCnt:|"]
+    try:
+        output = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        log.warning("squeue failed (%s); trying again", error)
+        return None
+    wanted, states = set(job_ids), {}
+    for line in output.splitlines():
+        parts = [part.strip() for part in line.split("|")]
+        if len(parts) >= 4 and parts[0] in wanted:
+            states[parts[0]] = (parts[1], parts[2], int(parts[3]) if parts[3].isdigit() else 0)
+    return states
+
+
+def follow(cells: list[TrackedCell], poll_s: float = POLL_S) -> None:
+    """Poll until every cell's job has ended, saying each change of a cell in one line."""
+    while not all(cell.ended for cell in cells):
+        states = squeue_states([cell.job_id for cell in cells if not cell.ended])
+        for cell in cells:
+            if not cell.ended and states is not None:
+                observe(cell, states.get(cell.job_id))
+        if not all(cell.ended for cell in cells):
+            time.sleep(poll_s)
+
+
+def observe(cell: TrackedCell, seen: tuple[str, str, int] | None) -> None:
+    """Compare one cell's job with what was last seen of it; log a start, a requeue or the end."""
+    if seen is None:  # gone from squeue (MinJobAge passed), or its result is there
+        if cell.seen or cell.results_written():
+            end(cell, "gone from squeue" if not cell.results_written() else "COMPLETED")
+        return
+    state, _, restarts = seen
+    state = state.split()[0]
+    cell.seen = True
+    if state == "RUNNING":
+        if restarts + 1 > cell.starts:  # a new start; a requeue and restart between two polls shows only here
+            if cell.starts and cell.state == "RUNNING":
+                say_requeued(cell)
+            cell.starts = restarts + 1
+            attempt = f" (attempt {cell.starts})" if cell.starts > 1 else ""
+            log.info("%s: job %s started%s", cell.name, cell.job_id, attempt)
+    elif state in WAITING:
+        if cell.state == "RUNNING":
+            say_requeued(cell)
+    elif state in PASSING:  # on its way out of RUNNING: ended or requeued, the next poll tells
+        return
+    else:
+        end(cell, state)
+    cell.state = state
+
+
+def say_requeued(cell: TrackedCell) -> None:
+    status, error = cell.record_says()
+    log.info("%s: job %s requeued: %s (its record: %s)", cell.name, cell.job_id, requeue_reason(error), status)
+
+
+def end(cell: TrackedCell, state: str) -> None:
+    cell.ended = True
+    status, error = cell.record_says()
+    detail = f": {error}" if error and status != "complete" else ""
+    log.info("%s: job %s ended (%s); the cell is %s%s", cell.name, cell.job_id, state, status, detail)
+
+
+def job_return(cell: TrackedCell) -> JobReturn:
+    """The job's own return when it wrote one; otherwise (scancel, an exit status, a requeue refused) an empty
+    one: the cell's record says what happened, and the sweep's verdict reports it."""
+    if cell.results_written():
+        try:
+            return cell.job.results()[0]
+        except Exception as error:  # the job raised: submitit's error pickle
+            log.warning("%s: job %s raised: %s", cell.name, cell.job_id, str(error).strip().splitlines()[0])
+    return JobReturn(overrides=cell.overrides, status=JobStatus.COMPLETED, _return_value=None)
+
+
+def follow_slurm_jobs(config: DictConfig) -> None:
+    """Under `hydra/launcher=slurm` (Hydra's submitit SLURM launcher), have the launching process follow the jobs
+    with squeue and say each cell's changes (`launch_and_follow`). Hydra takes launchers only from its plugin
+    namespace, so the plugin's class gets this `launch`; what it submits, and what runs in the jobs, is unchanged.
+    Called at the start of the multirun, in the launching process, before the launcher submits anything."""
+    if OmegaConf.select(config, "hydra.launcher._target_", default="") == f"{SlurmLauncher.__module__}.SlurmLauncher":
+        SlurmLauncher.launch = launch_and_follow
+
+
+def launch_and_follow(
+    self: SlurmLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+) -> Sequence[JobReturn]:
+    """The plugin's launch (the same executor settings, one array job per batch), then `follow` the jobs."""
+    import submitit
+
+    assert self.config is not None and self.hydra_context is not None
+    params = dict(self.params)
+    folder = params.pop("submitit_folder")
+    max_num_timeout = params.pop("max_num_timeout")
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=max_num_timeout)
+    shared = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{key if key in shared else f"slurm_{key}": value for key, value in params.items()})
+    Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    numbers = [initial_job_idx + index for index in range(len(job_overrides))]
+    jobs = executor.map_array(
+        self,
+        [list(overrides) for overrides in job_overrides],  # the arguments of the launcher's __call__, one list each
+        ["hydra.sweep.dir"] * len(numbers),
+        numbers,
+        [f"job_id_for_{number}" for number in numbers],
+        [Singleton.get_state()] * len(numbers),
+    )
+    cells = [tracked(self, job, list(overrides)) for job, overrides in zip(jobs, job_overrides, strict=True)]
+    for cell in cells:
+        log.info("%s: submitted as job %s (%s)", cell.name, cell.job_id, " ".join(filter_overrides(cell.overrides)))
+    follow(cells)
+    return [job_return(cell) for cell in cells]
+
+
+def tracked(launcher: SlurmLauncher, job: Any, overrides: list[str]) -> TrackedCell:
+    """The cell's name and run directory, composed as the job will compose them (Hydra's sweep config)."""
+    assert launcher.config is not None and launcher.hydra_context is not None
+    hydra_config = HydraConfig.instance()
+    launching = hydra_config.cfg
+    try:
+        config = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, overrides)
+        hydra_config.set_config(config)  # the run name reads the job's overrides from here, as in the job
+        run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+        return TrackedCell(run_dir.name, job, run_dir, overrides)
+    except Exception:  # a name only the job can resolve: the overrides name the cell
+        return TrackedCell(" ".join(filter_overrides(overrides)) or "cell", job, None, overrides)
+    finally:
+        hydra_config.cfg = launching
