@@ -16,7 +16,7 @@ SWEEP_ARGS = model=$(MODEL) seed=$(SEEDS) trainer.max_epochs=$(EPOCHS) hydra/lau
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast demo bench bench-gpu lint format clean clean-runs table-ablation table-protocols figures paper \
-	sweep-ablation sweep-protocols
+	sweep-ablation sweep-protocols slurm-local slurm-stop
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -40,9 +40,11 @@ test-fast: install ## run the tests not marked slow
 
 demo: install ## offline: the 8-cell ablation on generated glyphs with a tiny ViT on CPU, its tables, figures and HTML page
 	$(PY) train.py -m experiment=demo
-	$(PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo
-	$(PY) -m vit_locality.report all $(SWEEP_ROOT)/demo --out $(REPORTS)/demo
-	$(PY) -m vit_locality.report page $(SWEEP_ROOT)/demo --out $(REPORTS)/demo
+	@mkdir -p $(REPORTS)/demo
+	@$(PY) -m vit_locality.report all $(SWEEP_ROOT)/demo --out $(REPORTS)/demo > $(REPORTS)/demo/report.txt
+	@$(PY) -m vit_locality.report page $(SWEEP_ROOT)/demo --out $(REPORTS)/demo >> $(REPORTS)/demo/report.txt
+	@echo "reports: tables, figures and demo.html in $(REPORTS)/demo/ (what the report printed: $(REPORTS)/demo/report.txt)"
+	@$(PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo
 
 sweep-ablation: install
 	$(PY) train.py -m experiment=ablation data=$(DATA) $(SWEEP_ARGS) hydra.sweep.dir=$(SWEEP_ROOT)/ablation
@@ -62,12 +64,13 @@ figures: sweep-ablation sweep-protocols ## planes, per-layer curves, emergence, 
 
 paper: table-ablation table-protocols figures ## every paper table and figure (variables: SEEDS EPOCHS MODEL DATA DATASETS LAUNCHER)
 
-bench: install ## the benchmark suite: side-by-side ratios (ours vs timm, Trainer vs plain loop, data, statistics)
-	$(PY) -m vit_locality.bench --out bench_results.json --markdown bench_rows.md
+BENCH_ARGS ?=   # e.g. --quick (every section in tiny settings) or --sections model,framework
+bench: install ## the benchmark suite (benchmarks/): side-by-side ratios (ours vs timm, Trainer vs plain loop, data, statistics)
+	$(PY) -m benchmarks --out bench_results.json --markdown bench_rows.md $(BENCH_ARGS)
 
 # No `install` prerequisite: a GPU host may have no network, where a stale .installed stamp would start pip.
 bench-gpu: ## the GPU bench (one call of at most 8 minutes on one GPU; run `make install` first): BENCHMARKS.md's GPU rows
-	$(PY) -m vit_locality.bench gpu --out $(REPORTS)/bench_gpu.json --markdown $(REPORTS)/bench_gpu_rows.md \
+	$(PY) -m benchmarks gpu --out $(REPORTS)/bench_gpu.json --markdown $(REPORTS)/bench_gpu_rows.md \
 		--benchmarks BENCHMARKS.md
 
 lint: install ## ruff check and format check
@@ -77,6 +80,12 @@ lint: install ## ruff check and format check
 format: install ## apply ruff's fixes and formatting
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+slurm-local: ## start a one-node SLURM cluster on this machine (root; installs slurm-wlm and munge when missing)
+	tests/slurm/local_cluster.sh start
+
+slurm-stop: ## stop the local SLURM cluster that `make slurm-local` started
+	tests/slurm/local_cluster.sh stop
 
 clean: ## remove caches and build files; results stay (multirun/, outputs/, reports/, data/ and .venv are kept)
 	rm -rf .pytest_cache .ruff_cache build dist

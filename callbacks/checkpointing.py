@@ -64,10 +64,13 @@ class InterruptCheckpoint(Callback):
 
 class IdentityStamp(Callback):
     """Stamp the cell's identity hash into every checkpoint the Trainer saves (`last.ckpt`, `interrupted.ckpt`), so
-    a re-run resumes only a checkpoint its own config wrote (vit_locality.run.checkpoints.resume_point)."""
+    a re-run resumes only a checkpoint its own config wrote (vit_locality.run.checkpoints.resume_point); and the
+    figures logged so far (at an epoch's end: that epoch's training and evaluation figures, as the record has
+    them), so a fit resumed from a finished checkpoint, which trains nothing more, records them all the same."""
 
     def __init__(self, identity: str) -> None:
         self.identity = identity
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        stamp_identity(checkpoint, self.identity)
+        figures = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch" and v.numel() == 1}
+        stamp_identity(checkpoint, self.identity, figures)

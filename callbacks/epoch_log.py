@@ -24,6 +24,14 @@ def epochs_left(trainer: L.Trainer) -> int:
     return left
 
 
+def progress_text(trainer: L.Trainer) -> str:
+    """`epoch 3/200`, and with a step limit the steps done (`epoch 1/200, step 3/3`): what ends the fit."""
+    text = f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
+    if trainer.max_steps and trainer.max_steps > 0:
+        text += f", step {trainer.global_step}/{trainer.max_steps}"
+    return text
+
+
 class EpochLogCallback(Callback):
     def __init__(self) -> None:
         self._started = 0.0
@@ -43,12 +51,10 @@ class EpochLogCallback(Callback):
         self._seconds.append(now - self._last_end)
         self._last_end = now
         metrics = trainer.callback_metrics
-        shown = ", ".join(f"{k} {float(metrics[k]):.4f}" for k in SHOWN if k in metrics)
+        shown = ", ".join(f"{k} {float(metrics[k]):.4f}" for k in SHOWN if k in metrics) or "no figures logged"
         left = epochs_left(trainer)
         eta = f", about {duration_text(left * sum(self._seconds) / len(self._seconds))} left" if left else ""
-        log.info(
-            "epoch %d/%d (%.1f s%s): %s", trainer.current_epoch + 1, trainer.max_epochs, now - self._started, eta, shown
-        )
+        log.info("%s (%.1f s%s): %s", progress_text(trainer), now - self._started, eta, shown)
 
 
 class EpochLineProgress(EpochLogCallback, ProgressBar):

@@ -178,7 +178,7 @@ def test_plane_figure_shows_the_references() -> None:
     plots.plt.close(fig)
 
 
-def test_layer_and_emergence_figures_show_the_references() -> None:
+def test_layer_and_emergence_figures_show_the_references(tmp_path: Path) -> None:
     cells = {"Baseline": Group(key=None, runs=[_run([0.5, 0.45])])}  # type: ignore[arg-type]
     fig = layers_figure(cells, "demo", [])
     for ax in fig.axes[:2]:  # the two MAD panels
@@ -187,7 +187,9 @@ def test_layer_and_emergence_figures_show_the_references() -> None:
         assert ax.get_ylim()[0] == 0
     assert not {"3x3 neighbourhood (0.128)"} & set(_texts(fig.axes[2]))  # not on the entropy panels
     plots.plt.close(fig)
-    fig = emergence_figure(cells, "demo", [])
+    run = RunRecord(tmp_path, _run([0.5, 0.45]).data)  # the emergence figure draws from attention_stats.csv
+    (tmp_path / "attention_stats.csv").write_text("epoch,step,layer,head,mad\n0,0,0,0,0.5\n1,10,0,0,0.45\n")
+    fig = emergence_figure({"Baseline": Group(key=None, runs=[run])}, "demo", [])  # type: ignore[arg-type]
     assert {"3x3 neighbourhood (0.128)", "self only (0)", "uniform"} <= set(_texts(fig.axes[0]))
     plots.plt.close(fig)
 

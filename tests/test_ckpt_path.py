@@ -4,7 +4,10 @@ resumed from it (ckpt_mode=resume, identity-checked); a missing or damaged file 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +91,7 @@ def test_resume_continues_only_the_cell_that_wrote_the_checkpoint(
     with pytest.raises(ForeignCheckpoint) as refused:
         run_cell_as_train(other, tmp_path / "b")
     message = str(refused.value)
-    assert record["identity_hash"] in message and identity_hash(other) in message and "\n" not in message
+    assert "the settings that differ: seed 0 there, 1 here" in message and "\n" not in message  # not two hashes
     assert not (tmp_path / "b" / "results.json").exists()  # refused before anything was recorded
 
 
@@ -133,3 +136,96 @@ def test_train_names_the_cell_by_the_checkpoints_content(source: tuple[Path, dic
     (run_dir,) = (tmp_path / "outputs").iterdir()
     assert f"_s0_ckpt-{file_content_hash(str(checkpoint))[:10]}_" in run_dir.name  # the from-scratch cell's lacks it
     assert json.loads((run_dir / "results.json").read_text())["start"]["ckpt_mode"] == "weights"
+
+
+# --- a checkpoint replaced while the cell starts ----------------------------------------------------------------------
+
+
+def _other_weights(checkpoint: Path, out: Path) -> Path:
+    """A checkpoint of the same cell with other weights (one tensor shifted): what an epoch-boundary write leaves."""
+    content = torch.load(checkpoint, weights_only=True)
+    first = next(iter(content["state_dict"]))
+    content["state_dict"][first] = content["state_dict"][first] + 1.0
+    torch.save(content, out)
+    return out
+
+
+def test_a_checkpoint_replaced_after_the_identity_is_built_is_not_what_the_cell_is_named_for(
+    source: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`os.replace` of ckpt_path right after the identity is built: the cell trains from the bytes its identity and
+    record name (read once), never from what the file holds by the time the weights are read."""
+    checkpoint, _ = source
+    given = tmp_path / "start.ckpt"
+    shutil.copy(checkpoint, given)
+    original = torch.load(given, weights_only=True)["state_dict"]
+    named_for = file_content_hash(str(given))
+    args = [*CELL, f"ckpt_path={given}", "data.num_workers=1"]
+    expected_identity = identity_hash(compose_config(args))
+    replacement = _other_weights(checkpoint, tmp_path / "other.ckpt")
+    built = cell.identity_hash
+
+    def identity_then_replaced(cfg: Any) -> str:
+        identity = built(cfg)
+        os.replace(replacement, given)  # the file changes between the identity and the load
+        return identity
+
+    loaded: list[bool] = []
+    load = cell.load_start_weights
+
+    def checked_load(module: torch.nn.Module, weights: dict[str, Any], path: str) -> None:
+        load(module, weights, path)
+        loaded.append(all(torch.equal(module.state_dict()[k], original[k]) for k in original))
+
+    monkeypatch.setattr(cell, "identity_hash", identity_then_replaced)
+    monkeypatch.setattr(cell, "load_start_weights", checked_load)
+    run_dir = tmp_path / "run"
+    record = run_cell_as_train(compose_config(args), run_dir)
+    assert file_content_hash(str(given)) != named_for  # the file did change under the cell
+    assert loaded == [True]  # the weights the cell is named for, not the replacement's
+    assert record["identity_hash"] == expected_identity and record["start"]["ckpt_sha256"] == named_for
+    stamped = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["vit_locality"]["identity_hash"]
+    assert stamped == expected_identity  # its checkpoints resume under the same identity
+
+
+REPLACED_AFTER_NAMING = """
+import os, sys
+from vit_locality.run import cell
+staged, target = sys.argv[1], sys.argv[2]
+real = cell.run_cell
+def replaced_then_run(*args, **kwargs):
+    os.replace(staged, target)  # after Hydra named the run directory, before the cell reads the file
+    return real(*args, **kwargs)
+cell.run_cell = replaced_then_run
+sys.argv = [sys.argv[0], *sys.argv[3:]]
+from vit_locality.train import cli
+cli()
+"""
+
+
+@pytest.mark.slow
+def test_a_checkpoint_replaced_after_the_cell_was_named_is_refused_in_one_line(
+    source: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    checkpoint, _ = source
+    given = tmp_path / "start.ckpt"
+    shutil.copy(checkpoint, given)
+    named_for = file_content_hash(str(given))[:10]
+    staged = _other_weights(checkpoint, tmp_path / "staged.ckpt")
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "2"}
+    args = [*CELL, f"ckpt_path={given}", "data.num_workers=1"]
+    proc = subprocess.run(
+        [sys.executable, "-c", REPLACED_AFTER_NAMING, str(staged), str(given), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    output = proc.stdout + proc.stderr
+    (line,) = [line for line in output.splitlines() if "changed after the cell was named" in line]
+    now_holds = file_content_hash(str(given))[:10]
+    assert f"_ckpt-{named_for}" in line and f"named for content {named_for}, the file now holds {now_holds}" in line
+    outputs = tmp_path / "outputs"  # the directory Hydra named for the old content, if it is kept at all
+    assert not list(outputs.rglob("results.json")) and not list(outputs.rglob("*.ckpt"))

@@ -130,8 +130,11 @@ def test_instruments_cli_tables_and_figures(sweep: Path, tmp_path: Path, capsys:
         ("+CM", "1"),
     ]
     assert all(0 <= float(row["mixed"]) <= 1 and float(row["uniform"]) == 0.75 for row in box)
-    for kind in ("masses", "positions", "trajectory", "dose"):
+    for kind in ("masses", "positions", "trajectory"):
         assert (out / f"{kind}_synthetic_vit_tiny.png").stat().st_size > 1000
+    # Baseline and +CM alone sweep no knob: the dose-response figure would be six empty panels, so it is left out
+    assert not (out / "dose_synthetic_vit_tiny.png").exists()
+    assert "note: figure dose_synthetic_vit_tiny left out: no runs along aug.cutmix_alpha," in printed
 
 
 class _Links(HTMLParser):
@@ -163,8 +166,9 @@ def test_page_is_self_contained(page: Path) -> None:
     images = [value for tag, value in parser.refs if tag == "img"]
     others = [value for tag, value in parser.refs if tag != "img"]
     assert all(value.startswith("#") for value in others)  # only the table of contents' own anchors
-    # plane, layers, emergence; masses, positions, trajectory, dose; one attention-map picture per cell
-    assert len(images) == 3 + 4 + 2
+    # plane, layers, emergence; masses, positions, trajectory (no dose: no knob swept); one map picture per cell
+    assert len(images) == 3 + 3 + 2
+    assert "<li>figure dose_synthetic_vit_tiny left out: no runs along aug.cutmix_alpha," in text
     for value in images:
         prefix = "data:image/png;base64,"
         assert value.startswith(prefix)

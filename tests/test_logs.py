@@ -1,4 +1,4 @@
-"""Logs a person can read (issue 22, item 7): every line once, no bar redrawn into a file, each parallel cell's
+"""Logs a person can read: every line once, no bar redrawn into a file, each parallel cell's
 lines named, and how far the sweep is."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A figure measured on the test set is never called validation (issue 22, item 8).
+"""A figure measured on the test set is never called validation.
 
 Per-epoch figures are `test_epoch/*` when the evaluation split is the test set (data.val_size=0, the paper's
 protocol) and `val/*` only with a held-out split; a search never selects on the test set: it is refused in one line.

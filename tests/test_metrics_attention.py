@@ -13,6 +13,7 @@ from vit_locality.attention.metrics import (
     attention_summary,
     cls_mass,
     locality_masses,
+    mad_control,
     mean_attention_distance,
     neighbourhood_masks,
     patch_distance_matrix,
@@ -316,7 +317,7 @@ def test_mean_and_std_over_images() -> None:
 
     s = attention_summary(a)
     masses = {"self_mass", "neighbour_mass", "far_mass"}
-    assert set(s) == {"mad", "entropy", "cls_mass", "mad_std", "entropy_std", *masses}
+    assert set(s) == {"mad", "entropy", "cls_mass", "mad_std", "entropy_std", "mad_control", "surround_pref", *masses}
     for value in s.values():
         assert value.shape == (2,)
     assert s["mad"].tolist() == pytest.approx([mean(per_image_mad), 0.0], abs=1e-6)
@@ -448,3 +449,82 @@ def test_masses_in_the_summary_and_accumulator_per_head() -> None:
     acc.update(a)
     acc.update(a)
     assert acc.compute()["neighbour_mass"].tolist() == pytest.approx([0.0, 55 / 64, 420 / 4096])
+
+
+# ---- the concentration control ----------------------------------------------------------------------------
+
+
+def _salient_rows(g: int, patch: int) -> torch.Tensor:
+    """Every query attends to the same one patch."""
+    rows = torch.zeros(g * g, g * g)
+    rows[:, patch] = 1.0
+    return rows
+
+
+def _loop_control(rows_per_image: list[torch.Tensor], g: int) -> float:
+    """docs/metrics.md's control as loops: the renormalised rows averaged over every query of every image, that one
+    row given to every query, its MAD."""
+    n = g * g
+    mean_row = [0.0] * n
+    for rows in rows_per_image:
+        for k in range(n):
+            total = float(rows[k].double().sum())
+            for m in range(n):
+                mean_row[m] += float(rows[k, m]) / total / (n * len(rows_per_image))
+    return sum(mean_row[m] * _dist(k, m, g) for k in range(n) for m in range(n)) / n
+
+
+def test_control_hand_cases_8x8() -> None:
+    """docs/metrics.md's hand-computed control: one fixed salient patch (difference 0, control = the mean distance to
+    that patch), uniform (0), the clipped 3 x 3 neighbourhood (control 0.51089, the border keys being in fewer
+    neighbourhoods, minus MAD 0.12765), attention on oneself (control uniform, 0.51706)."""
+    g = 8
+    corner, inner = _salient_rows(g, 0), _salient_rows(g, 27)
+    heads = (_neighbourhood_rows(g), _uniform_rows(g), corner, inner, _self_rows(g))
+    summary = attention_summary(_stack(*(_attn(rows, cls_weight=0.2) for rows in heads)))
+    control, preference, mad = summary["mad_control"], summary["surround_pref"], summary["mad"]
+    uniform = _loop_uniform_mad(g)
+    neighbourhood_mad, _ = _loop_neighbourhood(g)
+    assert control.tolist() == pytest.approx([_loop_control([rows], g) for rows in heads], abs=1e-12)
+    assert control[0].item() == pytest.approx(0.5108863, abs=1e-7)
+    assert preference[0].item() == pytest.approx(0.5108863 - neighbourhood_mad, abs=1e-7)
+    assert preference[0].item() == pytest.approx(0.3832391, abs=1e-7)
+    assert control[1].item() == pytest.approx(uniform, abs=1e-12) and abs(preference[1].item()) < 1e-12
+    assert control[2].item() == pytest.approx(sum(_dist(k, 0, g) for k in range(64)) / 64, abs=1e-12)
+    assert control[2].item() == pytest.approx(0.6840013, abs=1e-7) and abs(preference[2].item()) < 1e-12
+    assert control[3].item() == pytest.approx(0.3867385, abs=1e-7) and abs(preference[3].item()) < 1e-12
+    assert control[4].item() == pytest.approx(uniform, abs=1e-12) and preference[4].item() == pytest.approx(uniform)
+    torch.testing.assert_close(preference, control - mad)
+
+
+def test_control_averages_rows_over_queries_and_images() -> None:
+    """One head, two images of different patterns: the control is the MAD of the row averaged over both images'
+    queries (equal to the mean of the per-image controls, the control being linear in the row), with each query's
+    row renormalised over the patch keys first (the CLS share differs per query here)."""
+    g = 4
+    first, second = _neighbourhood_rows(g), _salient_rows(g, 5)
+    cls_weights = torch.linspace(0.0, 0.6, g * g)[:, None]
+    images = []
+    for rows in (first, second):
+        a = _attn(rows * (1 - cls_weights))
+        a[1:, 0] = cls_weights[:, 0].double()
+        images.append(a[None])
+    attn = torch.stack(images)  # (2, 1, T, T)
+    summary = attention_summary(attn)
+    want = _loop_control([first, second], g)
+    assert summary["mad_control"].item() == pytest.approx(want, abs=1e-12)
+    assert summary["surround_pref"].item() == pytest.approx(want - summary["mad"].item(), abs=1e-12)
+    assert mad_control(attn).item() == pytest.approx(want, abs=1e-12)
+    # Raw weights: the average raw row, CLS share left out, as MAD leaves it out.
+    raw = attention_summary(_stack(_attn(_uniform_rows(8) * 0.75, cls_weight=0.25)), renormalize=False)
+    assert raw["mad_control"].item() == pytest.approx(0.75 * _loop_uniform_mad(8), abs=1e-12)
+    assert abs(raw["surround_pref"].item()) < 1e-12
+
+
+def test_control_in_every_unit_like_mad() -> None:
+    a = _stack(_attn(_neighbourhood_rows(8)), _attn(_salient_rows(8, 9)))
+    unit = attention_summary(a)
+    for units, factor, patch in (("grid", 8, None), ("pixels", 32, 4), ("diagonal", 1 / math.sqrt(2), None)):
+        other = attention_summary(a, units=units, patch_size=patch)
+        for key in ("mad", "mad_control", "surround_pref"):
+            torch.testing.assert_close(other[key], unit[key] * factor)

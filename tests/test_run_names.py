@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers import QUICK, compose_config, run_train
+from hydra import compose, initialize_config_dir
 
 from vit_locality.config.identity import (
     MAX_NAME_CHARS,
@@ -18,6 +19,8 @@ from vit_locality.config.identity import (
     named_settings,
 )
 from vit_locality.config.preflight import check_command
+from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.schema import register_schemas
 from vit_locality.paths import CONF_DIR
 
 BASE = "synthetic_vit_tiny_aa1_cm1_ls0.1_s0"
@@ -121,3 +124,90 @@ def test_ten_tuning_settings_train_into_a_fitted_directory_with_the_full_setting
     assert again.returncode == 0, again.stderr[-3000:]
     assert "complete already: skipped" in again.stdout + again.stderr
     assert [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")] == [run_dir]
+
+
+def job_name(overrides: list[str]) -> str:
+    """The run directory's name as a Hydra job resolves `run_name` (Hydra's record of the job set, as in train.py)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    register_resolvers()
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        try:
+            return str(cfg.run_name)
+        finally:
+            HydraConfig.instance().cfg = None
+
+
+SHORT = ["trainer.max_steps=2", "stats.probe_size=64"]
+DEMO_BY_HAND = [
+    "data=glyphs",
+    "model=vit_tiny_sincos",
+    "data.train_size=4000",
+    "data.test_size=1000",
+    "data.batch_size=32",
+    "data.min_height=0.6",
+    "data.max_height=0.8",
+    "trainer.max_epochs=10",
+    "optim.lr=2e-3",
+    "optim.warmup_epochs=1",
+]
+
+
+def test_the_process_count_reaches_the_name() -> None:
+    """Two processes mix their own halves of a batch: another cell, so another directory."""
+    one = job_name(["data=synthetic", "model=vit_tiny", *SHORT])
+    two = job_name(["data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=2"])
+    assert one != two and two.endswith("_processes-2_stats.probe_size-64_trainer.max_steps-2")
+    assert identity_hash(compose_config(["data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=2"])) != (
+        identity_hash(compose_config(["data=synthetic", "model=vit_tiny", *SHORT]))
+    )
+
+
+def test_what_an_experiment_sets_reaches_the_name_and_equal_identities_share_it() -> None:
+    demo = job_name(["experiment=demo", *SHORT])
+    assert demo != job_name(["data=glyphs", "model=vit_tiny_sincos", *SHORT])  # other settings, other directory
+    assert demo == job_name([*DEMO_BY_HAND, *SHORT])  # the demo's values typed by hand: the same cell
+    assert identity_hash(compose_config(["experiment=demo", *SHORT])) == identity_hash(
+        compose_config([*DEMO_BY_HAND, *SHORT])
+    )
+    assert demo != job_name([*DEMO_BY_HAND[:-1], *SHORT])  # one of them left out: not the same cell
+
+
+def test_a_preset_is_named_by_what_it_sets() -> None:
+    """`debug=overfit` changes the batch size and the learning rate: never the directory of the plain cell."""
+    assert job_name(["debug=overfit", "data=synthetic"]) != job_name(["data=synthetic", "protocol=baseline"])
+    assert job_name(["protocol=baseline", "data=synthetic"]) == job_name(
+        ["data=synthetic", "aug.autoaug=false", "aug.cutmix=false", "loss.ls=0"]
+    )
+
+
+def test_the_sweep_check_names_a_cell_as_the_job_does() -> None:
+    """The pre-check's names (identity_settings from the cell's config) are the job's: two cells of one sweep that
+    differ only in the devices are two directories, not one refused."""
+    assert check_command(["-m", "data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=1,2"], CONF_DIR) == []
+
+
+@pytest.mark.slow
+def test_a_refused_directory_names_an_override_that_runs_the_cell(tmp_path: Path) -> None:
+    """A single run refused its directory (it holds a complete run of another config) is told what to type; typed,
+    the advice runs the cell elsewhere, the other run untouched."""
+    args = [*QUICK, "trainer.max_steps=2", "stats.enabled=false"]
+    first = run_train(args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (run_dir,) = (tmp_path / "outputs").iterdir()
+    results = run_dir / "results.json"
+    record = json.loads(results.read_text())
+    record["identity_hash"] = "0" * 16  # as a run of another config would have left it
+    results.write_text(json.dumps(record))
+    refused = run_train(args, cwd=tmp_path)
+    assert refused.returncode == 2
+    line = next(line for line in (refused.stdout + refused.stderr).splitlines() if "different config" in line)
+    advice = line.rsplit(" add ", 1)[1].strip()
+    assert advice.startswith("hydra.run.dir=")
+    followed = run_train([*args, advice], cwd=tmp_path)
+    assert followed.returncode == 0, followed.stderr[-3000:]
+    assert json.loads(results.read_text())["identity_hash"] == "0" * 16
+    assert json.loads((Path(advice.split("=", 1)[1]) / "results.json").read_text())["status"] == "complete"

@@ -54,7 +54,10 @@ def test_ddp_inside_a_multirun_is_not_re_expanded(tmp_path: Path) -> None:
     cells = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     named = {"data.batch_size": "64", "data.test_size": "64", "data.train_size": "256", "stats.probe_size": "64"}
     named["trainer.max_epochs"] = "1"  # names over 120 characters end in a hash of their settings
-    expected = [fitted_name(f"synthetic_vit_tiny_aa1_cm1_ls{ls}_s0", named) for ls in ("0.1", "0")]
+    named["processes"] = "2"  # two DDP processes are another cell than one: the name says so
+    expected = [
+        fitted_name(f"synthetic_vit_tiny_aa1_cm1_ls{ls}_s0", dict(sorted(named.items()))) for ls in ("0.1", "0")
+    ]
     assert cells == sorted(expected)
     assert len(list(tmp_path.rglob("results.json"))) == 2  # no stray run directories anywhere
     assert all(_record(sweep / c)["batch"]["world_size"] == 2 for c in cells)

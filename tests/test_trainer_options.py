@@ -144,7 +144,7 @@ def test_debug_configs_compose_validate_and_are_quick_runs(name: str) -> None:
             == {
                 "fdr": "trainer.fast_dev_run=true",
                 "limit": "trainer.limit_train_batches=3, trainer.limit_val_batches=2, trainer.limit_test_batches=2",
-                "overfit": "trainer.overfit_batches=2",
+                "overfit": "trainer.overfit_batches=1",
             }[name]
         )
     if name == "overfit":

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import QUICK, QUICK_NAME, compose_config, run_train
+from helpers import QUICK, QUICK_NAME, compose_config, run_cell_as_train, run_train
 from matplotlib.colors import to_rgba
 from omegaconf import OmegaConf
 
@@ -391,3 +391,44 @@ def test_report_publishes_tables_figures_scatter_and_layer_curves(
     baseline = [value for _, cell, value in curves["data"] if cell == "Baseline"]
     # write_run's heads: MAD + 0.05 layer + 0.01 head, with layer 2's head 0 at half the MAD.
     assert baseline == pytest.approx([0.316, 0.366, 0.158])
+
+
+# --- the run id follows the cell, not its folder ---------------------------------------------------------------------
+
+
+def test_a_copied_cell_retagged_elsewhere_keeps_its_wandb_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's workflow: a sweep folder copied elsewhere and a cell re-tagged there. The tag update continues
+    the cell's W&B run (the id its record holds from the first start), so `wandb sync` merges it into that run
+    instead of creating a run that holds only the tags. A record from before ids were recorded: its W&B files'."""
+    import shutil
+
+    import wandb
+
+    from vit_locality.tracking.wandb_run import RUN_ID_ENTRY
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    args = [*QUICK, "logger=wandb", "stats.enabled=false"]
+    original = tmp_path / "sweep" / "cell"
+    record = run_cell_as_train(compose_config([*args, "tags=[first]"]), original)
+    wandb.teardown()
+    run_id = record[RUN_ID_ENTRY]
+    (first,) = (original / "wandb").glob("offline-run-*")
+    assert first.name.endswith(f"-{run_id}")
+    assert json.loads((original / "results.json").read_text())[RUN_ID_ENTRY] == run_id
+
+    def retagged_id(run_dir: Path) -> str:
+        before = set((run_dir / "wandb").glob("offline-run-*"))
+        run_cell_as_train(compose_config([*args, "tags=[first,paper]"]), run_dir)
+        wandb.teardown()
+        (update,) = set((run_dir / "wandb").glob("offline-run-*")) - before
+        (run,) = {r.run_id for r in of_kind(wandb_records(next(update.glob("run-*.wandb"))), "run")}
+        return run
+
+    assert retagged_id(shutil.copytree(original, tmp_path / "copy" / "cell")) == run_id
+    older = shutil.copytree(original, tmp_path / "older" / "cell")
+    saved = json.loads((older / "results.json").read_text())
+    del saved[RUN_ID_ENTRY]
+    (older / "results.json").write_text(json.dumps(saved))
+    assert retagged_id(older) == run_id

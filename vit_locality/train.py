@@ -34,6 +34,7 @@ from vit_locality.sweep.launch import (
     run_ddp_cell_in_own_process,
 )
 from vit_locality.sweep.progress import announce_sweep_size, cell_start_line, finished_durations, sweep_cells
+from vit_locality.sweep.search import one_line_without_result
 
 log = logging.getLogger("vit_locality")
 
@@ -85,6 +86,7 @@ def name_the_cell_in_each_line(run_name: str) -> None:
 def main(cfg: DictConfig) -> float | None:
     # Heavy imports only after Hydra has parsed the command line (so --help and typos answer at once).
     from vit_locality.callbacks import build_callbacks
+    from vit_locality.run.advice import remove_refused_run_dir
     from vit_locality.run.cell import CellInterrupted, run_cell
     from vit_locality.tracking.quiet import quiet_library_noise
 
@@ -121,6 +123,8 @@ def main(cfg: DictConfig) -> float | None:
         log.error("%s failed: %s", cfg.run_name, first_line(error))
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             log.exception("full traceback")
+        if exit_code_of(error) == 2 and not child:  # refused before anything ran: no run directory left behind
+            remove_refused_run_dir(run_dir)
         if cfg.sweep.continue_on_error:
             return failed_trial(cfg) if cfg.optimized_metric else None  # recorded as failed; the verdict reports it
         sys.exit(exit_code_of(error))
@@ -147,6 +151,7 @@ def cli() -> None:
     sweep_dir = sweep_dir_of(sys.argv[1:], CONF_DIR)
     command_id = os.environ[COMMAND_ID_ENV] = new_command_id()  # this command's cells and verdict, no other's
     announce_sweep_size(counted[0] if counted else None)  # each cell logs "cell k of N" with the sweep's time left
+    one_line_without_result()  # a search whose every trial failed ends in one line
     main()
     if sweep_dir is not None and (status := report_verdict(sweep_dir, command_id)):
         sys.exit(status)

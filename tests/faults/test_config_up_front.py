@@ -1,6 +1,6 @@
-"""Every value checked before the first cell trains (issue 20, item 3), an override nothing reads refused (issue 22,
-item 1), Trainer arguments as Lightning users type them (issue 22, item 5) and one line for a wrong option of any
-group, Hydra's own included (issue 22, item 6). Each rule is tested holding and failing."""
+"""Every value checked before the first cell trains, an override nothing reads refused, Trainer arguments as
+Lightning users type them and one line for a wrong option of any group, Hydra's own included. Each rule is tested
+holding and failing."""
 
 from __future__ import annotations
 
@@ -70,7 +70,10 @@ REFUSED = [
     # overrides nothing reads
     (["+model.drop_path=0.1"], f"+model.drop_path: {NOT_READ} (the nearest real one is model.depth)"),
     (["+optim.momentum=0.9"], f"+optim.momentum: {NOT_READ} (the nearest real one is optim.betas)"),
-    (["+foo=1"], f"+foo: {NOT_READ} (the real ones here are ckpt_path, ckpt_mode, seed, optimized_metric, tags"),
+    (
+        ["+foo=1"],
+        f"+foo: {NOT_READ} (the real ones here are ckpt_path, ckpt_mode, threads, seed, optimized_metric, tags",
+    ),
     (["+ckpt_path=foo.ckpt"], "ckpt_path='foo.ckpt' is not allowed: null or a checkpoint file this user can read"),
     (["++new_top_level=x"], f"+new_top_level: {NOT_READ}"),
     (["+stats.extra=1"], f"+stats.extra: {NOT_READ}"),

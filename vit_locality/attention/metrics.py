@@ -18,6 +18,17 @@ the default; the CLS key's share is reported apart as ``cls_mass``), or used as 
 A head's value is the mean over every patch query and every image; ``mad_std`` and ``entropy_std`` are the
 population spread of the per-image means over the images.
 
+A low MAD has two causes: a preference for the query's surroundings, or attention concentrated on a few patches
+whatever the query. The control separates them: every query is given the head's query-averaged row
+abar(l) = mean over queries (and images) of a(k, l), so
+
+    mad_control   = mean_k sum_l abar(l) d(k, l) = sum_l abar(l) D(l),  D(l) = mean_k d(k, l)
+    surround_pref = mad_control - MAD
+
+is 0 for a head whose rows are all alike (uniform, or one fixed salient patch) and positive when the head looks
+nearer to each query than its overall choice of patches does. mad_control is linear in abar, so the mean of the
+per-image controls is the control of the image-averaged row.
+
 Everything is computed in float32 (float64 if the input is float64), whatever the input dtype, so bf16 or
 fp16 attention maps give the fp32 answer to within their own rounding.
 
@@ -38,6 +49,7 @@ __all__ = [
     "cls_mass",
     "cross_border_mass",
     "locality_masses",
+    "mad_control",
     "mean_attention_distance",
     "neighbourhood_masks",
     "patch_distance_matrix",
@@ -135,6 +147,21 @@ def _mad_per_image(
     return mad.mean(dim=-1)
 
 
+def _mad_control_per_image(
+    weights: torch.Tensor, g: int, mass: torch.Tensor | None, units: str, patch_size: float | None
+) -> torch.Tensor:
+    """(B, H) MAD of the query-independent attention: each image's query-averaged (renormalised) row abar(l) given to
+    every query, i.e. sum_l abar(l) D(l) with D(l) the mean distance from patch l to the queries. A row with no
+    patch mass adds nothing to abar, as it adds 0 to MAD."""
+    dist = patch_distance_matrix(g, units, patch_size, device=weights.device, dtype=weights.dtype)
+    if mass is None:
+        mean_row = weights.mean(dim=-2)
+    else:
+        inverse = torch.where(mass > 0, 1.0 / mass.clamp_min(torch.finfo(weights.dtype).tiny), 0.0)
+        mean_row = torch.einsum("bhqk,bhq->bhk", weights, inverse) / weights.shape[-2]
+    return mean_row @ dist.mean(dim=0)
+
+
 def _entropy_per_image(weights: torch.Tensor, mass: torch.Tensor | None) -> torch.Tensor:
     """(B, H) means over the queries of -sum_l a log a / log(N). For renormalised rows a = w / t, and
     -sum (w/t) log(w/t) = (-sum w log w) / t + log t, which needs one pass over the weights instead of three."""
@@ -198,6 +225,14 @@ def mean_attention_distance(
     return _mad_per_image(weights, g, _renormalizer(weights, renormalize), units, patch_size).mean(dim=0)
 
 
+def mad_control(
+    attn: torch.Tensor, renormalize: bool = True, units: str = "unit", patch_size: float | None = None
+) -> torch.Tensor:
+    """MAD each head would have if every query used the head's query-averaged weights, (heads,)."""
+    _, weights, g = _patch_rows(attn)
+    return _mad_control_per_image(weights, g, _renormalizer(weights, renormalize), units, patch_size).mean(dim=0)
+
+
 def attention_entropy(attn: torch.Tensor, renormalize: bool = True) -> torch.Tensor:
     """Entropy over the patch keys divided by log(g*g) per head, (heads,): 1 for uniform, 0 for one key."""
     _, weights, _ = _patch_rows(attn)
@@ -211,11 +246,12 @@ def cls_mass(attn: torch.Tensor) -> torch.Tensor:
 
 def _per_image(attn: torch.Tensor, renormalize: bool, units: str, patch_size: float | None) -> dict[str, torch.Tensor]:
     """Per-image means over the patch queries, {"mad", "entropy", "cls_mass", "self_mass", "neighbour_mass",
-    "far_mass"} each (B, heads)."""
+    "far_mass", "mad_control"} each (B, heads)."""
     cls, weights, g = _patch_rows(attn)
     mass = _renormalizer(weights, renormalize)
     return {
         "mad": _mad_per_image(weights, g, mass, units, patch_size),
+        "mad_control": _mad_control_per_image(weights, g, mass, units, patch_size),
         "entropy": _entropy_per_image(weights, mass),
         "cls_mass": cls.mean(dim=-1),
         **_masses_per_image(weights, g, mass),
@@ -223,12 +259,14 @@ def _per_image(attn: torch.Tensor, renormalize: bool, units: str, patch_size: fl
 
 
 def _summarize(per_image: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Per-head means over images and the spread of MAD and entropy over images, each (heads,).
+    """Per-head means over images, the control's difference from MAD, and the spread of MAD and entropy over images,
+    each (heads,).
 
     Every image has the same number of patch queries, so the mean of the per-image means is the mean over all
     queries. The spread is the population standard deviation (correction 0), so one image gives 0, not NaN.
     """
     summary = {key: value.mean(dim=0) for key, value in per_image.items()}
+    summary["surround_pref"] = summary["mad_control"] - summary["mad"]
     summary["mad_std"] = per_image["mad"].std(dim=0, correction=0)
     summary["entropy_std"] = per_image["entropy"].std(dim=0, correction=0)
     return summary
@@ -237,8 +275,8 @@ def _summarize(per_image: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def attention_summary(
     attn: torch.Tensor, renormalize: bool = True, units: str = "unit", patch_size: float | None = None
 ) -> dict[str, torch.Tensor]:
-    """One call per layer: {"mad", "entropy", "cls_mass", "self_mass", "neighbour_mass", "far_mass", "mad_std",
-    "entropy_std"}, each (heads,)."""
+    """One call per layer: {"mad", "entropy", "cls_mass", "self_mass", "neighbour_mass", "far_mass", "mad_control",
+    "surround_pref", "mad_std", "entropy_std"}, each (heads,)."""
     return _summarize(_per_image(attn, renormalize, units, patch_size))
 
 

@@ -110,16 +110,26 @@ def mad_entropy_plane(
     ax: plt.Axes | None = None,
     units: str = "unit",
     patch_size: int | None = None,
+    control: torch.Tensor | None = None,
 ) -> plt.Figure:
     """Every head as a point (MAD, entropy), one colour per layer; (layers, heads) inputs. The known references
     (draw_mad_references) and, in unit distance, uniform attention mark the scale; `patch_size` is only needed for
-    the references in pixels."""
+    the references in pixels. With `control` (the heads' query-averaged MAD, same shape) each head also has a
+    hollow marker at its control, joined by a line: a long line to the right is a preference for the query's
+    surroundings, no line is concentration alone."""
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
     for layer, colour in enumerate(layer_colours(mad.shape[0])):
+        if control is not None:
+            for head_mad, head_control, head_entropy in zip(mad[layer], control[layer], entropy[layer], strict=True):
+                ax.plot([float(head_mad), float(head_control)], [float(head_entropy)] * 2, color=colour, lw=0.7)
+            ax.scatter(control[layer], entropy[layer], s=22, facecolor="none", edgecolor=colour, lw=0.8)
         ax.scatter(mad[layer], entropy[layer], color=colour, s=28, label=f"layer {layer}", edgecolor="k", lw=0.3)
-    right = max(float(mad.max()), draw_mad_references(ax, units, horizontal=False, patch_size=patch_size)) * 1.1
+    if control is not None:
+        ax.scatter([], [], s=22, facecolor="none", edgecolor="k", lw=0.8, label="control: query-averaged")
+    largest = max(float(mad.max()), float(control.max()) if control is not None else 0.0)
+    right = max(largest, draw_mad_references(ax, units, horizontal=False, patch_size=patch_size)) * 1.1
     if units == "unit":  # a fixed scale, so that panels of different cells compare at a glance
         ax.axvline(UNIFORM_MAD_8X8, color="grey", ls=":", lw=1)
         ax.text(UNIFORM_MAD_8X8, 0.02, " uniform", color="grey", fontsize=7, rotation=90, va="bottom")

@@ -14,9 +14,20 @@ import torch
 from vit_locality.attention.metrics import AttentionStatsAccumulator
 from vit_locality.model.vit import VisionTransformer
 
-# The first five are the original columns; the locality masses (docs/metrics.md) come after them, so readers that
-# index the old columns keep working.
-STAT_KEYS = ("mad", "entropy", "cls_mass", "mad_std", "entropy_std", "self_mass", "neighbour_mass", "far_mass")
+# The first five are the original columns; the locality masses and the concentration control (docs/metrics.md) come
+# after them, so readers that index the old columns keep working.
+STAT_KEYS = (
+    "mad",
+    "entropy",
+    "cls_mass",
+    "mad_std",
+    "entropy_std",
+    "self_mass",
+    "neighbour_mass",
+    "far_mass",
+    "mad_control",
+    "surround_pref",
+)
 
 
 @dataclass(frozen=True)
@@ -67,8 +78,22 @@ class ProbeResult:
     def mean_entropy_early(self) -> float:
         return float(self.stats["entropy"][: self.early_layers].mean())
 
+    def min_mad_head(self) -> tuple[int, int]:
+        """(layer, head) of the head with the minimum MAD over the first `early_layers` layers (the first such head
+        in layer-major order on a tie)."""
+        early = self.stats["mad"][: self.early_layers]
+        layer, head = divmod(int(early.flatten().argmin()), early.shape[1])
+        return layer, head
+
+    def mad_range(self) -> torch.Tensor:
+        """(layers,) max - min of MAD over each layer's heads: how far apart its heads are. A minimum over heads
+        falls as this spread grows, whatever the heads' mean does."""
+        mad = self.stats["mad"]
+        return mad.amax(dim=1) - mad.amin(dim=1)
+
     def per_layer(self) -> list[dict[str, float]]:
         rows = []
+        spread = self.mad_range()
         for layer in range(self.depth):
             row: dict[str, float] = {"layer": layer}
             for key in ("mad", "entropy"):
@@ -80,6 +105,7 @@ class ProbeResult:
                         f"{key}_max": float(values.max()),
                     }
                 )
+            row["mad_range"] = float(spread[layer])
             rows.append(row)
         return rows
 

@@ -16,7 +16,9 @@ from vit_locality.attention.probe import STAT_KEYS, ProbeResult
 from vit_locality.run.atomic import atomic_write_text
 from vit_locality.run.record import ATTENTION_CSV
 
-CSV_FIELDS = ("epoch", "step", "layer", "head", *STAT_KEYS)
+# `mad_layer_range` (max - min of MAD over the row's layer's heads, that evaluation) is the same on every head of a
+# layer; it comes last, so a file written before it existed reads the same with it left empty.
+CSV_FIELDS = ("epoch", "step", "layer", "head", *STAT_KEYS, "mad_layer_range")
 PLANE_PNG = "attention_mad_entropy.png"
 MAPS_PNG = "attention_central_maps.png"
 
@@ -24,10 +26,12 @@ MAPS_PNG = "attention_central_maps.png"
 def probe_rows(result: ProbeResult, epoch: int, step: int) -> list[dict[str, Any]]:
     """Long-format rows, one per (layer, head)."""
     rows = []
+    spread = result.mad_range()
     for layer in range(result.depth):
         for head in range(result.heads):
             row: dict[str, Any] = {"epoch": epoch, "step": step, "layer": layer, "head": head}
-            row.update({key: float(result.stats[key][layer, head]) for key in CSV_FIELDS[4:]})
+            row.update({key: float(result.stats[key][layer, head]) for key in STAT_KEYS})
+            row["mad_layer_range"] = float(spread[layer])
             rows.append(row)
     return rows
 
@@ -40,6 +44,9 @@ def scalar_metrics(result: ProbeResult) -> dict[str, float]:
         metrics.update({f"attn/layer{layer}/{k}": v for k, v in row.items() if k != "layer"})
     metrics["attn/min_mad_early"] = result.min_mad_early()
     metrics["attn/mean_entropy_early"] = result.mean_entropy_early()
+    layer, head = result.min_mad_head()
+    for key in ("mad_control", "surround_pref"):
+        metrics[f"attn/min_head_{key}"] = float(result.stats[key][layer, head])
     return metrics
 
 
@@ -62,7 +69,12 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
 def save_pictures(result: ProbeResult, out_dir: Path, title: str) -> list[Path]:
     """The heads in the MAD-entropy plane, and the first two layers' central-query maps."""
     plane = plots.mad_entropy_plane(
-        result.stats["mad"], result.stats["entropy"], title, units=result.settings.units, patch_size=result.patch_size
+        result.stats["mad"],
+        result.stats["entropy"],
+        title,
+        units=result.settings.units,
+        patch_size=result.patch_size,
+        control=result.stats["mad_control"],
     )
     layers = list(range(min(2, result.depth)))
     maps = plots.central_query_maps(result.central_maps, layers, f"{title}: mean attention of the central query patch")

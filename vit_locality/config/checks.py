@@ -16,6 +16,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from vit_locality.catalog import DATASETS, GRID_SIZE, POSITION_INITS
+from vit_locality.config.data_presence import check_data_present
 from vit_locality.config.file_access import check_directory, file_problem
 from vit_locality.config.trainer_checks import (
     _check_global_batch,
@@ -32,7 +33,8 @@ ANALYSIS_DEVICES = ("auto", "cpu", "cuda")
 # Official training-set sizes, which data.val_size must leave images of (the synthetic set's is data.train_size).
 TRAIN_SIZES = {"cifar10": 50_000, "cifar100": 50_000, "tiny_imagenet": 100_000}
 MAX_SEED = 2**32 - 1  # the range of numpy's seed, which Lightning's seed_everything enforces
-TAGS_RULE = "a list of strings of 1 to 64 characters, e.g. tags=[paper,v2] (W&B run tags)"
+MAX_THREADS = 1024  # torch threads per cell: more than any machine here has cores; an extra zero is a typo
+TAGS_RULE = "a list of strings of 1 to 64 printable characters (no newline or escape), e.g. tags=[paper,v2]"
 # W&B's own rule for a project name (wandb_settings.Settings.validate_project): at most 128 characters, none of these.
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
 WANDB_PROJECT_RULE = f"a name of 1 to 128 characters without any of {' '.join(WANDB_PROJECT_FORBIDDEN)} (W&B's rule)"
@@ -70,8 +72,9 @@ def validate(cfg: DictConfig, check_devices: bool = True) -> None:
     _check_trainer(cfg.trainer, check_devices)
     _check_global_batch(cfg.data.batch_size, cfg.trainer)
     _check_val_check_interval(cfg.trainer, _train_batches(cfg.data))
-    if check_devices:
+    if check_devices:  # this machine's: its devices, and its copy of the data
         check_machine_sizes(cfg.data, cfg.model)
+        check_data_present(cfg.data)
     validate_stats(cfg.stats, cfg.model.depth)
     _check_callbacks(cfg.callbacks)
     _check_logger(cfg.logger)
@@ -218,14 +221,32 @@ def _check_logger(logger: DictConfig) -> None:
     project = wandb.project
     forbidden = any(char in WANDB_PROJECT_FORBIDDEN for char in project)
     check(0 < len(project) <= 128 and not forbidden, "logger.wandb.project", project, WANDB_PROJECT_RULE)
+    _check_wandb_key(str(wandb.get("mode", "auto")))
+
+
+def _check_wandb_key(mode: str) -> None:
+    """An online W&B run needs an API key; without one wandb stops the run with a validation traceback."""
+    if mode != "online" and os.environ.get("WANDB_MODE") != "online":
+        return
+    from vit_locality.tracking.wandb_run import api_key_source, resolve_mode
+
+    if resolve_mode(mode) == "online" and api_key_source() is None:
+        raise ConfigError(
+            f"logger.wandb.mode={mode} needs a W&B API key, and none is set: set WANDB_API_KEY (or run `wandb "
+            "login`), or add logger.wandb.mode=offline (upload later with `wandb sync`)"
+        )
 
 
 def _check_run(cfg: DictConfig) -> None:
     integer(cfg, "", "seed", 0, MAX_SEED)
+    if cfg.get("threads") is not None:
+        integer(cfg, "", "threads", 1, MAX_THREADS)
     flags(cfg.sweep, "sweep", "continue_on_error")
     safe_name("sweep_name", cfg.sweep_name)
     tags = cfg.get("tags", [])
-    listed = isinstance(tags, ListConfig) and all(isinstance(tag, str) and 0 < len(tag) <= 64 for tag in tags)
+    listed = isinstance(tags, ListConfig) and all(
+        isinstance(tag, str) and 0 < len(tag) <= 64 and tag.isprintable() for tag in tags
+    )
     check(listed, "tags", OmegaConf.to_container(tags) if OmegaConf.is_config(tags) else tags, TAGS_RULE)
     try:
         run_name = cfg.run_name

@@ -9,12 +9,13 @@ resumed only under the config that wrote it. The fingerprint covers what the con
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import Any
 
@@ -30,6 +31,10 @@ NOT_IDENTITY = (
     "logger",
     "callbacks",
     "startup",  # what a cell shows when it starts
+    # The torch thread count changes the order of float sums, hence the last bits and, over many steps, a cell's
+    # numbers, as `trainer.accelerator` and `model.compile` do; like them it is how a cell is computed, not which
+    # cell it is: recorded with the run facts (results.json `threads`), never part of its name or identity.
+    "threads",
     "optimized_metric",
     "ckpt_path",  # a start from weights enters as the file's content hash (start_weights), not as its path
     "ckpt_mode",
@@ -127,14 +132,43 @@ def start_checkpoint(cfg: DictConfig) -> str | None:
 
 def file_content_hash(path: str) -> str:
     """The sha256 of a file's bytes (hex, shortened): a copy of a checkpoint is the same start, a retrained one is
-    not. Cached by path, size and modification time, since a run name and an identity both ask for it."""
-    path = os.path.expanduser(path)
+    not. While a cell runs (`pinned_content_hash`), the hash of the bytes it read and loads from; otherwise cached
+    by path, inode, size and modification and change times, since a run name and an identity both ask for it (a
+    file replaced by `os.replace` is another inode with its own change time, never a stale hit)."""
+    path = os.path.realpath(os.path.expanduser(path))
+    if path in _PINNED:
+        return _PINNED[path]
     status = os.stat(path)
-    return _content_hash(os.path.realpath(path), status.st_size, status.st_mtime_ns)
+    return _content_hash(path, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def bytes_content_hash(data: bytes) -> str:
+    """`file_content_hash` of bytes already read."""
+    return hashlib.sha256(data).hexdigest()[:CONTENT_HASH_CHARS]
+
+
+_PINNED: dict[str, str] = {}  # real path -> the content hash a running cell read (pinned_content_hash)
+
+
+@contextlib.contextmanager
+def pinned_content_hash(path: str, digest: str) -> Iterator[None]:
+    """Within the block, `file_content_hash(path)` is `digest`: the hash of the bytes a cell read once and starts
+    from, whatever the file holds by then, so the identity, the checkpoints' stamp, the record's run name and the
+    W&B run all name the weights that were loaded."""
+    key = os.path.realpath(os.path.expanduser(path))
+    previous = _PINNED.get(key)
+    _PINNED[key] = digest
+    try:
+        yield
+    finally:
+        if previous is None:
+            _PINNED.pop(key, None)
+        else:
+            _PINNED[key] = previous
 
 
 @functools.lru_cache(maxsize=16)
-def _content_hash(path: str, size: int, mtime_ns: int) -> str:
+def _content_hash(path: str, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
@@ -153,16 +187,65 @@ def identity_hash(cfg: DictConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def data_fingerprint(train_labels: Any, eval_labels: Any, test_labels: Any) -> dict[str, Any]:
-    """Sizes and a hash of the labels of the splits a run read: equal configs on different files differ here."""
-    digest = hashlib.sha256()
-    sizes = {}
-    for name, labels in (("train", train_labels), ("eval", eval_labels), ("test", test_labels)):
-        array = labels.detach().cpu().contiguous().numpy() if hasattr(labels, "detach") else labels
-        digest.update(name.encode())
-        digest.update(array.astype("int64").tobytes())
-        sizes[name] = int(len(array))
-    return {"sizes": sizes, "labels_sha256": digest.hexdigest()[:16]}
+SPLITS = ("train", "eval", "test")
+DATA_PARTS = ("pixels", "labels")
+
+
+def _as_array(values: Any) -> Any:
+    """A tensor or array as a C-contiguous numpy array (hashable by its buffer, without a copy where it is one)."""
+    import numpy as np
+
+    array = values.detach().cpu().numpy() if hasattr(values, "detach") else values
+    return np.ascontiguousarray(array)
+
+
+def data_fingerprint(splits: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
+    """What a cell trains and is measured on, split by split: sizes, and sha256 hashes of the uint8 pixels and of the
+    labels as read (`splits`: name -> (images, labels), names from SPLITS). Equal configs on different files differ
+    here; `data_difference` says which part. `labels_sha256` is computed as records before pixel hashes had it, so
+    such a record is still compared on what it holds."""
+    labels_digest = hashlib.sha256()
+    sizes, parts = {}, {}
+    pixel_hashes: dict[int, str] = {}  # the evaluation split is often the test set itself: hashed once
+    for name in SPLITS:
+        images, labels = splits[name]
+        label_array = _as_array(labels).astype("int64")
+        labels_digest.update(name.encode())
+        labels_digest.update(label_array.tobytes())
+        sizes[name] = int(len(label_array))
+        if id(images) not in pixel_hashes:
+            pixel_array = _as_array(images)
+            pixels = hashlib.sha256(f"{pixel_array.dtype}{pixel_array.shape}".encode())
+            pixels.update(memoryview(pixel_array).cast("B"))
+            pixel_hashes[id(images)] = pixels.hexdigest()[:16]
+        parts[name] = {
+            "pixels": pixel_hashes[id(images)],
+            "labels": hashlib.sha256(label_array.tobytes()).hexdigest()[:16],
+        }
+    return {"sizes": sizes, "labels_sha256": labels_digest.hexdigest()[:16], "sha256": parts}
+
+
+def data_difference(recorded: Any, current: dict[str, Any]) -> str | None:
+    """What differs between a record's data fingerprint and this data's, as a phrase (`the train split's pixels
+    differ`), or None when it is the same data. A record without a fingerprint cannot say it is; one written before
+    pixels were hashed is compared on its sizes and labels alone."""
+    if not isinstance(recorded, dict) or not recorded:
+        return "its data fingerprint (none) differs from this data's"
+    sizes = recorded.get("sizes") or {}
+    if sizes != current["sizes"]:
+        changed = [name for name in SPLITS if sizes.get(name) != current["sizes"][name]] or list(SPLITS)
+        return f"the number of images of the {' and '.join(changed)} split{'s' if len(changed) > 1 else ''} differs"
+    parts = recorded.get("sha256")
+    if not isinstance(parts, dict):
+        same = recorded.get("labels_sha256") == current["labels_sha256"]
+        return None if same else "the labels differ (a record without pixel hashes)"
+    changed = [
+        f"the {name} split's {part}"
+        for name in SPLITS
+        for part in DATA_PARTS
+        if (parts.get(name) or {}).get(part) != current["sha256"][name][part]
+    ]
+    return f"{', '.join(changed)} differ" if changed else None
 
 
 # A run directory's name stays readable and within what every file system takes (255 bytes a component).
@@ -263,6 +346,43 @@ def _start_name(overrides: Iterable[str], value_of: Lookup | None) -> str | None
         return file_content_hash(str(path))[:HASH_CHARS]
     except OSError:
         return None
+
+
+PROCESSES_NAME = "processes"  # `..._processes-2`: a cell whose processes (devices x nodes) differ from the reference's
+DELETED = "deleted"  # the value a name shows for an identity setting the config removed (`~key`)
+REFERENCE_GROUPS = ("data", "model")  # the group choices the base of a name shows; the reference is composed from them
+
+
+def identity_settings(cfg: DictConfig, reference: DictConfig) -> dict[str, str]:
+    """The settings a directory name shows beyond its base, key -> canonical text, sorted by key: every identity
+    setting (run_identity) whose value differs from `reference`'s (the config of the cell's data and model choices
+    alone), its process count where that differs, and the content hash of a checkpoint whose weights start it.
+    Whatever set a value (command line, experiment, preset), the name follows the identity: two configs of one
+    identity share a name, and two of different identities never do (when all cannot be shown, fitted_name's hash
+    stands for them)."""
+    mine = run_identity(cfg)
+    theirs = run_identity(reference)
+    chosen: dict[str, str] = {}
+    for key in mine.keys() | theirs.keys():
+        if key in IN_BASE_NAME:
+            continue
+        value = canonical_value(mine[key]) if key in mine else DELETED
+        if key in theirs and canonical_value(theirs[key]) == value:
+            continue
+        chosen[key] = DELETED if key not in mine else canonical_text(value)
+    if processes(cfg) != processes(reference):
+        chosen[PROCESSES_NAME] = str(processes(cfg))
+    start = start_checkpoint(cfg)
+    if start is not None:
+        with contextlib.suppress(OSError):  # the pre-check refuses a checkpoint it cannot read
+            chosen[START_NAME] = file_content_hash(start)[:HASH_CHARS]
+    return dict(sorted(chosen.items()))
+
+
+def reference_choices(choices: Any) -> tuple[str, ...]:
+    """The group choices a cell's reference config is composed from (`data=glyphs`, `model=vit_tiny`), read from
+    Hydra's record of the job's choices (`hydra.runtime.choices`)."""
+    return tuple(f"{group}={choices[group]}" for group in REFERENCE_GROUPS if choices.get(group) is not None)
 
 
 def _lookup(lookup: Lookup | None, key: str) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from hydra.core.override_parser.types import Override
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import BooleanNode, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -38,22 +38,36 @@ def apply_value(cfg: DictConfig, override: Override) -> None:
     elif override.is_add() or override.is_force_add():
         OmegaConf.update(cfg, key, value, merge=True, force_add=True)
     else:
+        _refuse_non_flag(cfg, key, value)
         try:
             OmegaConf.update(cfg, key, value, merge=True)
         except (ConfigAttributeError, ConfigKeyError):
             raise ConfigError(no_such_setting(key)) from None
 
 
-def _has_key(cfg: DictConfig, key: str) -> bool:
-    """Whether the dotted `key` is in the config, whatever its value (null and ??? included)."""
+def _refuse_non_flag(cfg: DictConfig, key: str, value: Any) -> None:
+    """A flag (a schema's bool) takes true or false (or null where it may be unset): OmegaConf would read `2`, `yes`
+    or `on` as true."""
+    node = _node(cfg, key)
+    if isinstance(node, BooleanNode) and value is not None and not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} is not allowed: true or false")
+
+
+def _node(cfg: DictConfig, key: str) -> Any:
+    """The config node at the dotted `key`, or None where there is none."""
     node: Any = cfg
     for part in key.split("."):
         if not isinstance(node, DictConfig) or node._is_none() or node._is_missing():
-            return False
+            return None
         node = node._get_node(part, validate_access=False, throw_on_missing_key=False)
         if node is None:
-            return False
-    return True
+            return None
+    return node
+
+
+def _has_key(cfg: DictConfig, key: str) -> bool:
+    """Whether the dotted `key` is in the config, whatever its value (null and ??? included)."""
+    return _node(cfg, key) is not None
 
 
 def new_keys(cfg: DictConfig, key: str, value: Any) -> list[str]:

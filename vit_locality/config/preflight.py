@@ -18,6 +18,7 @@ import copy
 import itertools
 import math
 import re
+import shlex
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,14 +41,14 @@ from vit_locality.config.file_access import check_directory
 from vit_locality.config.identity import (
     ABSENT,
     canonical_value,
-    config_lookup,
     covered_by_not_identity,
     fitted_name,
     identity_hash,
-    named_settings,
+    identity_settings,
+    reference_choices,
 )
 from vit_locality.config.override_values import apply_value, check_unread_settings, new_keys
-from vit_locality.config.refusals import explain
+from vit_locality.config.refusals import _group_options, explain, no_such_setting
 from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError
@@ -75,6 +76,7 @@ class Composer:
         self.parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())  # for glob()
         self._parsed: dict[str, Override] = {}
         self._composed: dict[Cell, tuple[DictConfig, DictConfig] | Exception] = {}
+        self._references: dict[Cell, DictConfig] = {}
         self.added: list[str] = []  # the keys the current cell's `+`/`++` overrides created
 
     def parse(self, text: str) -> Override:
@@ -101,6 +103,14 @@ class Composer:
         if isinstance(found, Exception):
             raise found
         return found
+
+    def reference(self, hydra_cfg: DictConfig) -> DictConfig:
+        """The config of a cell's data and model choices alone, which its run directory's name is told apart from
+        (identity.identity_settings); a copy of its own, never one a cell's values are applied to."""
+        choices = reference_choices(hydra_cfg.runtime.choices)
+        if choices not in self._references:
+            self._references[choices] = compose(config_name=self.config_name, overrides=list(choices))
+        return self._references[choices]
 
     @contextmanager
     def config(self, cell: Iterable[str]) -> Iterator[tuple[DictConfig, DictConfig]]:
@@ -163,9 +173,10 @@ def _axes(overrides: Iterable[Override], search: bool = False) -> dict[str, list
     return axes
 
 
-def _split(composer: Composer, texts: list[str], multirun: bool) -> tuple[list[Override], dict[str, str]]:
-    """The job's overrides, and the output directories the command line sets (Hydra's other settings are its own)."""
-    job, dirs = [], {}
+def _split(composer: Composer, texts: list[str], multirun: bool) -> tuple[list[Override], dict[str, str], list[str]]:
+    """The job's overrides, the output directories the command line sets, and the keys of the other Hydra settings
+    it sets (checked against the chosen launcher and sweeper)."""
+    job, dirs, hydra_values = [], {}, []
     for override in (composer.parse(text) for text in texts):
         if override.is_sweep_override() and not multirun:
             raise ConfigError(f"{override.input_line} is not allowed without -m: one value (quote 'a,b' for a string)")
@@ -175,7 +186,46 @@ def _split(composer: Composer, texts: list[str], multirun: bool) -> tuple[list[O
             job.append(override)
         elif override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):
             dirs[override.key_or_group] = override.get_value_element_as_str()
-    return job, dirs
+        elif not (override.is_add() or override.is_force_add() or override.is_delete()):
+            hydra_values.append(override.key_or_group)
+    return job, dirs, hydra_values
+
+
+def _check_hydra_keys(composer: Composer, keys: list[str], hydra_cfg: DictConfig) -> None:
+    """A Hydra setting the chosen launcher or sweeper lacks (`hydra.launcher.n_jobs=2` with the basic launcher):
+    one line naming the choice that has it, where Hydra would stop with its own multi-line error."""
+    for key in keys:
+        path = key.split(".", 1)[1] if "." in key else ""
+        if not path or OmegaConf.select(hydra_cfg, path, default=ABSENT) is not ABSENT:
+            continue
+        group = path.split(".", 1)[0]
+        if group not in ("launcher", "sweeper"):
+            raise ConfigError(no_such_setting(key))
+        current = str(hydra_cfg.runtime.choices.get(f"hydra/{group}"))
+        having = [name for name in _group_options(composer.conf_dir, f"hydra/{group}") if _has(name, group, path)]
+        fix = f"add hydra/{group}={having[0]}" if having else "no installed one takes it"
+        raise ConfigError(f"{key}: no such setting of hydra/{group}={current}; {fix}")
+
+
+def _refuse_saved_sweep_without_m(texts: list[str], hydra_cfg: DictConfig) -> None:
+    """A saved sweep (`experiment=demo`) or search (`hparams_search=...`) run without `-m` would train its first
+    cell alone, without a word: refused, with the command that runs it."""
+    params = hydra_cfg.sweeper.get("params")
+    if not params:
+        return
+    choices = hydra_cfg.runtime.choices
+    chosen = next((f"{g}={choices[g]}" for g in ("experiment", "hparams_search") if choices.get(g)), "this config")
+    kind = "a search" if choices.get("hparams_search") else f"a sweep over {', '.join(map(str, params))}"
+    raise ConfigError(f"{chosen} is {kind}: run it with -m (python train.py -m {shlex.join(texts)})")
+
+
+def _has(choice: str, group: str, path: str) -> bool:
+    """Whether the Hydra config with `hydra/<group>=<choice>` has the dotted `path` (below `hydra.`)."""
+    try:
+        cfg = compose(config_name="train", overrides=[f"hydra/{group}={choice}"], return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException):
+        return False
+    return OmegaConf.select(cfg.hydra, path, default=ABSENT) is not ABSENT
 
 
 def output_path(template: str, cfg: DictConfig) -> Path:
@@ -201,10 +251,16 @@ class Plan:
 
     def __init__(self, composer: Composer, texts: list[str], multirun: bool, remote: bool) -> None:
         self.composer, self.multirun, self.remote = composer, multirun, remote
-        job, self.dirs = _split(composer, texts, multirun)
+        job, self.dirs, hydra_values = _split(composer, texts, multirun)
         fixed = [o for o in job if not o.is_sweep_override()]
         self.sweep_problem: str | None = None
         search, saved = False, {}
+        groups = [o.input_line for o in fixed if composer.is_group(o)]
+        if hydra_values or not multirun:
+            with composer.config(groups) as (_, hydra_cfg):
+                _check_hydra_keys(composer, hydra_values, hydra_cfg)
+                if not multirun:
+                    _refuse_saved_sweep_without_m(texts, hydra_cfg)
         if multirun:  # the sweep's own config: the fixed overrides (Hydra leaves the swept ones to the cells)
             with composer.config([o.input_line for o in fixed]) as (cfg, hydra_cfg):
                 self.sweep_problem = self._output_problem("hydra.sweep.dir", cfg, hydra_cfg)
@@ -246,13 +302,12 @@ class Plan:
     def _cell_problem(self, cell: Cell) -> str | None:
         check = CHECKS.get(self.composer.config_name)
         try:
-            defaults = self._defaults(cell) if self.multirun else {}
             with self.composer.config(cell) as (cfg, hydra_cfg):
                 check_unread_settings(cfg, self.composer.added)
                 if check:
                     check(cfg, self.remote)
                 if self.multirun:
-                    return self._shared_directory(cell, cfg, defaults)
+                    return self._shared_directory(cell, cfg, self.composer.reference(hydra_cfg))
                 return self._output_problem("hydra.run.dir", cfg, hydra_cfg)
         except ConfigError as error:
             return str(error)
@@ -260,15 +315,6 @@ class Plan:
             return f"{error.full_key}: missing, and the run needs it (deleted with ~{error.full_key}?)"
         except (HydraException, OmegaConfBaseException) as error:
             return explain(error, self.composer.conf_dir)
-
-    def _defaults(self, cell: Cell) -> dict[str, Any]:
-        """The default of each setting the cell sets: its value under the cell's group choices alone, read before the
-        cell's values are applied (the job's `${cell_name:...}` leaves a setting equal to its default unnamed)."""
-        groups = tuple(text for text in cell if self.composer.is_group(self.composer.parse(text)))
-        cfg, _ = self.composer.composed(groups)
-        keys = {self.composer.parse(text).get_key_element().lstrip("+~") for text in cell}
-        found = {key: OmegaConf.select(cfg, key, default=ABSENT, throw_on_missing=False) for key in keys}
-        return {key: canonical_value(value) for key, value in found.items() if value is not ABSENT}
 
     def _differ_outside_identity(self, first: str, second: str) -> bool:
         """Whether two cells' settings differ, after canonical spelling, only in keys that cannot change a result
@@ -284,13 +330,16 @@ class Plan:
         differing = {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
         return bool(differing) and all(covered_by_not_identity(key) for key in differing)
 
-    def _shared_directory(self, cell: Cell, cfg: DictConfig, defaults: dict[str, Any]) -> str | None:
+    def _shared_directory(self, cell: Cell, cfg: DictConfig, reference: DictConfig) -> str | None:
         """Two cells of one sweep must never write into one run directory (the name the job's `${cell_name:...}`
-        gives: identity.named_settings and fitted_name). Where the two are one cell (values spelled apart, or equal to
-        their defaults), Hydra would still run it twice, side by side under a parallel launcher: refused too."""
+        gives: identity.identity_settings and fitted_name). Where the two are one cell (values spelled apart, or equal
+        to their defaults), Hydra would still run it twice, side by side under a parallel launcher: refused too."""
         if "run_name" not in cfg:
             return None
-        name = fitted_name(str(cfg.run_name), named_settings(cell, config_lookup(cfg), defaults.__getitem__))
+        try:
+            name = fitted_name(str(cfg.run_name), identity_settings(cfg, reference))
+        except Exception:  # a value only the job resolves (an environment variable): the job's name is its own
+            return None
         shown, seen = " ".join(cell), name in self.directories
         first = self.directories.setdefault(name, shown)
         identity = self.identities.setdefault(name, _identity_or_none(cfg))
@@ -322,6 +371,9 @@ def check_command(
     given, receives the number of cells a `-m` command runs (nothing for a single run or a search)."""
     if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
         return []
+    unprintable = next((arg for arg in argv if not arg.isprintable()), None)
+    if unprintable is not None:  # a newline or an escape would forge or recolour log lines wherever it is shown
+        return [f"{ascii(unprintable)[1:-1]} is not allowed: control characters (newline, tab, escape) in a value"]
     args = hydra_args_parser().parse_args(argv)
     if args.config_path or args.config_dir:  # another config tree (e.g. a DDP child composing a saved cell)
         return []

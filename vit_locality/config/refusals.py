@@ -14,6 +14,8 @@ from omegaconf.errors import (
 )
 
 SPELLING_HINT = "check the spelling; `--cfg job` lists every key"
+# Config choices that a Hydra plugin of an optional extra brings (pyproject.toml): (plugin, extra).
+PLUGIN_EXTRAS = {("hydra/sweeper", "optuna"): ("the Optuna sweeper (hparams_search=...)", "search")}
 
 
 def _group_options(conf_dir: Path, group: str) -> list[str]:
@@ -59,6 +61,9 @@ def explain(error: Exception, conf_dir: Path) -> str:
     missing = re.search(r"Could not find '([\w/]+)/([^'/]+)'", text)
     if missing:
         group, value = missing.groups()
+        if (group, value) in PLUGIN_EXTRAS:
+            plugin, extra = PLUGIN_EXTRAS[group, value]
+            return f"{group}={value} needs {plugin}, which is not installed: pip install 'vit-locality[{extra}]'"
         return f"{group}={value} is not allowed: one of {', '.join(_group_options(conf_dir, group))}"
     unknown = re.search(r"Could not override '([\w.]+)'", text) or re.search(r"Key '(\w+)' is not in struct", text)
     if unknown:

@@ -9,7 +9,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.config.identity import Lookup, config_lookup, fitted_name, named_settings, settings_suffix
+from vit_locality.config.identity import (
+    Lookup,
+    config_lookup,
+    fitted_name,
+    identity_settings,
+    named_settings,
+    reference_choices,
+    settings_suffix,
+)
 
 
 def _as_01(value: Any) -> int:
@@ -30,14 +38,19 @@ def _job_overrides() -> list[str] | None:
 
 
 def _cell_name(base: str, *, _root_: DictConfig) -> str:
-    """A run directory's name: `base` (data, model, the three flags, seed) and the settings this job's command line
-    changes from their defaults (identity.named_settings), shortened to fit (identity.fitted_name). Outside a Hydra
-    job: `base` alone."""
+    """A run directory's name: `base` (data, model, the three flags, seed) and every identity setting that differs
+    from the config of the job's data and model choices alone, whatever set it (identity.identity_settings),
+    shortened to fit (identity.fitted_name). Outside a Hydra job: `base` alone."""
     overrides = _job_overrides()
-    if not overrides:
+    if overrides is None:
         return fitted_name(base, {})
-    settings = named_settings(overrides, config_lookup(_root_), _default_lookup(overrides))
-    return fitted_name(base, settings)
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_job = HydraConfig.get()
+    reference = _composed_defaults(hydra_job.job.config_name, reference_choices(hydra_job.runtime.choices))
+    if reference is None:  # Hydra cannot compose here: the command line's settings, as far as they go
+        return fitted_name(base, named_settings(overrides, config_lookup(_root_), _default_lookup(overrides)))
+    return fitted_name(base, identity_settings(_root_, reference))
 
 
 def _cell_settings(*, _root_: DictConfig) -> str:

@@ -215,6 +215,7 @@ class TrainRunConfig:
 
     ckpt_path: Optional[str] = None
     ckpt_mode: CkptMode = CkptMode.weights
+    threads: Optional[int] = None  # torch's thread count in every cell; null: torch's default (run/threads.py)
 
 
 @dataclass

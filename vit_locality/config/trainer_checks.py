@@ -165,6 +165,9 @@ def validate_devices(trainer: DictConfig) -> None:
     """`trainer.devices` against this machine. One device on the CPU is always there (and needs no torch to count);
     auto, -1 and a list of indices leave the count to Lightning."""
     devices = trainer.devices
+    if str(trainer.accelerator) in ("gpu", "cuda"):  # no GPU here: the accelerator is what to change, not devices
+        count, kind = available_devices(str(trainer.accelerator))
+        check(count > 0, "trainer.accelerator", trainer.accelerator, f"cpu or auto: this machine has no {kind}")
     if not is_int(devices) or devices == -1 or (devices == 1 and trainer.accelerator in ("auto", "cpu")):
         return
     count, kind = available_devices(str(trainer.accelerator))

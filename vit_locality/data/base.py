@@ -25,6 +25,7 @@ from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vit_locality.catalog import DATASET_DEFAULT_POLICY
+from vit_locality.config.identity import data_fingerprint
 from vit_locality.data.on_device import (
     BatchAugment,
     DeviceArrays,
@@ -46,9 +47,11 @@ MID_EPOCH_RESUME_WARNING = "You're resuming from a checkpoint that ended before 
 
 
 def init_data_worker(worker_id: int) -> None:
-    """Leave SIGTERM and SIGINT to the main process, which turns them into an interrupted checkpoint and then shuts
-    the workers down. `timeout`, `kill -- -PGID`, `scancel` and Ctrl-C signal the whole process group (or job): a
-    worker that died of it first would end the cell as "DataLoader worker ... killed by signal" with no checkpoint.
+    """Leave SIGTERM, SIGINT and SIGUSR2 to the main process, which turns them into an interrupted checkpoint and then
+    shuts the workers down (vit_locality.run.interrupts says who owns each). `timeout`, `kill -- -PGID`, `scancel`,
+    Ctrl-C and SLURM's time-limit warning signal the whole process group (or job): a worker that died of it first, or
+    ran the handler it inherited (submitit's requeue), would end the cell as "DataLoader worker ... exited
+    unexpectedly" with no checkpoint. SIGCONT goes back to its default (submitit's handler only logs it).
 
     A worker still ends with its main process: on SIGKILL its watchdog notices the parent gone, and a SIGTERM from
     the parent itself (what multiprocessing sends daemonic workers as the interpreter exits) ends it, as torch's own
@@ -56,6 +59,8 @@ def init_data_worker(worker_id: int) -> None:
     `sigwaitinfo` (Linux, not macOS); without it SIGTERM stays torch's.
     Lightning's worker seeding (`seed_everything(workers=True)`) is kept; training draws do not depend on it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    signal.signal(signal.SIGCONT, signal.SIG_DFL)
     if hasattr(signal, "sigwaitinfo"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # for a thread that would not block it
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # inherited by every thread started from here on
@@ -187,6 +192,7 @@ class ImageDataModule(L.LightningDataModule):
         self.arrays: ImageArrays | None = None
         self._train_index: torch.Tensor | None = None
         self._val_index: torch.Tensor | None = None
+        self._fingerprint: dict[str, Any] | None = None
 
     @property
     def default_policy(self) -> str:
@@ -236,6 +242,21 @@ class ImageDataModule(L.LightningDataModule):
         if self.val_size:
             return arrays.train_images[self._val_index], arrays.train_labels[self._val_index]
         return arrays.test_images, arrays.test_labels
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The data fingerprint of what this cell trains and is measured on (config.identity.data_fingerprint): the
+        training set as read, the evaluation split and the test set, pixels and labels. Computed once: the arrays do
+        not change after `setup`."""
+        if self._fingerprint is None:
+            arrays = self._loaded_arrays()
+            self._fingerprint = data_fingerprint(
+                {
+                    "train": (arrays.train_images, arrays.train_labels),
+                    "eval": self.eval_split(),
+                    "test": (arrays.test_images, arrays.test_labels),
+                }
+            )
+        return self._fingerprint
 
     def probe_images(self, count: int) -> torch.Tensor:
         """The first `count` images of the evaluation split, unaugmented: the same for every protocol cell."""

@@ -12,10 +12,11 @@ statistics of epoch e + 1, a counted one with those of its own epoch.
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
+
+from vit_locality.run.file_read import read_csv_rows
 
 VAL_METRIC = "val/acc1"  # held out of the training set (data.val_size > 0); test_epoch/acc1 is the test set's
 METRICS_CSV = Path("csv") / "metrics.csv"
@@ -26,21 +27,22 @@ def val_accuracy_by_epoch(run_dir: Path, eval_split: str | None = "val") -> dict
     """Completed epochs -> held-out validation top-1 (a fraction) from the run's CSV log; a later row of the same
     epoch (a resumed run) wins. Empty when the log is missing or holds no validation row, and when the run's
     evaluation split (its record's measured_on.eval_split) is not a held-out one: matching cells at an accuracy
-    selects epochs by it, which must never be done on the test set (older logs call test-set figures val/*)."""
+    selects epochs by it, which must never be done on the test set (older logs call test-set figures val/*).
+    The log is read through the bounded reader of run files: UnreadableFile (an OSError) for a FIFO, a device or an
+    oversized file in its place, UnicodeDecodeError or csv.Error for one that is not a CSV log."""
     path = Path(run_dir) / METRICS_CSV
-    if eval_split != "val" or not path.is_file():
+    if eval_split != "val" or (not path.exists() and not path.is_symlink()):
         return {}
     found: dict[int, float] = {}
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            try:
-                text, value = row["epoch"], float(row[VAL_METRIC])
-                epoch = float(text)
-            except (KeyError, TypeError, ValueError):
-                continue
-            if math.isfinite(value) and math.isfinite(epoch) and epoch == int(epoch):
-                counted = "." in text  # the module's count from 1, not Lightning's 0-based index
-                found[int(epoch) if counted else int(epoch) + 1] = value
+    for row in read_csv_rows(path):
+        try:
+            text, value = row["epoch"], float(row[VAL_METRIC])
+            epoch = float(text)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if math.isfinite(value) and math.isfinite(epoch) and epoch == int(epoch):
+            counted = "." in text  # the module's count from 1, not Lightning's 0-based index
+            found[int(epoch) if counted else int(epoch) + 1] = value
     return found
 
 

@@ -212,12 +212,18 @@ class ViTClassifier(L.LightningModule):
             self.log("train/loss", loss, prog_bar=self.trainer.progress_bar_callback is not None)
             self.log("lr", self.optimizers().param_groups[0]["lr"])
             self.log("epoch", self.epoch_number())
-        if self.trainer.is_last_batch:
+        if self.trainer.is_last_batch or self._is_last_step(batch_idx):
             loss_sum, correct = self._train_sums / self._train_seen
             self.log("train/loss_epoch", loss_sum, on_step=False, on_epoch=True, sync_dist=True)
             self.log("train/acc1", correct, on_step=False, on_epoch=True, sync_dist=True)
             self._train_sums, self._train_seen = None, 0
         return loss
+
+    def _is_last_step(self, batch_idx: int) -> bool:
+        """Whether this batch ends the fit by `trainer.max_steps` (its optimizer step is the last): a fit that stops
+        mid-epoch still logs its epoch figures."""
+        max_steps, accumulate = self.trainer.max_steps, self.trainer.accumulate_grad_batches
+        return 0 < max_steps <= self.global_step + 1 and (batch_idx + 1) % accumulate == 0
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep the epoch's running sums: a fit resumed mid-epoch then logs figures over the whole epoch."""

@@ -8,8 +8,8 @@ Prints the tables, writes Markdown, CSV, LaTeX, PNG and PDF into --out, then lis
 masses, position embeddings, the pasted box, matched accuracy, dose-response; `all` includes them); `page` writes
 one self-contained HTML page per sweep directory, <out>/<sweep>.html, with everything on it. A model name whose
 runs differ in architecture is a warning on stderr.
-Exit status: 0 done; 1 no complete run found; 2 a sweep directory does not exist, or --out is not a directory
-this user can write.
+Exit status: 0 done, or every run found left out (each listed with the reason); 2 a sweep directory does not
+exist or holds no complete run, or --out is not a directory this user can write.
 """
 
 from __future__ import annotations
@@ -62,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
             f" {flag} {value}" for flag, value in (("--data", args.data), ("--model", args.model)) if value
         )
         where = ", ".join(str(d) for d in args.sweep_dirs)
+        if agg.skipped and not wanted:  # runs there, each left out for the reason listed: the command is fine
+            print(f"no table: every run under {where} was left out (above)")
+            return 0
         print(f"error: no complete run{' matching' + wanted if wanted else ''} found under {where}", file=sys.stderr)
-        return 1
+        return 2
 
     written: list[Path] = []
     tables = []

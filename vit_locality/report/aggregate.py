@@ -1,7 +1,9 @@
 """Group complete runs by (data set, model, AA, CM, LS) and reduce each headline figure over seeds.
 
 Tables, the factorial analysis and the figures all read these groups, so every output counts the same runs.
-Figures keep the record's units (accuracy a fraction); only the printed tables scale them.
+Each run is brought to one convention as it is loaded (`record_units.in_unit_square`: distances as fractions of the
+image side, converted from its own record), so no reader can put two units side by side. Figures keep these units
+(accuracy a fraction); only the printed tables scale them.
 
 Pooling is only honest when the pooled runs differ in their seed alone, so the aggregate leaves out quick and
 debug runs (a limited, fast-dev or `debug=...` run is not a measurement of the cell) and splits the runs of a cell
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from vit_locality.catalog import CELL_ORDER
+from vit_locality.report.record_units import conversion_note, in_unit_square
 from vit_locality.report.run_settings import (
     GroupKey,
     _canonical_identity,
@@ -139,7 +142,7 @@ def aggregate_runs(scan: RunScan, data: Iterable[str] | None = None, model: Iter
     by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
     skipped = list(scan.skipped)
     seen: dict[str, Path] = {}
-    for run in scan.complete:
+    for run in map(in_unit_square, scan.complete):
         key = group_key(run)
         if (wanted_data and key.data not in wanted_data) or (wanted_model and key.model not in wanted_model):
             continue
@@ -194,9 +197,13 @@ def _notes(agg: Aggregate, by_cell: Mapping[tuple[str, str, str], list[RunRecord
             )
     for key, group in sorted(groups.items(), key=lambda item: str(item[0])):
         label = f"{key.data}/{key.model}/{key.cell}" + (f" [{key.variant}]" if key.settings else "")
-        units = sorted({run.stats_units for run in group.runs if run.final_attention})
-        if len(units) > 1:
-            notes.append(f"{label} pools MAD in different units: {', '.join(units)}")
+        by_note: dict[str, list[int]] = {}
+        for run in group.runs:
+            note = conversion_note(run)
+            if note:
+                by_note.setdefault(note, []).append(run.seed)
+        for note, seeds_of in by_note.items():
+            notes.append(f"{label}: MAD of seed(s) {', '.join(map(str, sorted(seeds_of)))} {note}")
         seeds = [run.seed for run in group.runs]
         if len(set(seeds)) < len(seeds):
             notes.append(f"{label} has several runs with the same seed")

@@ -18,8 +18,10 @@ values are the unit square's / sqrt 2) and flagged where the two verdicts differ
       The paper's claim (a) holds when both rows hold.
     - CutMix separates locality: the highest CutMix value < the lowest non-CutMix value (strictly).
     Cells are what ran (`Protocol.cutmix_mixes`): a run with aug.cutmix=true and cutmix_prob=0 is Baseline-like.
-(b) Baseline 0.316 vs Modern 0.008 minimum MAD, Modern more local; needs Baseline and Modern:
-    every Modern value < every Baseline value. Scale-free, so one verdict serves both conventions.
+(b) Baseline 0.316 vs Modern 0.008 minimum MAD, Modern more local; needs Baseline and Modern with 2 or more runs
+    each: the paper's magnitudes and the direction, i.e. the lowest Baseline value at or above 0.210 (the bound of
+    the cells without CutMix), the highest Modern value at or below 0.024 (the bound of the CutMix cells), and every
+    Modern value below every Baseline value.
 (c) CutMix and AutoAugment each add about 6-7 points of top-1 over Baseline; needs Baseline and the cell:
     the cell's gain over Baseline >= 5 points (0.05 as a fraction), where the gain is, per run, the lowest run of
     the cell minus the highest Baseline run, and per cell mean the difference of the means. 5 points, not the
@@ -30,7 +32,16 @@ values are the unit square's / sqrt 2) and flagged where the two verdicts differ
     not significant or within the margin (`equivalence`). One test over the runs of the cells, shown in both the
     per-run and the per-cell-mean column.
 
-Every comparison allows 1e-9 for floating-point rounding (a mean of three runs at 0.21 is 0.21, not 0.20999...).
+A figure is compared with a printed bound at the bound's printed precision (`Bound`): 0.210, printed with three
+decimals, holds for any value that rounds (half up) to 0.210 or above, so the float32 0.20999999344 and 0.2097
+hold and 0.2094 fails; the gain of claim (c) is compared in points at two decimals (4.995 holds). Comparisons of
+two measured values (the separation, Modern below Baseline) allow 1e-9 for floating-point rounding.
+
+A comparison of two measured cells (the separation, claim (b)) with one run in a cell it reads is "one seed: no
+verdict": one seed a cell gives no spread. A claim on MAD that would hold is "not informative: attention still
+uniform" when a run it reads never left uniform attention (`claim_units.still_uniform`): a uniform head is at or
+above every non-CutMix bound and equal to every other uniform head, which says nothing about locality.
+
 A claim whose cells are not all measured is "not enough runs", never a verdict on part of the design. The
 paper's figures are CIFAR-100's; claims (a), (c) and (d) are checked on whatever data set the table is for.
 """
@@ -39,20 +50,48 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import ROUND_HALF_UP, Decimal
 
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
 from vit_locality.report.aggregate import LEVELS, Group, Level, cell_values, summarise
-from vit_locality.report.claim_units import CONVENTIONS, DIAGONAL, GRID_SIDE, paper_value
+from vit_locality.report.claim_units import CONVENTIONS, DIAGONAL, GRID_SIDE, paper_value, still_uniform
 from vit_locality.report.equivalence import EQUIVALENT, stays_at_baseline
 from vit_locality.report.equivalence import UNDETERMINED as NOT_DECIDED
 
 HOLDS, FAILS, NOT_ENOUGH = "holds", "fails", "not enough runs"
 UNDETERMINED, NOT_COMPARABLE = "undetermined", "not comparable"
-SLACK = 1e-9
-CUTMIX_MAX = 0.024  # the paper: every CutMix cell at or below this minimum MAD
-OTHER_MIN = 0.210  # the paper: every cell without CutMix at or above it
-GAIN_MIN = 0.05  # a fraction: 5 points of top-1
+ONE_SEED = "one seed: no verdict"
+NOT_INFORMATIVE = "not informative: attention still uniform"
+SLACK = 1e-9  # comparisons of two measured values only
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A bound as printed: a figure is compared with it at its printed precision, i.e. rounded half up to as many
+    decimals as `text` has (0.210: three), so a value that prints as the bound is at the bound."""
+
+    text: str
+
+    @property
+    def value(self) -> float:
+        return float(self.text)
+
+    def _rounded(self, value: float) -> Decimal:
+        decimals = len(self.text.partition(".")[2])
+        return Decimal(repr(float(value))).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+
+    def at_or_above(self, value: float) -> bool:
+        return math.isfinite(value) and self._rounded(value) >= Decimal(self.text)
+
+    def at_or_below(self, value: float) -> bool:
+        return math.isfinite(value) and self._rounded(value) <= Decimal(self.text)
+
+
+CUTMIX_BOUND = Bound("0.024")  # the paper: every CutMix cell at or below this minimum MAD
+OTHER_BOUND = Bound("0.210")  # the paper: every cell without CutMix at or above it
+GAIN_BOUND = Bound("5.00")  # top-1 gain in points, compared at the two decimals the table prints
+CUTMIX_MAX, OTHER_MIN, GAIN_MIN = CUTMIX_BOUND.value, OTHER_BOUND.value, GAIN_BOUND.value / 100  # GAIN_MIN: a fraction
 PAPER_MIN_MAD = {"cifar100": (0.316, 0.008)}  # Baseline, Modern
 _GAIN = "about 6-7 points of top-1 over Baseline (at least 5)"
 _STAYS = "stays at Baseline's min MAD (equivalence test, margin max(0.02, 2 x Baseline's seed std))"
@@ -77,13 +116,13 @@ ABLATION_CLAIMS = {
 class Judgement:
     """One verdict with the figures it was reached on; value and bound are NaN when there were not enough runs."""
 
-    verdict: str  # HOLDS, FAILS, NOT_ENOUGH, UNDETERMINED or NOT_COMPARABLE
+    verdict: str  # HOLDS, FAILS, NOT_ENOUGH, UNDETERMINED, NOT_COMPARABLE, ONE_SEED or NOT_INFORMATIVE
     value: float  # the measured figure the rule compares (a fraction for accuracy)
     bound: float  # what it is compared with (claim (d): the margin)
     value_cell: str | None = None  # the cell the value comes from, where it is one cell's
     bound_cell: str | None = None
     missing: tuple[str, ...] = ()  # the needed cells without a value
-    reason: str = ""  # why undetermined or not comparable
+    reason: str = ""  # why undetermined, not comparable, without a verdict or not informative
     interval: tuple[float, float] = (math.nan, math.nan)  # claim (d): the 90% interval of the difference
 
 
@@ -128,7 +167,7 @@ def mad_values(
     for name, group in cells.items():
         values = []
         for run in group.runs:
-            if not math.isfinite(run.headline().min_mad):
+            if not run.final_attention:
                 continue
             paper = paper_value(run)
             if not paper.comparable:
@@ -144,13 +183,13 @@ def ablation_claims(cells: Mapping[str, Group]) -> list[Claim]:
     bounds = {(c, per): _ablation_bounds(cells, per, c) for c in CONVENTIONS for per in LEVELS}
     keeps = {(c, cell): keeps_locality(cells, cell, c) for c in CONVENTIONS for cell in ("+AA", "+LS")}
     judges: dict[str, Callable[[str, Level], Judgement]] = {
-        "a_cutmix_local": lambda c, per: bounds[c, per][0],
-        "a_other_not_local": lambda c, per: bounds[c, per][1],
-        "a_separation": lambda c, per: bounds[c, per][2],
+        "a_cutmix_local": lambda c, per: uninformative(cells, CUTMIX_CELLS, bounds[c, per][0]),
+        "a_other_not_local": lambda c, per: uninformative(cells, OTHER_CELLS, bounds[c, per][1]),
+        "a_separation": lambda c, per: uninformative(cells, CELL_ORDER, bounds[c, per][2]),
         "c_cutmix_gain": lambda c, per: gain(cells, "+CM", per),
         "c_autoaug_gain": lambda c, per: gain(cells, "+AA", per),
-        "d_autoaug_keeps": lambda c, per: keeps[c, "+AA"],
-        "d_ls_keeps": lambda c, per: keeps[c, "+LS"],
+        "d_autoaug_keeps": lambda c, per: uninformative(cells, ("Baseline", "+AA"), keeps[c, "+AA"]),
+        "d_ls_keeps": lambda c, per: uninformative(cells, ("Baseline", "+LS"), keeps[c, "+LS"]),
     }
     return [
         Claim(key, *ABLATION_CLAIMS[key], *(judge(c, per) for c in CONVENTIONS for per in LEVELS))
@@ -167,10 +206,12 @@ def _ablation_bounds(cells: Mapping[str, Group], per: Level, convention: str) ->
     cutmix = [(v, name) for name, vs in values.items() if CELL_FLAGS[name][1] for v in vs]
     other = [(v, name) for name, vs in values.items() if not CELL_FLAGS[name][1] for v in vs]
     (top, top_cell), (bottom, bottom_cell) = max(cutmix, key=lambda p: p[0]), min(other, key=lambda p: p[0])
+    single = one_seed(cells, CELL_ORDER)
+    separated = Judgement(verdict(top < bottom - SLACK), top, bottom, top_cell, bottom_cell)
     return (
-        Judgement(verdict(top <= CUTMIX_MAX + SLACK), top, CUTMIX_MAX, top_cell),
-        Judgement(verdict(bottom >= OTHER_MIN - SLACK), bottom, OTHER_MIN, bottom_cell),
-        Judgement(verdict(top < bottom - SLACK), top, bottom, top_cell, bottom_cell),
+        Judgement(verdict(CUTMIX_BOUND.at_or_below(top)), top, CUTMIX_MAX, top_cell),
+        Judgement(verdict(OTHER_BOUND.at_or_above(bottom)), bottom, OTHER_MIN, bottom_cell),
+        replace(separated, verdict=ONE_SEED, reason=single) if single else separated,
     )
 
 
@@ -181,30 +222,76 @@ def gain(cells: Mapping[str, Group], cell: str, per: Level) -> Judgement:
     if missing:
         return _not_enough(missing)
     lowest = min(x - y for x in values[cell] for y in values["Baseline"])
-    return Judgement(verdict(lowest >= GAIN_MIN - SLACK), lowest, GAIN_MIN, cell, "Baseline")
+    return Judgement(verdict(GAIN_BOUND.at_or_above(100 * lowest)), lowest, GAIN_MIN, cell, "Baseline")
 
 
 def keeps_locality(cells: Mapping[str, Group], cell: str, convention: str = GRID_SIDE) -> Judgement:
-    """Claim (d) for one cell: equivalent to Baseline in min MAD by two one-sided tests (`equivalence`)."""
-    values, refused = mad_values(cells, "run", convention)
+    """Claim (d) for one cell: equivalent to Baseline in min MAD by two one-sided tests (`equivalence`).
+
+    The test runs on the unit square's values, where its margin's floor (0.02) is stated, and its figures are shown
+    in the convention's: under the diagonal the difference, interval and margin are all / sqrt 2, the floor
+    included, so the verdict never depends on the convention."""
+    values, refused = mad_values(cells, "run", GRID_SIDE)
     blocked = _blocked(values, refused, ("Baseline", cell, "+CM"))
     if blocked:
         return blocked
     test = stays_at_baseline(values[cell], values["Baseline"], values["+CM"])
     outcome = UNDETERMINED if test.outcome == NOT_DECIDED else verdict(test.outcome == EQUIVALENT)
+    factor = CONVENTIONS[convention]
     return Judgement(
-        outcome, test.difference, test.margin, cell, "Baseline", reason=test.reason, interval=(test.low, test.high)
+        outcome,
+        factor * test.difference,
+        factor * test.margin,
+        cell,
+        "Baseline",
+        reason=test.reason,
+        interval=(factor * test.low, factor * test.high),
     )
 
 
-def more_local(cells: Mapping[str, Group], per: Level) -> Judgement:
-    """Claim (b): every Modern value of min MAD below every Baseline value (the highest Modern difference < 0)."""
-    values, refused = mad_values(cells, per)
-    blocked = _blocked(values, refused, ("Baseline", "Modern"))
+def more_local(cells: Mapping[str, Group], per: Level, convention: str = GRID_SIDE) -> Judgement:
+    """Claim (b): the paper's magnitudes and the direction. The lowest Baseline value at or above the non-CutMix
+    bound (0.210), the highest Modern value at or below the CutMix bound (0.024), and the highest Modern value below
+    the lowest Baseline value; one seed in either cell gives no verdict."""
+    values, refused = mad_values(cells, per, convention)
+    needed = ("Baseline", "Modern")
+    blocked = _blocked(values, refused, needed)
     if blocked:
         return blocked
     top, bottom = max(values["Modern"]), min(values["Baseline"])
-    return Judgement(verdict(top < bottom - SLACK), top, bottom, "Modern", "Baseline")
+    single = one_seed(cells, needed)
+    if single:
+        return Judgement(ONE_SEED, top, bottom, "Modern", "Baseline", reason=single)
+    holds = OTHER_BOUND.at_or_above(bottom) and CUTMIX_BOUND.at_or_below(top) and top < bottom - SLACK
+    return uninformative(cells, needed, Judgement(verdict(holds), top, bottom, "Modern", "Baseline"))
+
+
+def more_local_shown(cells: Mapping[str, Group], per: Level) -> str:
+    """Claim (b)'s verdict as a table cell: the image side's, and the diagonal's beside it where the two differ."""
+    side, diagonal = more_local(cells, per), more_local(cells, per, DIAGONAL)
+    shown = side.verdict if side.verdict != NOT_COMPARABLE else f"{side.verdict} ({side.reason})"
+    return shown if diagonal.verdict == side.verdict else f"{shown} (over the diagonal: {diagonal.verdict})"
+
+
+CUTMIX_CELLS = tuple(name for name in CELL_ORDER if CELL_FLAGS[name][1])
+OTHER_CELLS = tuple(name for name in CELL_ORDER if not CELL_FLAGS[name][1])
+
+
+def one_seed(cells: Mapping[str, Group], needed: Sequence[str]) -> str:
+    """The cells of `needed` with a single run of min MAD ('Baseline, Modern: one run each'), or ''."""
+    single = [name for name in needed if name in cells and len(cells[name].values("min_mad")) == 1]
+    return f"{', '.join(single)}: one run each" if single else ""
+
+
+def uninformative(cells: Mapping[str, Group], needed: Sequence[str], judgement: Judgement) -> Judgement:
+    """A holding verdict becomes NOT_INFORMATIVE when a run of a needed cell never left uniform attention; the
+    reason names those runs."""
+    if judgement.verdict != HOLDS:
+        return judgement
+    uniform = [
+        f"{name} seed {run.seed}" for name in needed if name in cells for run in cells[name].runs if still_uniform(run)
+    ]
+    return replace(judgement, verdict=NOT_INFORMATIVE, reason=", ".join(uniform)) if uniform else judgement
 
 
 def _blocked(values: Mapping[str, list[float]], refused: Mapping[str, str], needed: Sequence[str]) -> Judgement | None:

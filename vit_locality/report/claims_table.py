@@ -8,7 +8,16 @@ from typing import Any
 
 from vit_locality.report.aggregate import LEVELS, Group
 from vit_locality.report.claim_units import DIAGONAL, conversion_notes
-from vit_locality.report.claims import NOT_COMPARABLE, NOT_ENOUGH, UNDETERMINED, Claim, Judgement, ablation_claims
+from vit_locality.report.claims import (
+    NOT_COMPARABLE,
+    NOT_ENOUGH,
+    NOT_INFORMATIVE,
+    ONE_SEED,
+    UNDETERMINED,
+    Claim,
+    Judgement,
+    ablation_claims,
+)
 from vit_locality.report.table_format import DIGITS, SHOWN_SCALE, Table
 
 LEVEL_NAMES = {"run": "per run", "mean": "per cell mean"}
@@ -17,8 +26,13 @@ CLAIM_NOTES = (
     " cell's run over a Baseline run); per cell mean: each cell's mean does; with one run per cell the two agree",
     "(a) the paper's bounds hold when both bound rows hold; the separation compares the highest CutMix value with"
     " the lowest value without CutMix",
+    "a value is compared with a printed bound at the bound's printed precision: 0.210 holds for anything that"
+    " rounds (half up) to 0.210 or above (0.2097 holds, 0.2094 fails); gains at two decimals of a point",
     "(c) the gain over Baseline in points must be at least 5 (the paper: about 6-7); per run the lowest run of the"
     " cell minus the highest Baseline run",
+    f"{ONE_SEED}: a comparison of measured cells (the separation) with one run in a cell, which gives no spread;"
+    f" {NOT_INFORMATIVE}: the claim would hold, but a run it reads has every early head within 0.01 of uniform"
+    " attention's MAD on its grid (named), so it says nothing about locality",
     "(d) an equivalence test on cell means (two one-sided Welch t-tests at 5%): holds when the 90% interval of the"
     " cell's mean minus Baseline's lies inside +-margin, margin = max(0.02, 2 x Baseline's seed std); undetermined"
     " with fewer than 2 runs in Baseline, the cell or +CM, or when CutMix's own shift is not significant or within"
@@ -27,7 +41,8 @@ CLAIM_NOTES = (
     " record's stats settings (pixels / image size, grid / grid side, diagonal x sqrt 2, other early layers re-read"
     " per layer); not comparable when a run cannot be (raw weights, no patch size for pixels), with the reason",
     "the measured columns divide distances by the image side (ours, 'grid side'); the diagonal columns by the image"
-    " diagonal (values / sqrt 2), since the paper does not say which; 'differ' flags a verdict that depends on it",
+    " diagonal (values / sqrt 2), since the paper does not say which; 'differ' flags a verdict that depends on it;"
+    " claim (d)'s margin, floor included, is / sqrt 2 with them, so its verdict never differs",
     "not enough runs: a cell the claim needs has no run with that figure (missing: the cells)",
 )
 
@@ -80,6 +95,7 @@ def measured(claim: Claim, judgement: Judgement) -> str:
             return judgement.reason
         low, high = judgement.interval
         shown = f"{value:+.{digits}f}, 90% [{low:+.{digits}f}, {high:+.{digits}f}] (margin {bound:.{digits}f})"
-        return f"{shown}; {judgement.reason}" if judgement.verdict == UNDETERMINED else shown
+        return f"{shown}; {judgement.reason}" if judgement.verdict in (UNDETERMINED, NOT_INFORMATIVE) else shown
     shown = f"{value:.{digits}f} ({judgement.value_cell})"
-    return f"{shown} vs {bound:.{digits}f} ({judgement.bound_cell})" if claim.style == "versus" else shown
+    shown = f"{shown} vs {bound:.{digits}f} ({judgement.bound_cell})" if claim.style == "versus" else shown
+    return f"{shown}; {judgement.reason}" if judgement.verdict in (ONE_SEED, NOT_INFORMATIVE) else shown

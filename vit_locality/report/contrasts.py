@@ -4,8 +4,8 @@ or "MixUp does the same" needs, for the paper's cells and for cells beyond them 
 difference = mean(cell) - mean(Baseline) over their runs, with Welch's 95% interval (the runs need not share
 seeds; `equivalence.welch`). The verdict reads the interval: "lower" or "higher" when it excludes 0, "no
 difference shown" when it holds 0, and "n/a" with fewer than 2 runs on either side, since one seed a cell is an
-anecdote and the table prints no difference without its spread. Minimum MAD is compared as recorded, so the runs
-compared must share their `stats` settings (the report's notes say when a group pools units).
+anecdote and the table prints no difference without its spread. Minimum MAD is compared in one convention, the
+unit square, to which every run was converted from its own record where runs are loaded (`record_units`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from vit_locality.catalog import CELL_ORDER
 from vit_locality.report.aggregate import Aggregate, Group
 from vit_locality.report.equivalence import MIN_RUNS, welch
+from vit_locality.report.record_units import UNITS_NOTE
 from vit_locality.report.table_format import DIGITS, SHOWN_SCALE, Table, figure_label
 
 CONTRASTED = ("min_mad", "acc1")
@@ -87,7 +88,8 @@ def contrasts_table(agg: Aggregate, data: str, model: str, stem: str) -> Table:
     title = "Each cell against Baseline (mean difference, Welch interval over seeds; accuracy in points)"
     notes = [
         "lower / higher: the 95% interval of the cell's mean minus Baseline's excludes 0; n/a: fewer than 2 runs in"
-        " the cell or in Baseline (one seed gives no spread); min MAD as recorded; cells beyond the paper's 8"
-        " (e.g. Baseline+MU) are compared here only"
+        " the cell or in Baseline (one seed gives no spread); cells beyond the paper's 8 (e.g. Baseline+MU) are"
+        " compared here only",
+        UNITS_NOTE,
     ]
     return Table(stem, title, headers, rows, records, notes)

@@ -7,6 +7,7 @@
   the mean over seeds with the min-max band: when locality appears, which the paper does not show.
 Each run's own `early_layers` (results.json) decides which layers are early.
 
+A figure with nothing to draw (no run has the statistics it shows) is not written, and a note says why (`Empty`).
 A run whose statistics a figure cannot use (a damaged attention_stats.csv, a malformed `per_head` table, another
 depth than the other runs of its cell) is left out of that figure and named in the notes the caller prints.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +25,21 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from vit_locality.attention import plots
-from vit_locality.attention.stats_log import read_csv
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER, GRID_SIZE
 from vit_locality.report.aggregate import Aggregate, Group, summarise
+from vit_locality.report.record_units import csv_scale
 from vit_locality.report.run_settings import slug
+from vit_locality.run.file_read import UnreadableFile, read_csv_rows
 from vit_locality.run.record import ATTENTION_CSV, RunRecord
 
 plt = plots.plt
+
+
+@dataclass(frozen=True)
+class Empty:
+    """A figure with nothing to draw, and why: it is left out of the files and the page, and the reason is a note."""
+
+    why: str
 
 
 def cell_style(name: str) -> dict[str, Any]:
@@ -48,6 +58,16 @@ def head_stats(run: RunRecord) -> tuple[torch.Tensor, torch.Tensor] | None:
     except (KeyError, TypeError, ValueError, RuntimeError):
         return None
     return (mad, entropy) if mad.ndim == 2 and mad.shape == entropy.shape and mad.numel() else None
+
+
+def head_controls(run: RunRecord, shape: torch.Size) -> torch.Tensor | None:
+    """The final model's (layers, heads) control MADs (docs/metrics.md) when the record has a table of `shape`;
+    None for a record written before the control existed."""
+    try:
+        control = torch.tensor(run.final_attention["per_head"]["mad_control"], dtype=torch.float32)
+    except (KeyError, TypeError, ValueError, RuntimeError):
+        return None
+    return control if control.shape == shape else None
 
 
 def plane_runs(group: Group, notes: list[str]) -> list[tuple[RunRecord, torch.Tensor, torch.Tensor]]:
@@ -71,8 +91,12 @@ def plane_runs(group: Group, notes: list[str]) -> list[tuple[RunRecord, torch.Te
     return [entry for entry in usable if entry[1].shape[0] == depth]
 
 
-def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure:
-    """One MAD-entropy panel per cell, all seeds' heads together (head indices do not match across seeds)."""
+def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure | Empty:
+    """One MAD-entropy panel per cell, all seeds' heads together (head indices do not match across seeds), each
+    head joined to its control (query-averaged) MAD where every run of the cell records it. Empty when no run has
+    per-head statistics."""
+    if not any(run.final_attention.get("per_head") for group in cells.values() for run in group.runs):
+        return Empty("no run has per-head attention statistics")
     names = list(cells)
     cols = min(4, len(names))
     rows = math.ceil(len(names) / cols)
@@ -86,14 +110,29 @@ def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.F
         entropy = torch.cat([entropy for _, _, entropy in usable], dim=1)
         units = usable[0][0].stats_units
         label = f"{name} ({len(usable)} seed{'s' if len(usable) > 1 else ''})"
-        plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units, patch_size=patch_pixels(usable[0][0]))
-        if ax is not axes.flat[0]:
-            ax.get_legend().remove()
+        controls = [head_controls(run, run_mad.shape) for run, run_mad, _ in usable]
+        control = None if any(c is None for c in controls) else torch.cat(controls, dim=1)  # type: ignore[arg-type]
+        patch = patch_pixels(usable[0][0])
+        plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units, patch_size=patch, control=control)
     for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    shared_legend_below(fig)
     return plots.plain_tick_labels(fig)
+
+
+def shared_legend_below(fig: plt.Figure) -> None:
+    """One legend for every panel of `fig`, below them: a legend inside a panel covers the labels of its reference
+    lines (the plane's `uniform` sits where its `lower right` legend goes). Each label once, in the panels' order."""
+    found: dict[str, Any] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, handle)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if found:
+        fig.legend(list(found.values()), list(found), loc="lower center", ncol=min(8, len(found)), fontsize=7)
+    fig.tight_layout(rect=(0, 0.07 if found else 0, 1, 1))
 
 
 LAYER_PANELS = [("mad", "min"), ("mad", "mean"), ("entropy", "min"), ("entropy", "mean")]
@@ -112,8 +151,11 @@ def layer_table(run: RunRecord, notes: list[str]) -> list[dict[str, Any]] | None
     return None
 
 
-def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure:
-    """Per layer: min and mean over heads of MAD and of entropy, averaged over seeds, one line per cell."""
+def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure | Empty:
+    """Per layer: min and mean over heads of MAD and of entropy, averaged over seeds, one line per cell; the legend
+    below the panels, clear of the references' labels. Empty when no run has a usable per-layer table."""
+    if not any(run.final_attention.get("per_layer") for group in cells.values() for run in group.runs):
+        return Empty("no run has per-layer attention statistics")
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
     early = depth = 0
     units, patch = None, None
@@ -141,9 +183,11 @@ def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.
             plots.draw_uniform_line(ax, units)
             ax.set_ylim(0, max(ax.get_ylim()[1], 0.58) if units == "unit" else None)
             ax.set_ylabel(f"MAD ({units})")
-    _legend_or_empty(axes[0, 0])
+    if not axes[0, 0].get_legend_handles_labels()[0]:
+        plt.close(fig)
+        return Empty("no run has a usable per-layer table")
     fig.suptitle(f"{title} (shaded: early layers; mean over seeds)", fontsize=10)
-    fig.tight_layout()
+    shared_legend_below(fig)
     return plots.plain_tick_labels(fig)
 
 
@@ -174,22 +218,37 @@ def emergence_series(run: RunRecord, notes: list[str] | None = None) -> dict[int
     notes = [] if notes is None else notes
     early = early_layers(run)
     try:
-        rows = read_csv(run.attention_csv)
+        rows = read_run_csv(run.attention_csv)
+    except UnreadableFile as error:
+        notes.append(error.skipped("the run is left out of the emergence figure"))
+        return {}
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         _left_out(notes, run, f"{ATTENTION_CSV} is unreadable ({type(error).__name__})", "emergence")
         return {}
     if early is None:
         _left_out(notes, run, "attention.final.early_layers is malformed", "emergence")
         return {}
+    scale = csv_scale(run)  # the CSV holds the record's own units; the figure shows the unit square
+    if not math.isfinite(scale):
+        _left_out(notes, run, "its MAD cannot be converted to the unit square", "emergence")
+        return {}
     series: dict[int, float] = {}
     points = [_emergence_point(row) for row in rows]
     for epoch, layer, mad in (point for point in points if point is not None):
         if layer < early:
-            series[epoch] = min(series.get(epoch, math.inf), mad)
+            series[epoch] = min(series.get(epoch, math.inf), scale * mad)
     bad = points.count(None)
     if bad:
         _left_out(notes, run, f"{bad} of {len(rows)} rows of {ATTENTION_CSV} are unreadable", "emergence", "they are")
     return series
+
+
+def read_run_csv(path: Path) -> list[dict[str, str]]:
+    """A run's CSV file through the bounded reader of run files (no rows when it is absent): a FIFO or a link to a
+    device in its place is refused at once rather than blocking or filling memory."""
+    if not path.exists() and not path.is_symlink():
+        return []
+    return read_csv_rows(path)
 
 
 def _emergence_point(row: dict[str, Any]) -> tuple[int, int, float] | None:
@@ -209,14 +268,20 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure:
-    """Minimum early-layer MAD per epoch: mean over seeds, band from the lowest to the highest seed."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure | Empty:
+    """Minimum early-layer MAD per epoch: mean over seeds, band from the lowest to the highest seed where a cell has
+    two or more (the title says which is drawn); the legend right of the axes, clear of the references' labels.
+    Empty when no run has per-epoch statistics."""
+    found = {
+        name: [s for s in (emergence_series(run, notes) for run in group.runs) if s] for name, group in cells.items()
+    }
+    drawn = {name: series for name, series in found.items() if series}
+    if not drawn:
+        return Empty(f"no run has per-epoch attention statistics ({ATTENTION_CSV})")
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
     units, patch = "unit", None
-    for name, group in cells.items():
-        series = [s for s in (emergence_series(run, notes) for run in group.runs) if s]
-        if not series:
-            continue
+    for name, series in drawn.items():
+        group = cells[name]
         units, patch = group.runs[0].stats_units, patch_pixels(group.runs[0])
         epochs = sorted({epoch for s in series for epoch in s})
         at = [[s[epoch] for s in series if epoch in s] for epoch in epochs]
@@ -232,10 +297,20 @@ def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> p
     ax.set_xlabel("epoch (0 = initialisation)")
     ax.set_ylabel(f"minimum early-layer MAD ({units})")
     ax.set_ylim(bottom=0)
-    _legend_or_empty(ax)
-    ax.set_title(f"{title}: emergence of locality (mean, min-max band over seeds)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, title="cell (seeds)")
+    ax.set_title(f"{title}: emergence of locality ({band_said(drawn)})", fontsize=10)
     fig.tight_layout()
     return plots.plain_tick_labels(fig)
+
+
+def band_said(series: dict[str, list]) -> str:
+    """What the emergence figure draws, for its title: a band only where a cell has two or more seeds."""
+    seeds = [len(found) for found in series.values()]
+    if min(seeds) > 1:
+        return "mean, min-max band over seeds"
+    if max(seeds) == 1:
+        return "one seed per cell: its own line, no band"
+    return "mean over seeds; min-max band for cells with 2 or more"
 
 
 FIGURE_KINDS = {"plane": plane_figure, "layers": layers_figure, "emergence": emergence_figure}
@@ -243,7 +318,7 @@ FIGURE_KINDS = {"plane": plane_figure, "layers": layers_figure, "emergence": eme
 
 def write_figures(agg: Aggregate, out_dir: Path, notes: list[str] | None = None) -> list[Path]:
     """Every figure for every (data set, model): <kind>_<data>_<model>.png and .pdf; returns the paths. `notes` gets
-    a line for every run a figure had to leave out."""
+    a line for every run a figure had to leave out, and for every figure left out as empty (`Empty`)."""
     notes = [] if notes is None else notes
     paths = []
     for data, model in agg.models():
@@ -251,6 +326,9 @@ def write_figures(agg: Aggregate, out_dir: Path, notes: list[str] | None = None)
         for kind, make in FIGURE_KINDS.items():
             fig = make(cells, f"{data}, {model}", notes)
             stem = slug(f"{kind}_{data}_{model}")
+            if isinstance(fig, Empty):
+                notes.append(left_out_figure(stem, fig))
+                continue
             pdf = out_dir / f"{stem}.pdf"
             out_dir.mkdir(parents=True, exist_ok=True)
             fig.savefig(pdf)
@@ -258,8 +336,6 @@ def write_figures(agg: Aggregate, out_dir: Path, notes: list[str] | None = None)
     return paths
 
 
-def _legend_or_empty(ax: plt.Axes) -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, ncol=2)
-    else:
-        ax.text(0.5, 0.5, "no attention statistics", transform=ax.transAxes, ha="center", color="grey")
+def left_out_figure(stem: str, empty: Empty) -> str:
+    """The one line for a figure left out of the files and the page."""
+    return f"figure {stem} left out: {empty.why}"

@@ -21,6 +21,7 @@ from vit_locality.report.instrument_tables import BOX_IMAGES, instrument_tables,
 from vit_locality.report.run_settings import slug
 from vit_locality.report.table_format import Table
 from vit_locality.report.tables import ablation_tables, protocols_table
+from vit_locality.run.file_read import PICTURE_SIZE_LIMIT, UnreadableFile, read_regular_file
 
 END_COLOUR = "#2a9d8f"  # the footer's bar: a reader (or a test) that sees it has seen the whole page
 STYLE = f"""
@@ -77,8 +78,9 @@ def table_html(table: Table) -> str:
 
 
 def image_html(path: Path, caption: str) -> str:
-    """A PNG embedded as a data URI, so the page needs nothing beside it."""
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    """A PNG embedded as a data URI, so the page needs nothing beside it; read through the bounded reader of run
+    files (UnreadableFile for a FIFO, a device or an oversized file in its place)."""
+    data = base64.b64encode(read_regular_file(path, PICTURE_SIZE_LIMIT)).decode("ascii")
     alt = html.escape(caption, quote=True)
     return f'<figure><img src="data:image/png;base64,{data}" alt="{alt}"><figcaption>{alt}</figcaption></figure>'
 
@@ -96,10 +98,13 @@ def central_maps_html(agg: Aggregate, notes: list[str]) -> str:
                 picture = run.run_dir / MAPS_PNG
                 if run.seed != first_seed:
                     continue
-                if picture.is_file():
-                    parts.append(image_html(picture, f"{name}: {run.run_dir.name} (seed {run.seed})"))
-                else:
+                if not picture.exists() and not picture.is_symlink():
                     notes.append(f"{run.run_dir}: no {MAPS_PNG}; it has no attention maps on the page")
+                    continue
+                try:
+                    parts.append(image_html(picture, f"{name}: {run.run_dir.name} (seed {run.seed})"))
+                except UnreadableFile as error:
+                    notes.append(error.skipped("its attention maps are not on the page"))
     return "".join(parts)
 
 

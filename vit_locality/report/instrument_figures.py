@@ -4,12 +4,14 @@
 - positions: per cell, the classic map of each patch's position-embedding similarity with every other;
 - trajectory: minimum early-layer MAD against validation top-1, one line per run through its epochs;
 - dose: minimum MAD and top-1 against CutMix's alpha and probability and label smoothing, the paper's settings
-  marked.
+  marked; a knob no run sweeps has no panel.
+A figure with nothing to draw is not written; the notes say which and why (`figures.Empty`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -17,8 +19,9 @@ import torch
 from vit_locality.attention import plots
 from vit_locality.instruments.dose_response import AXES, AXIS_LABELS, PAPER_SETTINGS, dose_curves
 from vit_locality.instruments.position_embedding import similarity_mosaic
-from vit_locality.report.figures import cell_style
+from vit_locality.report.figures import Empty, cell_style, left_out_figure
 from vit_locality.report.instrument_tables import MASS_KEYS, Instruments, accuracy_levels, head_masses, trajectories
+from vit_locality.run.record import RunRecord
 
 plt = plots.plt
 MASS_COLOURS = {"self_mass": "#b2182b", "neighbour_mass": "#ef8a62", "far_mass": "#67a9cf"}
@@ -35,10 +38,12 @@ def _panels(count: int, width: float, height: float, cols: int = 4) -> tuple[plt
     return fig, flat
 
 
-def masses_figure(found: Instruments) -> plt.Figure:
+def masses_figure(found: Instruments) -> plt.Figure | Empty:
     """Stacked bars, one per head, heads grouped by layer and sorted within a layer from the most self-attending;
     with several seeds, the mean over seeds of the k-th most self-attending head (head indices do not match across
-    seeds)."""
+    seeds). Empty when no run records per-head masses."""
+    if not any(head_masses(run) is not None for group in found.cells.values() for run in group.runs):
+        return Empty("no run records per-head locality masses (attention.final.per_head)")
     names = list(found.cells)
     fig, axes = _panels(len(names), 5.2, 2.8, cols=2)
     for ax, name in zip(axes, names, strict=False):
@@ -72,13 +77,13 @@ def masses_figure(found: Instruments) -> plt.Figure:
     return plots.plain_tick_labels(fig)
 
 
-def positions_figure(found: Instruments) -> plt.Figure:
-    """Per cell, the first run's similarity mosaic: at each patch's place, its similarity with every patch."""
+def positions_figure(found: Instruments) -> plt.Figure | Empty:
+    """Per cell, the first run's similarity mosaic: at each patch's place, its similarity with every patch. Empty
+    when no run has a usable checkpoint."""
     shown = [(name, ms) for name, ms in found.measured.items() if any(m.similarity is not None for m in ms)]
-    fig, axes = _panels(max(1, len(shown)), 3.3, 3.5)
     if not shown:
-        axes[0].text(0.5, 0.5, "no checkpoints", ha="center", transform=axes[0].transAxes)
-        axes[0].axis("off")
+        return Empty("no run has a usable checkpoints/last.ckpt")
+    fig, axes = _panels(len(shown), 3.3, 3.5)
     image = None
     for ax, (name, measured) in zip(axes, shown, strict=False):
         first = next(m for m in measured if m.similarity is not None)
@@ -93,11 +98,16 @@ def positions_figure(found: Instruments) -> plt.Figure:
     return plots.plain_tick_labels(fig)
 
 
-def trajectory_figure(found: Instruments) -> plt.Figure:
-    """Each run's path through (validation top-1, minimum early-layer MAD), epoch by epoch; the final epoch ringed,
-    the matched accuracy levels of the table as dotted lines."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, runs in trajectories(found).items():
+def trajectory_figure(found: Instruments) -> plt.Figure | Empty:
+    """Each run's path through (validation top-1 in percent, minimum early-layer MAD), epoch by epoch; the final
+    epoch ringed, the matched accuracy levels of the table as dotted lines, the legend right of the axes. Empty when
+    no run has both per epoch."""
+    paths = trajectories(found)
+    if not paths:
+        return Empty("no run has a validation top-1 (data.val_size > 0) and attention statistics for the same epochs")
+    units = _units(run for runs in paths.values() for run, _ in runs)
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    for name, runs in paths.items():
         style = cell_style(name)
         for i, (_, t) in enumerate(runs):
             acc = [100 * a for a in t.accuracy]
@@ -105,49 +115,62 @@ def trajectory_figure(found: Instruments) -> plt.Figure:
             ax.scatter([acc[-1]], [t.min_mad[-1]], s=60, facecolors="none", edgecolors=style["color"])
     for level in accuracy_levels(found):
         ax.axvline(100 * level, color="grey", ls=":", lw=0.8)
-    ax.axhline(plots.UNIFORM_MAD_8X8, color="grey", ls="--", lw=0.8)
+    if units == "unit":  # uniform attention's MAD is known in unit distance only
+        ax.axhline(plots.UNIFORM_MAD_8X8, color="grey", ls="--", lw=0.8)
     ax.set_xlabel("validation top-1 (%)")
-    ax.set_ylabel("minimum early-layer MAD")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, ncol=2)
+    ax.set_ylabel(f"minimum early-layer MAD ({units})")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     ax.set_title(f"{found.title}: locality against accuracy, epoch by epoch (ring: final)", fontsize=10)
     fig.tight_layout()
     return plots.plain_tick_labels(fig)
 
 
-def dose_figure(found: Instruments) -> plt.Figure:
-    """Columns: the three knobs; rows: minimum MAD (dashed: uniform attention) and top-1; the paper's settings as
-    vertical dotted lines."""
+def dose_figure(found: Instruments) -> plt.Figure | Empty:
+    """Columns: the knobs the runs sweep (of `AXES`); rows: minimum MAD (dashed: uniform attention) and top-1 in
+    percent; the paper's settings as vertical dotted lines. A knob no run sweeps has no column (the title names it);
+    Empty when no knob is swept."""
     runs = [run for group in found.cells.values() for run in group.runs]
-    fig, axes = plt.subplots(2, len(AXES), figsize=(4.2 * len(AXES), 6.2), squeeze=False)
-    for col, axis in enumerate(AXES):
-        curves = dose_curves(runs, axis)
+    swept = {axis: curves for axis in AXES if (curves := dose_curves(runs, axis))}
+    if not swept:
+        knobs = ", ".join(AXIS_LABELS[axis].split(" ")[0] for axis in AXES)
+        return Empty(f"no runs along {knobs} beyond the paper's settings (the dose_* sweeps make them)")
+    units = _units(runs)
+    fig, axes = plt.subplots(2, len(swept), figsize=(4.2 * len(swept), 6.2), squeeze=False)
+    for col, (axis, curves) in enumerate(swept.items()):
         for curve in curves:
             points = curve.means()
             xs = [p[0] for p in points]
             axes[0, col].plot(xs, [p[1] for p in points], marker="o", label=curve.label())
             axes[1, col].plot(xs, [100 * p[2] for p in points], marker="o", label=curve.label())
-        for row, label in enumerate(("minimum early-layer MAD", "top-1 (%)")):
+        for row, label in enumerate((f"minimum early-layer MAD ({units})", "top-1 (%)")):
             ax = axes[row, col]
             for x in PAPER_SETTINGS[axis]:
                 ax.axvline(x, color="grey", ls=":", lw=1)
             ax.set_ylabel(label)
             if row == 1:
                 ax.set_xlabel(AXIS_LABELS[axis], fontsize=8)
-            if not curves:
-                ax.text(0.5, 0.5, "no runs along this axis", ha="center", color="grey", transform=ax.transAxes)
-            if row == 0:  # on the full scale, from "attends to itself" (0) to uniform, so flat reads as flat
+            if row == 0 and units == "unit":  # the full scale, from "attends to itself" (0) to uniform
                 ax.axhline(plots.UNIFORM_MAD_8X8, color="grey", ls="--", lw=0.8)
                 ax.set_ylim(0, max(0.6, ax.get_ylim()[1]))
-        if curves:
-            axes[0, col].legend(fontsize=6)
-    fig.suptitle(f"{found.title}: dose-response (dotted: the paper's settings; dashed: uniform attention)", fontsize=10)
+        axes[0, col].legend(fontsize=6)
+    unswept = [AXIS_LABELS[axis].split(" ")[0] for axis in AXES if axis not in swept]
+    missing = f"; not swept: {', '.join(unswept)}" if unswept else ""
+    fig.suptitle(
+        f"{found.title}: dose-response (dotted: the paper's settings; dashed: uniform attention{missing})", fontsize=10
+    )
     fig.tight_layout()
     return plots.plain_tick_labels(fig)
 
 
+def _units(runs: Iterable[RunRecord]) -> str:
+    """The MAD units the runs' records state, for an axis label: one name, or `mixed units` (never a wrong one)."""
+    found = {run.stats_units for run in runs}
+    return found.pop() if len(found) == 1 else "mixed units"
+
+
 def write_instrument_figures(found: Instruments, out_dir: Path) -> list[Path]:
-    """<kind>_<data>_<model>.png and .pdf for every instrument; returns the paths."""
+    """<kind>_<data>_<model>.png and .pdf for every instrument with something to draw; returns the paths. A figure
+    with nothing to draw is left out, with one line in the notes saying why."""
     figures = {
         "masses": masses_figure(found),
         "positions": positions_figure(found),
@@ -157,6 +180,9 @@ def write_instrument_figures(found: Instruments, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for kind, fig in figures.items():
+        if isinstance(fig, Empty):
+            found.notes.append(left_out_figure(f"{kind}_{found.stem}", fig))
+            continue
         pdf = out_dir / f"{kind}_{found.stem}.pdf"
         fig.savefig(pdf)
         paths += [plots.save(fig, out_dir / f"{kind}_{found.stem}.png"), pdf]

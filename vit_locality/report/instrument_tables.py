@@ -8,9 +8,11 @@ needs is left out of it with a note; nothing here trains or downloads anything.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,12 +30,19 @@ from vit_locality.instruments.position_embedding import (
     position_similarity,
     similarity_at_distances,
 )
-from vit_locality.instruments.trajectory import TEST_SET_REFUSAL, Trajectory, matched_levels, val_accuracy_by_epoch
+from vit_locality.instruments.trajectory import (
+    METRICS_CSV,
+    TEST_SET_REFUSAL,
+    Trajectory,
+    matched_levels,
+    val_accuracy_by_epoch,
+)
 from vit_locality.report.aggregate import Aggregate, Group, summarise
 from vit_locality.report.figures import early_layers, emergence_series
 from vit_locality.report.run_settings import slug
 from vit_locality.report.table_format import MISSING, Table, format_stat
 from vit_locality.run.checkpoints import DamagedCheckpoint
+from vit_locality.run.file_read import UnreadableFile
 from vit_locality.run.record import RunRecord
 
 MASS_KEYS = ("self_mass", "neighbour_mass", "far_mass")
@@ -86,6 +95,9 @@ def _measure_run(run: RunRecord, box_images: int, notes: list[str], cache: dict[
         if checkpoint is not None:
             result.similarity = position_similarity(loading.position_embedding(checkpoint))
             result.locality = position_locality(result.similarity)
+    except UnreadableFile as error:  # a FIFO, a device or an oversized file in its place
+        notes.append(error.skipped("the run is left out of the position and box instruments"))
+        return result
     except Exception as error:  # a damaged file, or one whose weights lack the position embedding
         why = error.why if isinstance(error, DamagedCheckpoint) else first_line(error)
         notes.append(
@@ -257,17 +269,31 @@ def trajectories(found: Instruments) -> dict[str, list[tuple[RunRecord, Trajecto
     if found._trajectories is not None:
         return found._trajectories
     by_cell: dict[str, list[tuple[RunRecord, Trajectory]]] = {}
+    on_test: list[Path] = []  # runs evaluated on the test set: one note for all of them
     for name, group in found.cells.items():
         for run in group.runs:
             split = eval_split_of(run)
             if split != "val":
-                found.notes.append(f"{run.run_dir}: {TEST_SET_REFUSAL}; no trajectory")
+                on_test.append(Path(run.run_dir))
                 continue
-            trajectory = Trajectory.pair(val_accuracy_by_epoch(run.run_dir, split), emergence_series(run, found.notes))
+            try:
+                accuracy = val_accuracy_by_epoch(run.run_dir, split)
+            except UnreadableFile as error:
+                found.notes.append(error.skipped("no trajectory of the run"))
+                continue
+            except (OSError, UnicodeDecodeError, csv.Error) as error:
+                found.notes.append(
+                    f"{run.run_dir}: {METRICS_CSV} is unreadable ({type(error).__name__}); no trajectory"
+                )
+                continue
+            trajectory = Trajectory.pair(accuracy, emergence_series(run, found.notes))
             if trajectory.epochs:
                 by_cell.setdefault(name, []).append((run, trajectory))
             else:
                 found.notes.append(f"{run.run_dir}: no epoch with both val/acc1 and statistics; no trajectory")
+    if on_test:
+        which = str(on_test[0]) if len(on_test) == 1 else f"{len(on_test)} runs ({on_test[0].parent}/...)"
+        found.notes.append(f"{which}: {TEST_SET_REFUSAL}; no trajectory")
     found._trajectories = by_cell
     return by_cell
 

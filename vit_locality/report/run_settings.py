@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vit_locality.config.identity import NOT_IDENTITY
+from vit_locality.config.identity import HASH_CHARS, NOT_IDENTITY, RESUME_MODE
 from vit_locality.protocol import Protocol
 from vit_locality.run.record import RunRecord
 
@@ -79,11 +79,17 @@ DEBUG_SWEEP = "debug"
 
 def _not_a_measurement(run: RunRecord) -> str | None:
     """Why a run is left out of every report before anything else is looked at, or None."""
-    debug = debug_run(run)
+    debug = debug_run_note(run)
     if debug:
-        return f"a debug run ({debug}), not counted"
+        return debug
     quick = quick_run(run)
     return f"a quick run ({quick}), not counted" if quick else None
+
+
+def debug_run_note(run: RunRecord) -> str | None:
+    """The one line every report and the summary give a debug run (`debug_run`), or None for any other run."""
+    debug = debug_run(run)
+    return f"a debug run ({debug}), not counted" if debug else None
 
 
 def debug_run(run: RunRecord) -> str | None:
@@ -98,13 +104,41 @@ def debug_run(run: RunRecord) -> str | None:
 
 def run_settings(run: RunRecord) -> dict[str, str]:
     """The run's settings that can change a result, as printed (dotted key -> value): its recorded config less
-    NOT_COMPARED, one spelling for each value (`0` = `0.0`; a whole-run limit = unset), and its label smoothing.
-    A run that records no config has the one setting `config: not recorded`."""
+    NOT_COMPARED, one spelling for each value (`0` = `0.0`; a whole-run limit = unset), its label smoothing, and
+    where its weights began (`start`: `run_start`). A run that records no config has the one setting
+    `config: not recorded` beside those two."""
     if run.config is None:
-        return {CONFIG_KEY: NO_CONFIG, "loss.ls": _shown(_canonical(float(run.protocol.ls)))}
+        return {CONFIG_KEY: NO_CONFIG, "loss.ls": _shown(_canonical(float(run.protocol.ls))), START_KEY: run_start(run)}
     flat = {key: value for key, value in flat_config(run.config).items() if not _covered(key, NOT_COMPARED)}
     flat["loss.ls"] = run.protocol.ls
-    return {key: _shown(_canonical(value)) for key, value in flat.items() if not _whole_run(key, value)}
+    settings = {key: _shown(_canonical(value)) for key, value in flat.items() if not _whole_run(key, value)}
+    return {**settings, START_KEY: run_start(run)}
+
+
+# The pseudo-setting naming where a run's weights began, and its value for a run trained from initialisation.
+START_KEY = "start"
+SCRATCH = "scratch"
+
+
+def run_start(run: RunRecord) -> str:
+    """Where the run's weights began, as reports group and show it: `scratch`, or `weights <hash>` for a cell
+    started from a checkpoint's weights (`ckpt_path`, ckpt_mode=weights; the file's content hash, short), which is
+    never a seed of the cell trained from scratch. `ckpt_mode=resume` continues the cell that wrote the checkpoint,
+    so such a run counts as that cell; one whose record names a checkpoint of another identity is `resume <hash>`.
+    A record of a start without its hash names the file (`weights <path>`)."""
+    start = run.data.get("start")
+    if not isinstance(start, dict):
+        config = run.config or {}
+        path, mode = config.get("ckpt_path"), str(config.get("ckpt_mode") or "weights")
+        return SCRATCH if path in (None, "") or mode == RESUME_MODE else f"weights {path}"
+    mode = str(start.get("ckpt_mode") or "weights")
+    sha = start.get("ckpt_sha256")
+    shown = str(sha)[:HASH_CHARS] if isinstance(sha, str) and sha else str(start.get("ckpt_path", "unknown file"))
+    if mode == RESUME_MODE:
+        written_by = start.get("ckpt_identity")
+        continues = written_by in (None, run.identity_hash)
+        return SCRATCH if continues else f"{RESUME_MODE} {shown}"
+    return f"weights {shown}"
 
 
 def _canonical_identity(run: RunRecord) -> str | None:
@@ -145,8 +179,11 @@ UNSET = "unset"
 
 def split_by_settings(runs: list[RunRecord]) -> dict[Settings, list[RunRecord]]:
     """The runs of one cell by their values of the settings in which they differ (`differing_settings`): runs in
-    one part differ in their seed alone; one part, keyed (), when they agree in everything."""
+    one part differ in their seed alone; one part, keyed (), when they agree in everything. A cell started from a
+    checkpoint is keyed by its start even when all its runs share it, so no table shows it as trained from scratch."""
     keys = differing_settings(runs)
+    if START_KEY not in keys and any(run_start(run) != SCRATCH for run in runs):
+        keys = sorted([*keys, START_KEY])
     parts: dict[Settings, list[RunRecord]] = {}
     for run in runs:
         settings = run_settings(run)

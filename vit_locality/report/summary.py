@@ -1,4 +1,5 @@
-"""Print one line per finished cell of a sweep: name, flags, accuracy, early-layer locality, where it is.
+"""Print one line per finished cell of a sweep: name, flags, accuracy, early-layer locality, where it is. A debug
+run (`debug=...`, or written below a `debug/` directory) is listed as the reports list it: skipped, not counted.
 
 python -m vit_locality.report.summary multirun/demo
 
@@ -15,18 +16,28 @@ from typing import Any
 
 from vit_locality.catalog import CELL_ORDER
 from vit_locality.errors import run_as_command
-from vit_locality.report.run_settings import UNSET, differing_settings, run_settings
+from vit_locality.report.record_units import UNITS_NOTE, conversion_note, in_unit_square
+from vit_locality.report.run_settings import (
+    SCRATCH,
+    START_KEY,
+    UNSET,
+    debug_run_note,
+    differing_settings,
+    run_settings,
+    run_start,
+)
 from vit_locality.run.record import RunRecord, scan_records
 
 
 def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
     """One row per run, with a column for each setting in which the runs of some cell differ (`optim.lr`), so a
-    learning-rate sweep reads as three settings, not as three seeds of one cell."""
+    learning-rate sweep reads as three settings, not as three seeds of one cell; and a `start` column when any run
+    began from a checkpoint's weights (`run_start`), so such a row never reads as a cell trained from scratch."""
     keys = setting_columns(runs)
     rows = []
     for run in runs:
         protocol = run.protocol
-        headline = run.headline()
+        headline = in_unit_square(run).headline()  # every run's MAD in one convention, from its own record
         rows.append(
             {
                 "cell": protocol.cell_name,
@@ -48,11 +59,15 @@ def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
 
 
 def setting_columns(runs: Iterable[RunRecord]) -> list[str]:
-    """The settings (sorted) in which the runs of at least one (data set, model, cell) differ."""
+    """The settings (sorted) in which the runs of at least one (data set, model, cell) differ, and `start` when any
+    run did not start from scratch."""
     by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
     for run in runs:
         by_cell.setdefault((run.data_name, run.model_name, run.protocol.cell_name), []).append(run)
-    return sorted({key for cell_runs in by_cell.values() for key in differing_settings(cell_runs)})
+    keys = {key for cell_runs in by_cell.values() for key in differing_settings(cell_runs)}
+    if any(run_start(run) != SCRATCH for cell_runs in by_cell.values() for run in cell_runs):
+        keys.add(START_KEY)
+    return sorted(keys)
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -108,8 +123,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     runs = scan_records(args.sweep_dirs)
-    print(format_table(summary_rows(runs.complete)))
-    for run_dir, why in runs.skipped:
+    debug = [(run.run_dir, note) for run in runs.complete if (note := debug_run_note(run))]
+    listed = [run for run in runs.complete if not debug_run_note(run)]
+    print(format_table(summary_rows(listed)))
+    if listed:
+        print(f"min MAD early: {UNITS_NOTE}")
+    for run in listed:
+        note = conversion_note(in_unit_square(run))
+        if note:
+            print(f"{run.run_dir}: min MAD {note}")
+    for run_dir, why in [*runs.skipped, *debug]:
         print(f"skipped {run_dir}: {why}")
     return 0
 

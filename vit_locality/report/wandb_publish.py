@@ -9,6 +9,7 @@ run's minimum early-layer MAD against its top-1, and per-layer MAD curves, one l
 
 from __future__ import annotations
 
+import io
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from vit_locality.report.aggregate import Aggregate, summarise
 from vit_locality.report.figures import layer_table
 from vit_locality.report.table_format import Table
+from vit_locality.run.file_read import PICTURE_SIZE_LIMIT, UnreadableFile, read_regular_file
 from vit_locality.tracking.quiet import quiet_wandb
 from vit_locality.tracking.wandb_run import resolve_mode
 
@@ -41,13 +43,24 @@ def _all_tables(tables: Iterable[Table]) -> list[Table]:
 
 
 def scatter_rows(agg: Aggregate) -> list[list[Any]]:
-    """One row per counted run: name, cell, data set, model, seed, minimum early-layer MAD, top-1 in percent."""
+    """One row per counted run: name, cell, data set, model, seed, minimum early-layer MAD, top-1 in percent, and
+    the settings that set its group apart from the cell's others (`start=weights <hash>`, `optim.lr=0.01`; '' for
+    none), so a run started from a checkpoint never reads as a seed of the cell trained from scratch."""
     rows = []
     for key, group in sorted(agg.groups.items(), key=lambda item: (item[0].data, item[0].model, item[0].cell)):
         for run in group.runs:
             headline = run.headline()
             rows.append(
-                [run.run_dir.name, key.cell, key.data, key.model, run.seed, headline.min_mad, headline.acc1 * 100]
+                [
+                    run.run_dir.name,
+                    key.cell,
+                    key.data,
+                    key.model,
+                    run.seed,
+                    headline.min_mad,
+                    headline.acc1 * 100,
+                    key.variant,
+                ]
             )
     return rows
 
@@ -66,6 +79,21 @@ def layer_curves(agg: Aggregate, data: str, model: str) -> tuple[list[int], list
         names.append(name)
     depth = depth or 0
     return list(range(depth)), [curve[:depth] for curve in curves], names
+
+
+def read_picture(path: Path, notes: list[str]) -> Any:
+    """A figure as a PIL image for W&B, its bytes read through the bounded reader of run files (W&B itself would
+    open whatever lies at the path); None, with the one `skipped` line in `notes`, when it is not a regular file."""
+    from PIL import Image
+
+    try:
+        data = read_regular_file(path, PICTURE_SIZE_LIMIT)
+    except UnreadableFile as error:
+        notes.append(error.skipped("not published to W&B"))
+        return None
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
 
 
 def publish(agg: Aggregate, tables: list[Table], pictures: list[Path], sweep_dirs: list[Path], out: Path) -> Path:
@@ -97,8 +125,10 @@ def publish(agg: Aggregate, tables: list[Table], pictures: list[Path], sweep_dir
         for table in _all_tables(tables):
             logged[f"tables/{table.stem}"] = wandb.Table(columns=table.headers, data=table.rows)
         for path in pictures:
-            logged[f"figures/{path.stem}"] = wandb.Image(str(path), caption=path.stem)
-        columns = ["run", "cell", "data", "model", "seed", "min_mad_early", "top1_percent"]
+            picture = read_picture(path, agg.notes)
+            if picture is not None:
+                logged[f"figures/{path.stem}"] = wandb.Image(picture, caption=path.stem)
+        columns = ["run", "cell", "data", "model", "seed", "min_mad_early", "top1_percent", "settings"]
         runs = wandb.Table(columns=columns, data=scatter_rows(agg))
         logged["runs/all"] = runs
         logged[SCATTER_KEY] = wandb.plot.scatter(

@@ -6,11 +6,11 @@ these functions, so a benchmark times what a user runs and an analysis sees the 
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
@@ -26,7 +26,7 @@ from vit_locality.model.vit import ModelConfig
 from vit_locality.protocol import Protocol
 from vit_locality.run.checkpoint_io import AtomicCheckpointIO
 from vit_locality.tracking.csv_log import ResumableCSVLogger
-from vit_locality.tracking.wandb_run import wandb_logger
+from vit_locality.tracking.wandb_run import first_run_id, wandb_logger
 
 
 def uses_cuda(accelerator: str) -> bool:
@@ -84,20 +84,19 @@ def build_module(cfg: DictConfig, datamodule: ImageDataModule) -> ViTClassifier:
     )
 
 
-def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
+def build_loggers(cfg: DictConfig, run_dir: Path, wandb_id: str | None = None) -> list[Logger]:
     """The CSV log always (the offline record beside results.json), W&B on top when `logger=wandb` (mode, group
     and tags: wandb_run.py). Both resume with the run: the CSV keeps earlier attempts' rows, W&B continues the run
-    whose id the cell's identity and directory give."""
+    `wandb_id` names (the cell's record's: wandb_run.cell_run_id), by default a first start's."""
     loggers: list[Logger] = [ResumableCSVLogger(save_dir=str(run_dir), name="", version="csv")]
     if cfg.logger.get("wandb"):
-        loggers.append(wandb_logger(cfg, run_dir, wandb_run_id(cfg, run_dir)))
+        loggers.append(wandb_logger(cfg, run_dir, wandb_id or wandb_run_id(cfg, run_dir)))
     return loggers
 
 
 def wandb_run_id(cfg: DictConfig, run_dir: Path) -> str:
-    """One W&B run per cell and run directory, the same for every attempt: a resumed cell continues its W&B run."""
-    key = f"{identity_hash(cfg)}:{Path(run_dir).resolve()}"
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
+    """The W&B run id of the cell's first start in `run_dir` (wandb_run.first_run_id)."""
+    return first_run_id(identity_hash(cfg), run_dir)
 
 
 def build_trainer(
@@ -118,8 +117,14 @@ def build_trainer(
         logger=loggers,
         callbacks=callbacks,
         enable_progress_bar=cfg.callbacks.progress_bar != "none",
-        plugins=[AtomicCheckpointIO()],  # checkpoints written whole or not at all, on any file system
+        plugins=[AtomicCheckpointIO(), *slurm_environment()],  # checkpoints written whole or not at all
     )
+
+
+def slurm_environment() -> list[SLURMEnvironment]:
+    """Under SLURM, Lightning's cluster environment (ranks from SLURM's variables) without its auto-requeue: the
+    time-limit signal and the requeue have one owner each (vit_locality.run.interrupts), not two."""
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
 
 def trainer_world_size(cfg: DictConfig) -> int:

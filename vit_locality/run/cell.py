@@ -33,6 +33,7 @@ from vit_locality.config.resolvers import register_resolvers
 from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError, VitLocalityError
 from vit_locality.protocol import Protocol
+from vit_locality.run.advice import another_directory
 from vit_locality.run.builders import (
     build_datamodule,
     build_loggers,
@@ -43,20 +44,20 @@ from vit_locality.run.builders import (
     trainer_world_size,
 )
 from vit_locality.run.checkpoints import discard_interrupted
-from vit_locality.run.interrupts import SigtermGate, sigterm_raises
+from vit_locality.run.interrupts import SigtermGate, requeue_after_time_limit, sigterm_raises
 from vit_locality.run.labels import add_labels
 from vit_locality.run.lock import RunLock
 from vit_locality.run.record import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_record, write_record
 from vit_locality.run.record_sections import (
     batch_section,
-    fingerprint_of,
+    data_change,
     identity_sections,
     result_sections,
-    same_data,
     setup_sections,
 )
-from vit_locality.run.start import StartPoint, load_start_weights, start_point
-from vit_locality.tracking.wandb_run import finish_wandb, publish_run_files
+from vit_locality.run.start import StartFile, StartPoint, load_start_weights, pinned_start, read_start_file, start_point
+from vit_locality.run.threads import apply_thread_count
+from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, finish_wandb, publish_run_files, recorded_run_id
 
 log = logging.getLogger("vit_locality")
 CallbackFactory = Callable[[DictConfig, Path], list[Callback]]
@@ -66,12 +67,14 @@ RUN_OUTPUTS = (RESULTS_FILE, "checkpoints", "csv", "wandb", "attention_stats.csv
 
 
 class CellInterrupted(VitLocalityError):
-    """SIGTERM (e.g. SLURM preemption) or SIGINT stopped the cell; a resumable checkpoint was saved when it could be.
-    Its exit status is the shell's for the signal: 143 SIGTERM, 130 SIGINT."""
+    """SIGTERM (e.g. SLURM preemption), SIGUSR2 (SLURM's time-limit warning) or SIGINT stopped the cell; a resumable
+    checkpoint was saved when it could be. Its exit status is the shell's for the signal: 143 SIGTERM, 140 SIGUSR2,
+    130 SIGINT."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.signal_name = ""
 
 
 def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
@@ -91,8 +94,8 @@ def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
         return record if record.complete else None
     if record.complete:
         raise ConfigError(
-            f"run directory {run_dir} already holds a complete run with a different config; choose another "
-            "sweep_name (or change the command) or move that directory away"
+            f"run directory {run_dir} already holds a complete run with a different config; "
+            f"{another_directory(run_dir)}"
         )
     aside = set_aside_attempt(run_dir)
     log.warning("%s held an unfinished run of another config (status %r): moved to %s", run_dir, record.status, aside)
@@ -126,54 +129,78 @@ def run_cell(cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory) ->
     progress display, statistics, checkpointing and per-epoch reseeding, on which resume and its exactness depend."""
     register_resolvers()
     validate(cfg)
+    apply_thread_count(cfg.get("threads"))  # before anything is built: the count sets the float sums' order
     run_dir = Path(run_dir)
-    identity = identity_hash(cfg)
+    # `ckpt_path` is read once: the identity, the name and the weights all come from these bytes (start.py).
+    start_file = read_start_file(cfg, run_dir)
+    with pinned_start(start_file):
+        identity = identity_hash(cfg)
     # One process per run directory: DDP ranks > 0 (and other nodes) share rank 0's directory, and its lock.
     holds_lock = is_rank_zero() and os.environ.get("NODE_RANK", "0") == "0"
-    with RunLock(run_dir) if holds_lock else nullcontext(), sigterm_raises() as gate:
-        return _run_locked(cfg, run_dir, make_callbacks, identity, gate)
+    try:
+        with RunLock(run_dir) if holds_lock else nullcontext(), sigterm_raises() as gate, pinned_start(start_file):
+            try:
+                return _run_locked(cfg, run_dir, make_callbacks, identity, gate, start_file)
+            except (KeyboardInterrupt, SIGTERMException) as stop:  # before the cell recorded anything
+                raise _interruption(cfg, gate, stop) from stop
+    except CellInterrupted:
+        requeue_after_time_limit(gate, str(cfg.run_name))  # SIGUSR2 under submitit: requeued, or a line saying why not
+        raise
 
 
 def _run_locked(
-    cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory, identity: str, gate: SigtermGate
+    cfg: DictConfig,
+    run_dir: Path,
+    make_callbacks: CallbackFactory,
+    identity: str,
+    gate: SigtermGate,
+    start_file: StartFile | None = None,
 ) -> dict[str, Any]:
     candidate = existing_record(run_dir, identity)
     record = identity_sections(cfg, identity)
+    record.update(recorded_run_id(cfg, run_dir, identity))  # the W&B run id, kept from the cell's first start on
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
     if candidate is not None:
         return _skip_or_refuse(cfg, run_dir, candidate, datamodule)
     # Before anything is recorded: a checkpoint of another config is refused without writing over its directory,
     # and so is a ckpt_path that is damaged or (ckpt_mode=resume) another cell's.
-    start = start_point(cfg, run_dir, identity)
+    start = start_point(cfg, run_dir, identity, start_file)
     if start.section:
         record["start"] = start.section
     try:
         return _train_and_test(cfg, run_dir, make_callbacks, record, datamodule, gate, start)
     except (KeyboardInterrupt, SIGTERMException, SystemExit) as stop:
-        sigterm = isinstance(stop, SIGTERMException) and not gate.sigint_received  # a first Ctrl-C stops this way
+        interruption = _interruption(cfg, gate, stop)
         if is_rank_zero():
-            error = "SIGTERM" if sigterm else "interrupted"
+            error = interruption.signal_name if interruption.exit_code != 130 else "interrupted"
             write_record(run_dir, {**record, "error": error}, status="interrupted")
-        raise CellInterrupted(
-            f"{cfg.run_name} interrupted ({'SIGTERM' if sigterm else 'SIGINT'}); run the same command to resume",
-            143 if sigterm else 130,
-        ) from stop
+        raise interruption from stop
     except BaseException as error:
         if is_rank_zero():
             write_record(run_dir, {**record, "error": f"{type(error).__name__}: {error}"}, status="failed")
         raise
 
 
+def _interruption(cfg: DictConfig, gate: SigtermGate, stop: BaseException) -> CellInterrupted:
+    """What stopped the cell, as the exception that ends it: SIGTERM, SIGUSR2 (the time limit) or SIGINT."""
+    sigterm = isinstance(stop, SIGTERMException) and not gate.sigint_received  # a first Ctrl-C stops this way
+    signal_name = "SIGUSR2 (time limit)" if sigterm and gate.time_limit else "SIGTERM" if sigterm else "SIGINT"
+    code = (140 if gate.time_limit else 143) if sigterm else 130
+    interruption = CellInterrupted(f"{cfg.run_name} interrupted ({signal_name}); run the same command to resume", code)
+    interruption.signal_name = signal_name
+    return interruption
+
+
 def _skip_or_refuse(cfg: DictConfig, run_dir: Path, record: RunRecord, datamodule: ImageDataModule) -> dict[str, Any]:
     """A complete record of this identity is reused only if it was measured on the same data."""
     datamodule.prepare_data()
     datamodule.setup("fit")
-    if not same_data(record, datamodule):
+    change = data_change(record, datamodule)
+    if change is not None:
         raise ConfigError(
-            f"run directory {run_dir} holds a complete run of this config measured on other data (its data "
-            f"fingerprint {record.data.get('data_fingerprint', '(none)')} differs from {fingerprint_of(datamodule)}); "
-            "move that directory away or choose another sweep_name"
+            f"run directory {run_dir} holds a complete run of this config measured on other data ({change}); "
+            f"{another_directory(run_dir)}"
         )
     updated = add_labels(cfg, run_dir, record) if is_rank_zero() else None
     if updated is None:
@@ -208,7 +235,7 @@ def _train_and_test(
     split_global_batch(datamodule, world_size)
     record.update(batch_section(global_batch, datamodule.batch_size, world_size))
     resume, start_epoch = start.resume, start.epochs
-    loggers = build_loggers(cfg, run_dir)
+    loggers = build_loggers(cfg, run_dir, record.get(RUN_ID_ENTRY))
     # A resumed run skips the sanity-check validation: the run was checked when it first started.
     trainer = build_trainer(cfg, run_dir, loggers, make_callbacks(cfg, run_dir), sanity_check=resume is None)
     if trainer.is_global_zero:
@@ -224,7 +251,9 @@ def _train_and_test(
             raise SIGTERMException()
         fit_seconds = time.perf_counter() - fit_start
         # `epoch` is the x-axis the module logs (module.py), not a result.
-        val_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch"}
+        # A fit resumed from a finished checkpoint trains no epoch: its last epoch's figures come from the checkpoint.
+        fitted = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch"}
+        val_metrics = {**start.fit_metrics, **fitted}
         test_start = time.perf_counter()
         test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
         test_seconds = time.perf_counter() - test_start

@@ -6,21 +6,23 @@ replaces as `<name>.prev.ckpt` (checkpoint_io.AtomicCheckpointIO), so one found 
 resumes from the furthest readable one, and only if its own config wrote it: every checkpoint carries the cell's
 identity hash, and a checkpoint of another config (or of no known config) is refused rather than trained on.
 Every reader of a checkpoint file (resume, `analyze`, the report's instruments) goes through
-`read_checkpoint_file`, which never unpickles code (`weights_only=True`) and turns any file that is not one into a
-one-line DamagedCheckpoint.
+`read_checkpoint_file` (or `load_checkpoint_bytes`, for bytes read once and hashed: a user's `ckpt_path`), which
+never unpickles code (`weights_only=True`) and turns any file that is not one into a one-line DamagedCheckpoint.
 """
 
 from __future__ import annotations
 
+import io
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from vit_locality.errors import VitLocalityError
+from vit_locality.run.file_read import CHECKPOINT_SIZE_LIMIT, UnreadableFile, read_regular_file
 from vit_locality.upstream import UpstreamChanged, checkpoint_epochs_processed
 
 log = logging.getLogger("vit_locality")
@@ -72,6 +74,7 @@ class CheckpointInfo:
     global_step: int
     epochs: int
     identity: str | None
+    fit_metrics: dict[str, float] = field(default_factory=dict)
 
 
 def last_checkpoint(run_dir: Path) -> Path:
@@ -100,9 +103,20 @@ def discard_interrupted(run_dir: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def stamp_identity(checkpoint: dict[str, Any], identity: str) -> None:
-    """Record in a checkpoint being saved which config (its identity hash) wrote it."""
-    checkpoint[IDENTITY_ENTRY] = {"identity_hash": identity}
+def stamp_identity(checkpoint: dict[str, Any], identity: str, fit_metrics: Mapping[str, float] | None = None) -> None:
+    """Record in a checkpoint being saved which config (its identity hash) wrote it and the figures the fit had
+    logged by then (`fit_metrics`: the last finished epoch's training and evaluation figures), so a fit resumed
+    from it that trains nothing more still records them."""
+    checkpoint[IDENTITY_ENTRY] = {"identity_hash": identity, "fit_metrics": dict(fit_metrics or {})}
+
+
+def checkpoint_fit_metrics(checkpoint: dict[str, Any]) -> dict[str, float]:
+    """The fit's figures stamped into a checkpoint (stamp_identity); {} for one that carries none."""
+    entry = checkpoint.get(IDENTITY_ENTRY)
+    metrics = entry.get("fit_metrics") if isinstance(entry, dict) else None
+    if not isinstance(metrics, dict):
+        return {}
+    return {str(k): float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 def checkpoint_identity(checkpoint: dict[str, Any]) -> str | None:
@@ -127,14 +141,26 @@ def _why_unreadable(error: Exception) -> str:
     return f"{type(error).__name__}: {first[:160]}"
 
 
-def read_checkpoint_file(path: Path, needs: Iterable[str] = ()) -> dict[str, Any]:
-    """A checkpoint's contents (tensors and plain data, never code); DamagedCheckpoint, saying why in one line, for
-    a file that is not a checkpoint holding every entry of `needs`."""
+def read_checkpoint_bytes(path: Path) -> bytes:
+    """A checkpoint file's bytes, read once through the bounded reader of run files (a regular file only: a FIFO or
+    device put in its place would block the reader or never end); DamagedCheckpoint, in one line, otherwise."""
+    try:
+        return read_regular_file(Path(path), CHECKPOINT_SIZE_LIMIT)
+    except IsADirectoryError:
+        raise DamagedCheckpoint(path, "a directory, not a regular file") from None
+    except UnreadableFile as error:
+        raise DamagedCheckpoint(path, error.why) from None
+
+
+def load_checkpoint_bytes(data: bytes, path: Path, needs: Iterable[str] = ()) -> dict[str, Any]:
+    """The checkpoint held in `data` (read from `path`, which only names it in errors): tensors and plain data, never
+    code; DamagedCheckpoint, saying why in one line, for bytes that are not a checkpoint holding every entry of
+    `needs`."""
     path = Path(path)
-    if path.stat().st_size == 0:
+    if not data:
         raise DamagedCheckpoint(path, "empty file")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # truncated, overwritten, holding code, or not a torch file at all
         raise DamagedCheckpoint(path, _why_unreadable(error)) from None
     missing = tuple(key for key in needs if not isinstance(checkpoint, dict) or key not in checkpoint)
@@ -143,12 +169,26 @@ def read_checkpoint_file(path: Path, needs: Iterable[str] = ()) -> dict[str, Any
     return checkpoint
 
 
+def read_checkpoint_file(path: Path, needs: Iterable[str] = ()) -> dict[str, Any]:
+    """A checkpoint's contents (tensors and plain data, never code); DamagedCheckpoint, saying why in one line, for
+    a file that is not a checkpoint holding every entry of `needs`."""
+    return load_checkpoint_bytes(read_checkpoint_bytes(path), path, needs)
+
+
+def checkpoint_info(checkpoint: dict[str, Any], path: Path) -> CheckpointInfo:
+    """Progress, identity and last epoch's figures of a checkpoint read already."""
+    return CheckpointInfo(
+        Path(path),
+        int(checkpoint["global_step"]),
+        completed_epochs(checkpoint),
+        checkpoint_identity(checkpoint),
+        checkpoint_fit_metrics(checkpoint),
+    )
+
+
 def read_checkpoint_info(path: Path) -> CheckpointInfo:
     """Progress and identity of a checkpoint file; DamagedCheckpoint (saying why) when it cannot be one."""
-    checkpoint = read_checkpoint_file(path, needs=("global_step",))
-    return CheckpointInfo(
-        path, int(checkpoint["global_step"]), completed_epochs(checkpoint), checkpoint_identity(checkpoint)
-    )
+    return checkpoint_info(read_checkpoint_file(path, needs=("global_step",)), path)
 
 
 def foreign_checkpoint(info: CheckpointInfo, expected: str, run_dir: Path) -> ForeignCheckpoint:
@@ -161,7 +201,13 @@ def foreign_checkpoint(info: CheckpointInfo, expected: str, run_dir: Path) -> Fo
 
 def resume_point(run_dir: Path, identity: str) -> tuple[Path | None, int]:
     """The furthest readable checkpoint of `last.ckpt` (an epoch boundary), `interrupted.ckpt` (mid-epoch, after a
-    signal) and their predecessors, with its completed epochs; (None, 0) for a fresh start.
+    signal) and their predecessors, with its completed epochs; (None, 0) for a fresh start (see furthest_checkpoint)."""
+    best = furthest_checkpoint(run_dir, identity)
+    return (None, 0) if best is None else (best.path, best.epochs)
+
+
+def furthest_checkpoint(run_dir: Path, identity: str) -> CheckpointInfo | None:
+    """The furthest readable checkpoint of the run directory (resume_candidates), None for a fresh start.
 
     A damaged checkpoint is skipped with a warning naming it and why. Any readable checkpoint whose identity is not
     `identity` raises ForeignCheckpoint: the directory belongs to another config; NotACheckpointFile when one of
@@ -180,6 +226,5 @@ def resume_point(run_dir: Path, identity: str) -> tuple[Path | None, int]:
             raise foreign_checkpoint(info, identity, Path(run_dir))
         readable.append(info)
     if not readable:
-        return None, 0
-    best = max(readable, key=lambda info: info.global_step)  # the first of equals: the preferred candidate
-    return best.path, best.epochs
+        return None
+    return max(readable, key=lambda info: info.global_step)  # the first of equals: the preferred candidate

@@ -48,23 +48,24 @@ def add_labels(cfg: DictConfig, run_dir: Path, record: RunRecord) -> LabelUpdate
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     data[LABEL_UPDATES] = [*(data.get(LABEL_UPDATES) or []), {"at": when, "tags_added": added}]
     write_record(run_dir, data, status="complete")
-    parts = [f"tags {', '.join(added)} added to {RESULTS_FILE}", _update_wandb(cfg, Path(run_dir), data["tags"])]
+    parts = [f"tags {', '.join(added)} added to {RESULTS_FILE}", _update_wandb(cfg, Path(run_dir), data)]
     return LabelUpdate({**data, "status": "complete"}, "; ".join(part for part in parts if part))
 
 
-def _update_wandb(cfg: DictConfig, run_dir: Path, record_tags: list[str]) -> str:
-    """The W&B half: the cell's run gets the record's tags besides its own; what happened, in a few words. A failed
-    update leaves the record updated (W&B is a dashboard, never the record)."""
+def _update_wandb(cfg: DictConfig, run_dir: Path, record: dict[str, Any]) -> str:
+    """The W&B half: the cell's run (the id its record holds, wherever the directory now lies) gets the record's
+    tags besides its own; what happened, in a few words. A failed update leaves the record updated (W&B is a
+    dashboard, never the record)."""
     had_run = (run_dir / "wandb").is_dir()
     if not cfg.logger.get("wandb"):
         return "its W&B run not updated (logger=wandb is off)" if had_run else ""
     if not had_run:
         return "no W&B run of this cell to tag (it ran without logger=wandb)"
-    from vit_locality.run.builders import wandb_run_id
-    from vit_locality.tracking.wandb_run import retag_wandb_run, run_tags
+    from vit_locality.tracking.wandb_run import cell_run_id, retag_wandb_run, run_tags
 
+    run_id = cell_run_id(str(record.get("identity_hash")), run_dir, record)
     try:
-        return retag_wandb_run(cfg, run_dir, wandb_run_id(cfg, run_dir), [*run_tags(cfg), *record_tags])
+        return retag_wandb_run(cfg, run_dir, run_id, [*run_tags(cfg), *record["tags"]])
     except Exception as error:
         log.warning("W&B tag update failed (%s: %s); the record has the tags", type(error).__name__, error)
         return "W&B run not updated (see the warning)"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from vit_locality.errors import VitLocalityError
 from vit_locality.protocol import Protocol as TrainingProtocol  # typing.Protocol is imported here too
 from vit_locality.run.atomic import atomic_write_text
+from vit_locality.run.file_read import UnreadableFile, read_regular_file
 
 RESULTS_FILE = "results.json"
 ATTENTION_CSV = "attention_stats.csv"
@@ -181,39 +181,12 @@ def read_record(run_dir: Path) -> RunRecord | None:
 
 
 def _read_regular_file(path: Path, limit: int) -> bytes:
-    """The bytes of `path` (links followed) if it is a regular file of at most `limit` bytes; RecordError otherwise.
-    A FIFO or device swapped in for a record would block a reader forever or fill its memory: the type is checked
-    before opening, the open never blocks, and the type and size are checked again on what was opened."""
-    kind = _file_kind(os.stat(path).st_mode)
-    if kind == "a directory":
-        raise IsADirectoryError(path)
-    if kind != "a regular file":
-        raise _not_regular(kind)
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(descriptor, "rb") as file:
-        status = os.fstat(file.fileno())
-        if not stat.S_ISREG(status.st_mode):
-            raise _not_regular(_file_kind(status.st_mode))
-        data = file.read(limit + 1)
-    if len(data) > limit:
-        raise RecordError(f"{RESULTS_FILE} is unreadable: larger than {limit // 2**20} MiB; skipped")
-    return data
-
-
-def _not_regular(kind: str) -> RecordError:
-    return RecordError(f"{RESULTS_FILE} is unreadable: {kind}, not a regular file; skipped")
-
-
-def _file_kind(mode: int) -> str:
-    kinds = {
-        stat.S_ISREG: "a regular file",
-        stat.S_ISDIR: "a directory",
-        stat.S_ISFIFO: "a FIFO",
-        stat.S_ISCHR: "a character device",
-        stat.S_ISBLK: "a block device",
-        stat.S_ISSOCK: "a socket",
-    }
-    return next((name for test, name in kinds.items() if test(mode)), "a special file")
+    """The record's bytes through the one bounded reader of run files (run/file_read.py): a FIFO or device swapped
+    in for a record would block a reader forever or fill its memory."""
+    try:
+        return read_regular_file(path, limit)
+    except UnreadableFile as error:
+        raise RecordError(f"{RESULTS_FILE} is unreadable: {error.why}; skipped") from None
 
 
 def record_problem(data: Any) -> str | None:

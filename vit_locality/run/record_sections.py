@@ -7,17 +7,20 @@ section changes meaning, so a reader can tell the layouts apart instead of guess
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import lightning as L
+import torch
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.config.identity import data_fingerprint
+from vit_locality.config.identity import data_difference
 from vit_locality.data import ImageDataModule
 from vit_locality.model.vit import count_parameters
 from vit_locality.run.record import RunRecord
 from vit_locality.tracking.versions import environment_versions
 
+log = logging.getLogger("vit_locality")
 RECORD_VERSION = 1
 
 
@@ -33,15 +36,23 @@ def identity_sections(cfg: DictConfig, identity: str) -> dict[str, Any]:
 
 
 def fingerprint_of(datamodule: ImageDataModule) -> dict[str, Any]:
-    """The data a cell reads: its training, evaluation and test labels (set up already)."""
-    arrays = datamodule.arrays
-    assert arrays is not None, "fingerprint_of needs a set-up datamodule"
-    return data_fingerprint(arrays.train_labels, datamodule.eval_split()[1], arrays.test_labels)
+    """The data a cell reads: pixels and labels of its training, evaluation and test splits."""
+    return datamodule.fingerprint()
+
+
+def data_change(record: RunRecord, datamodule: ImageDataModule) -> str | None:
+    """What differs between the data a complete record was measured on and this data (`the train split's pixels`),
+    or None when they are the same. A record without a fingerprint cannot say it was measured on this data."""
+    recorded = record.data.get("data_fingerprint")
+    change = data_difference(recorded, fingerprint_of(datamodule))
+    if change is None and "sha256" not in recorded:
+        log.warning("%s: its record predates pixel hashes: only its data's sizes and labels compared", record.run_dir)
+    return change
 
 
 def same_data(record: RunRecord, datamodule: ImageDataModule) -> bool:
-    """Whether a complete record was measured on this data; one that records no fingerprint cannot say it was."""
-    return record.data.get("data_fingerprint") == fingerprint_of(datamodule)
+    """Whether a complete record was measured on this data (`data_change` finds nothing)."""
+    return data_change(record, datamodule) is None
 
 
 def setup_sections(
@@ -65,6 +76,7 @@ def setup_sections(
         },
         "config": OmegaConf.to_container(cfg, resolve=True),
         "versions": environment_versions(),
+        "threads": torch.get_num_threads(),  # the count this cell computed with (run/threads.py), set or default
     }
 
 

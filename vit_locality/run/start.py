@@ -4,13 +4,21 @@
 schedule and epoch start afresh, and the file's content hash is part of the cell's identity and directory name
 (config/identity.py), so it never shares a record with a cell trained from scratch. `ckpt_mode=resume` continues
 the cell that wrote the file (optimizer, epoch and all), and only when the checkpoint's stored identity is this
-run's. Either way the file is read through the checked reader (weights only, never code), and the record says
-which file the cell started from.
+run's; into another directory, the checkpoint and the statistics before it come along (resume_elsewhere.py).
+
+The file is read once (`read_start_file`), before the identity is built: its content hash is pinned for the
+cell's run (identity.pinned_content_hash), and the weights are loaded from those same bytes, so the identity, the
+record's `start.ckpt_sha256` and the weights always agree, whatever happens to the file later. A directory named for
+other content than the file now holds (the file replaced after the cell was named) is refused in one line. The
+bytes are read through the checked reader (weights only, never code).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,68 +26,154 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from vit_locality.config.identity import RESUME_MODE, file_content_hash
-from vit_locality.errors import ConfigError
+from vit_locality.config.identity import (
+    HASH_CHARS,
+    RESUME_MODE,
+    START_NAME,
+    bytes_content_hash,
+    pinned_content_hash,
+)
+from vit_locality.errors import ConfigError, VitLocalityError
+from vit_locality.run.advice import settings_that_differ
 from vit_locality.run.checkpoints import (
+    CheckpointInfo,
     ForeignCheckpoint,
     checkpoint_identity,
-    read_checkpoint_file,
-    read_checkpoint_info,
-    resume_point,
+    checkpoint_info,
+    furthest_checkpoint,
+    load_checkpoint_bytes,
+    read_checkpoint_bytes,
 )
+from vit_locality.run.resume_elsewhere import adopt_checkpoint, carry_history
 
 log = logging.getLogger("vit_locality")
+
+
+class StartChanged(VitLocalityError):
+    """`ckpt_path` holds other content than the cell's directory was named for: the file was replaced after the cell
+    was named. Training would record one checkpoint's weights under another's name."""
+
+    exit_code = 2
+
+
+@dataclass
+class StartFile:
+    """`ckpt_path`, read once: where it is, the content hash of the bytes read, and the bytes until they are loaded
+    (`take`: a checkpoint can be large, and the cell runs on after loading it)."""
+
+    path: Path
+    sha256: str
+    data: bytes | None = field(default=None, repr=False)
+
+    def take(self) -> bytes:
+        data, self.data = self.data, None
+        if data is None:
+            raise RuntimeError(f"the bytes of {self.path} were loaded already")
+        return data
 
 
 @dataclass
 class StartPoint:
     """How the cell begins: `resume` a checkpoint to continue (None: a fresh fit) after `epochs` epochs; `weights`
-    a model state dict to load before a fresh fit; `section` what the record says about a user's checkpoint."""
+    a model state dict to load before a fresh fit; `section` what the record says about a user's checkpoint;
+    `fit_metrics` the figures of the resumed checkpoint's last finished epoch (the record's, should the fit train no
+    further epoch)."""
 
     resume: Path | None = None
     epochs: int = 0
     weights: dict[str, Any] | None = None
     section: dict[str, Any] = field(default_factory=dict)
+    fit_metrics: dict[str, float] = field(default_factory=dict)
 
 
-def start_point(cfg: DictConfig, run_dir: Path, identity: str) -> StartPoint:
-    """The cell's start, decided before anything is recorded. The run directory's own checkpoints (resume_point)
-    come first: a cell started from weights and then preempted resumes its own progress, not the weights again.
-    A damaged `ckpt_path` raises DamagedCheckpoint, one of another cell with `ckpt_mode=resume` ForeignCheckpoint
-    (each one line, exit status 2)."""
-    own, own_epochs = resume_point(run_dir, identity)
+def read_start_file(cfg: DictConfig, run_dir: Path) -> StartFile | None:
+    """`ckpt_path`'s bytes and their content hash (None without one); StartChanged, in one line, when the run
+    directory's name (`..._ckpt-<hash>`) was given for other content than the file holds now."""
     given = cfg.get("ckpt_path")
     if given in (None, ""):
-        return StartPoint(own, own_epochs)
+        return None
     path = Path(str(given)).expanduser()
+    allowed = f"ckpt_path={str(given)!r} is not allowed: a checkpoint file this user can read"
     if not path.is_file():  # checked before the run too (checks.py); the file may have gone since
-        raise ConfigError(f"ckpt_path={str(given)!r} is not allowed: a checkpoint file this user can read")
-    section = {"ckpt_path": str(path.resolve()), "ckpt_mode": RESUME_MODE, "ckpt_sha256": file_content_hash(str(path))}
+        raise ConfigError(allowed)
+    try:
+        data = read_checkpoint_bytes(path)
+    except OSError as error:
+        raise ConfigError(f"{allowed} ({error.strerror or error})") from None
+    start = StartFile(path, bytes_content_hash(data), data)
+    named = re.search(rf"_{re.escape(START_NAME)}-([0-9a-f]{{{HASH_CHARS}}})(?=_|$)", Path(run_dir).name)
+    if str(cfg.get("ckpt_mode")) != RESUME_MODE and named and named.group(1) != start.sha256[:HASH_CHARS]:
+        raise StartChanged(
+            f"ckpt_path={str(given)!r} changed after the cell was named: {Path(run_dir).name} is named for content "
+            f"{named.group(1)}, the file now holds {start.sha256[:HASH_CHARS]}; nothing was trained or recorded: run "
+            "the command again once the file is settled"
+        )
+    return start
+
+
+@contextlib.contextmanager
+def pinned_start(start: StartFile | None) -> Iterator[None]:
+    """While the cell runs, every hash of `ckpt_path` (identity, run name, checkpoint stamps) is that of the bytes
+    read once (StartFile.sha256)."""
+    if start is None:
+        yield
+        return
+    with pinned_content_hash(str(start.path), start.sha256):
+        yield
+
+
+def start_point(cfg: DictConfig, run_dir: Path, identity: str, start: StartFile | None = None) -> StartPoint:
+    """The cell's start, decided before anything is recorded. The run directory's own checkpoints
+    (furthest_checkpoint) come first: a cell started from weights and then preempted resumes its own progress, not
+    the weights again. A damaged `ckpt_path` raises DamagedCheckpoint, one of another cell with `ckpt_mode=resume`
+    ForeignCheckpoint (each one line, exit status 2). `start` is `ckpt_path` as read_start_file read it."""
+    own = furthest_checkpoint(run_dir, identity)
+    if start is None:
+        start = read_start_file(cfg, run_dir)
+    if start is None:
+        return StartPoint() if own is None else StartPoint(own.path, own.epochs, fit_metrics=own.fit_metrics)
+    path = start.path
+    section = {"ckpt_path": str(path.resolve()), "ckpt_mode": RESUME_MODE, "ckpt_sha256": start.sha256}
     if str(cfg.get("ckpt_mode")) == RESUME_MODE:
-        return _resume_from(path, identity, own, own_epochs, section)
-    checkpoint = read_checkpoint_file(path, needs=("state_dict",))
+        try:
+            return _resume_from(start, identity, run_dir, own, section)
+        except ForeignCheckpoint as refusal:
+            differ = settings_that_differ(cfg, path)  # the settings, where the checkpoint's record says them
+            if not differ:
+                raise
+            raise ForeignCheckpoint(
+                f"ckpt_path={str(path)!r} with ckpt_mode=resume: the checkpoint is another cell's{differ}; resume "
+                "only continues the cell that wrote it (ckpt_mode=weights starts a new cell from its weights)"
+            ) from refusal
+    checkpoint = load_checkpoint_bytes(start.take(), path, needs=("state_dict",))
     section.update(ckpt_mode="weights", ckpt_identity=checkpoint_identity(checkpoint))
     if own is not None:
-        log.info("%s: resuming its own checkpoint %s (it started from the weights of %s)", cfg.run_name, own, path)
-        return StartPoint(own, own_epochs, None, section)
+        log.info("%s: resuming its own checkpoint %s (it started from the weights of %s)", cfg.run_name, own.path, path)
+        return StartPoint(own.path, own.epochs, None, section, own.fit_metrics)
     log.info("%s: a new cell from the weights of %s (ckpt_mode=weights)", cfg.run_name, path)
     return StartPoint(None, 0, checkpoint["state_dict"], section)
 
 
-def _resume_from(path: Path, identity: str, own: Path | None, own_epochs: int, section: dict) -> StartPoint:
+def _resume_from(
+    start: StartFile, identity: str, run_dir: Path, own: CheckpointInfo | None, section: dict
+) -> StartPoint:
     """`ckpt_mode=resume`: the file continues this cell only if this cell wrote it; the furthest of it and the run
-    directory's own checkpoints wins, so running the same command again after a preemption loses nothing."""
-    info = read_checkpoint_info(path)
+    directory's own checkpoints wins, so running the same command again after a preemption loses nothing. The file's
+    bytes become the run directory's last.ckpt, and its earlier statistics come along (resume_elsewhere.py)."""
+    data = start.take()
+    info = checkpoint_info(load_checkpoint_bytes(data, start.path, needs=("global_step",)), start.path)
     if info.identity != identity:
         written_by = f"config {info.identity}" if info.identity else "an unknown config (it records no identity)"
         raise ForeignCheckpoint(
-            f"ckpt_path={str(path)!r} with ckpt_mode=resume: the checkpoint was written by {written_by}, this run is "
-            f"config {identity}; resume only continues the cell that wrote it (ckpt_mode=weights starts a new cell "
-            "from its weights)"
+            f"ckpt_path={str(start.path)!r} with ckpt_mode=resume: the checkpoint was written by {written_by}, this "
+            f"run is config {identity}; resume only continues the cell that wrote it (ckpt_mode=weights starts a new "
+            "cell from its weights)"
         )
-    if own is not None and read_checkpoint_info(own).global_step >= info.global_step:
-        return StartPoint(own, own_epochs, None, section)
-    return StartPoint(path, info.epochs, None, section)
+    if own is not None and own.global_step >= info.global_step:
+        return StartPoint(own.path, own.epochs, None, section, own.fit_metrics)
+    section["history_from"] = carry_history(run_dir, info, identity)
+    copy = adopt_checkpoint(run_dir, data)
+    return StartPoint(copy, info.epochs, None, section, info.fit_metrics)
 
 
 def load_start_weights(module: torch.nn.Module, weights: dict[str, Any], path: str) -> None:

@@ -3,7 +3,8 @@
 The pre-check counts the command's cells once (the product of the swept values, a saved sweep's included) and the
 entry point hands the count to every cell through the environment, which joblib's workers inherit. The time left
 is the mean duration of the sweep's finished cells (their records' `timings.total_s`) times the cells still to
-run; with parallel cells it is an upper bound.
+run (not yet complete: a re-run that skips every cell has no time left to announce); with parallel cells it is an
+upper bound.
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ def finished_durations(sweep_dir: Path) -> list[float]:
 
 
 def cell_start_line(number: int, total: int | None, durations: list[float]) -> str:
-    """`cell 3 of 8, about 12 min 05 s left for the sweep (from 2 finished cells)`; `cell 3` without a count."""
+    """`cell 3 of 8, about 12 min 05 s left for the sweep (from 2 finished cells)`; `cell 3` without a count. The
+    cells still to run are those of the sweep not yet complete (a re-run skips the others): none, no estimate."""
     if not total:
         return f"cell {number}"
     line = f"cell {number} of {total}"
-    if durations:
-        left = (total - number + 1) * sum(durations) / len(durations)
+    to_run = min(total - number + 1, total - len(durations))
+    if durations and to_run > 0:
+        left = to_run * sum(durations) / len(durations)
         finished = f"{len(durations)} finished cell{'s' if len(durations) > 1 else ''}"
         line += f", about {duration_text(left)} left for the sweep (from {finished})"
     return line

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,10 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from vit_locality.run.atomic import atomic_write_text
+from vit_locality.run.file_read import UnreadableFile, read_csv_rows
 from vit_locality.upstream import cache_logger_experiment, csv_experiment_writer_class, logger_experiment
+
+log = logging.getLogger("vit_locality")
 
 
 def _signature(row: dict[str, Any]) -> tuple[str, frozenset[str]]:
@@ -31,9 +35,13 @@ class ResumableExperimentWriter(csv_experiment_writer_class()):
         super().__init__(log_dir)
         path = Path(self.metrics_file_path)
         self.rows: list[dict[str, Any]] = []
-        if path.is_file():
-            with path.open(newline="") as handle:
-                self.rows = list(csv.DictReader(handle))
+        if path.exists() or path.is_symlink():
+            try:  # the bounded reader of run files: a FIFO or device in its place never blocks the run
+                self.rows = list(read_csv_rows(path))
+            except UnreadableFile as error:
+                log.warning("%s", error.skipped("the log starts afresh"))
+            except FileNotFoundError:  # a link to nothing: no earlier rows
+                pass
         self.metrics_keys = sorted({key for row in self.rows for key in row})
 
     def _check_log_dir_exists(self) -> None:

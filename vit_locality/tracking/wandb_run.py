@@ -8,6 +8,7 @@ read back by the tables. `wandb` itself is imported only when a run exists, so i
 from __future__ import annotations
 
 import configparser
+import hashlib
 import logging
 import netrc
 import os
@@ -22,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.protocol import Protocol
 from vit_locality.run.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT
-from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE
+from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
 from vit_locality.tracking.quiet import quiet_wandb
 from vit_locality.upstream import wandb_init_arguments
 
@@ -133,6 +134,53 @@ def wandb_logger(cfg: DictConfig, run_dir: Path, run_id: str) -> ConfigWandbLogg
         mode=resolve_mode(settings.mode),
         config=OmegaConf.to_container(cfg, resolve=True),
     )
+
+
+RUN_ID_ENTRY = "wandb_run_id"  # the record's key for the cell's W&B run id, written from its first start on
+# The directories W&B writes a run's files into: `run-<time>-<id>` online, `offline-run-<time>-<id>` offline.
+RUN_FILES_DIR = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-([A-Za-z0-9_-]+)$")
+
+
+def first_run_id(identity: str, run_dir: Path) -> str:
+    """The W&B run id a cell takes at its first start: one run per cell and run directory."""
+    key = f"{identity}:{Path(run_dir).resolve()}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def cell_run_id(identity: str, run_dir: Path, record: Mapping[str, Any] | None = None) -> str:
+    """The cell's W&B run id: the one its record holds (written at its first start, whatever directory it was
+    started in: a copied or moved cell keeps it); for a record written before ids were recorded, the one id its W&B
+    files carry; otherwise the id of a first start here (`first_run_id`)."""
+    recorded = (record or {}).get(RUN_ID_ENTRY)
+    if isinstance(recorded, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", recorded):
+        return recorded
+    found = run_ids_in(run_dir)
+    if len(found) == 1:
+        return found.pop()
+    return first_run_id(identity, run_dir)
+
+
+def run_ids_in(run_dir: Path) -> set[str]:
+    """The ids of the W&B runs whose files lie in the run directory's `wandb/` (links skipped)."""
+    try:
+        entries = list(os.scandir(Path(run_dir) / "wandb"))
+    except OSError:
+        return set()
+    found = (RUN_FILES_DIR.match(entry.name) for entry in entries if entry.is_dir(follow_symlinks=False))
+    return {match.group(1) for match in found if match}
+
+
+def recorded_run_id(cfg: DictConfig, run_dir: Path, identity: str) -> dict[str, str]:
+    """The record's W&B section for a cell about to run (`{}` without `logger=wandb`): the id its earlier attempt
+    recorded (an unfinished record of the same identity), else one from `cell_run_id`."""
+    if not cfg.logger.get("wandb"):
+        return {}
+    try:
+        earlier = read_record(run_dir)
+    except RecordError:
+        earlier = None
+    same_cell = earlier is not None and earlier.identity_hash == identity
+    return {RUN_ID_ENTRY: cell_run_id(identity, run_dir, earlier.data if same_cell else None)}
 
 
 def wandb_loggers(loggers: Iterable[Logger]) -> list[WandbLogger]:

@@ -1,0 +1,172 @@
+"""Every run brought to one convention before a report reads it: distances as fractions of the image side.
+
+A record states the units its distances were measured in (`stats.units`: unit, grid, pixels or diagonal). Tables,
+contrasts, effects, figures, the summary and the claims put runs side by side, so each run is converted once, where
+runs are loaded (`aggregate_runs`, `summary_rows`), from its own record:
+
+- `unit` as it is; `grid` (patch steps) / g; `pixels` / (patch size x g); `diagonal` x sqrt 2, where g is the
+  recorded grid side (`model.grid_size`, else `data.image_size / model.patch_size`, else the 8 x 8 grid every
+  model of this project has); a record that does not state its units is read in the default, `unit`;
+- every distance is converted: the headline minimum (final and initial), each per-head and per-layer MAD figure
+  (`is_distance`), and the rows of `attention_stats.csv` by `csv_scale`;
+- a run that cannot be converted (pixels without a recorded patch or image size, units this report does not know)
+  keeps its accuracy and entropy and loses its distances, with the reason (`unconvertible`), so it is never shown
+  beside the others in another unit.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+from vit_locality.catalog import GRID_SIZE
+from vit_locality.run.record import RunRecord
+
+SHOWN = "unit"  # the one convention every report shows distances in
+SHOWN_NAME = "fractions of the image side (unit square)"
+UNITS_NOTE = (
+    f"MAD in {SHOWN_NAME}: each run converted from its own record's stats.units (grid / grid side, pixels / image"
+    " size, diagonal x sqrt 2)"
+)
+CONVERTED = "converted"  # key under attention.final: what was done ({"from", "factor", "note"})
+UNCONVERTIBLE = "unconvertible"  # key under attention.final: why the run's distances were dropped
+_KEPT_WITHOUT_DISTANCES = ("epoch", "mean_entropy_early", "early_layers", "probe_images", "settings")
+
+
+def is_distance(key: str) -> bool:
+    """A statistic measured in distance units (so converted): MAD and its spread, and the control columns derived
+    from MAD; masses, entropies and shares are unit-free."""
+    return key == "mad" or key.startswith("mad_") or "control" in key or key.startswith("surround")
+
+
+def grid_side(run: RunRecord) -> int:
+    """The recorded patch grid's side: model.grid_size, else image size / patch size, else the fixed 8."""
+    model, data = run.data.get("model") or {}, run.data.get("data") or {}
+    side = model.get("grid_size")
+    if _positive_int(side):
+        return side
+    image, patch = data.get("image_size"), model.get("patch_size")
+    if _positive_int(image) and _positive_int(patch) and image % patch == 0:
+        return image // patch
+    return GRID_SIZE
+
+
+def patch_pixels(run: RunRecord) -> int | None:
+    """Pixels per patch side as recorded: model.patch_size, else data.image_size / the grid side; None if neither."""
+    model, data = run.data.get("model") or {}, run.data.get("data") or {}
+    if _positive_int(model.get("patch_size")):
+        return model["patch_size"]
+    image, side = data.get("image_size"), grid_side(run)
+    if _positive_int(image) and image % side == 0:
+        return image // side
+    return None
+
+
+def recorded_units(run: RunRecord) -> Any:
+    """The units the record states (`attention.final.settings.units`, else the resolved `config.stats.units`), None
+    when it states none; a converted record says what it was converted from."""
+    final = run.final_attention
+    if CONVERTED in final:
+        return final[CONVERTED]["from"]
+    settings = final.get("settings") or {}
+    if "units" in settings:
+        return settings["units"]
+    return ((run.config or {}).get("stats") or {}).get("units")
+
+
+def unit_factor(run: RunRecord, units: Any) -> tuple[float | None, str | None]:
+    """(what turns the recorded MAD into the unit square's, what was done) or (None, why not)."""
+    if units == "unit":
+        return 1.0, None
+    if units == "diagonal":
+        return math.sqrt(2.0), "stats.units=diagonal, x sqrt 2"
+    side = grid_side(run)
+    if units == "grid":
+        return 1.0 / side, f"stats.units=grid, / {side}"
+    if units == "pixels":
+        patch = patch_pixels(run)
+        if patch is None:
+            return None, "stats.units=pixels, and the record holds no model.patch_size or data.image_size"
+        return 1.0 / (patch * side), f"stats.units=pixels, / {patch * side} ({side} patches of {patch} px)"
+    if units is None:
+        return None, "the record does not state stats.units"
+    return None, f"stats.units={units!r} is not one this report knows"
+
+
+def in_unit_square(run: RunRecord) -> RunRecord:
+    """The run with every distance of its record in the unit square (`attention.final.settings.units` = unit and
+    what was done under `converted`), or without its distances and with the reason under `unconvertible`. A run
+    already in the unit square, or converted before, is returned as it is."""
+    final = run.final_attention
+    if not final or CONVERTED in final or UNCONVERTIBLE in final:
+        return run
+    units = recorded_units(run)
+    factor, note = unit_factor(run, SHOWN if units is None else units)
+    if units == SHOWN:
+        return run
+    data = copy.deepcopy(run.data)
+    old = data["attention"]["final"]
+    if factor is None:
+        kept = {key: old[key] for key in _KEPT_WITHOUT_DISTANCES if key in old}
+        data["attention"]["final"] = {**kept, UNCONVERTIBLE: note}
+        return RunRecord(run.run_dir, data)
+    new = data["attention"]["final"]
+    new["min_mad_early"] = _scaled(old.get("min_mad_early"), factor)
+    if isinstance(old.get("per_head"), dict):
+        new["per_head"] = {
+            key: _scaled(value, factor) if is_distance(key) else value for key, value in old["per_head"].items()
+        }
+    if isinstance(old.get("per_layer"), list):
+        new["per_layer"] = [
+            {key: _scaled(value, factor) if is_distance(key) else value for key, value in row.items()}
+            if isinstance(row, dict)
+            else row
+            for row in old["per_layer"]
+        ]
+    initial = data["attention"].get("initial")
+    if isinstance(initial, dict) and "min_mad_early" in initial:
+        initial["min_mad_early"] = _scaled(initial["min_mad_early"], factor)
+    settings = dict(old.get("settings") or {})
+    settings["units"] = SHOWN
+    new["settings"] = settings
+    shown_note = note if units is not None else "the record does not state stats.units: read as unit, the default"
+    new[CONVERTED] = {"from": units, "factor": factor, "note": shown_note}
+    return RunRecord(run.run_dir, data)
+
+
+def csv_scale(run: RunRecord) -> float:
+    """What the distance columns of the run's attention_stats.csv are multiplied by to be in the unit square: the
+    factor its record was converted by (1 when it was not); NaN for a run whose distances could not be converted."""
+    final = run.final_attention
+    if UNCONVERTIBLE in final:
+        return math.nan
+    if CONVERTED in final:
+        return float(final[CONVERTED]["factor"])
+    factor, _ = unit_factor(run, recorded_units(run) or SHOWN)
+    return math.nan if factor is None else factor
+
+
+def conversion_note(run: RunRecord) -> str | None:
+    """What was done to the run's distances on reading, or why they are not shown; None when nothing was needed."""
+    final = run.final_attention
+    if UNCONVERTIBLE in final:
+        return f"not shown: {final[UNCONVERTIBLE]}"
+    if CONVERTED in final:
+        return f"converted to {SHOWN_NAME} ({final[CONVERTED]['note']})"
+    return None
+
+
+def _scaled(value: Any, factor: float) -> Any:
+    """A number, or nested lists of numbers, times `factor`; anything else (a damaged entry) as it is."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value * factor
+    if isinstance(value, list):
+        return [_scaled(item, factor) for item in value]
+    return value
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
