@@ -14,6 +14,7 @@ from typing import Any
 from vit_locality.attention import plots
 from vit_locality.attention.probe import STAT_KEYS, ProbeResult
 from vit_locality.run.atomic import atomic_write_text
+from vit_locality.run.file_read import read_csv_rows
 from vit_locality.run.record import ATTENTION_CSV
 
 # `mad_layer_range` (max - min of MAD over the row's layer's heads, that evaluation) is the same on every head of a
@@ -60,10 +61,9 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def read_csv(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+    """The file's rows through the bounded reader of run files (a FIFO or a link to a device is refused); none
+    when there is no file yet."""
+    return read_csv_rows(path) if path.exists() else []
 
 
 def save_pictures(result: ProbeResult, out_dir: Path, title: str) -> list[Path]:
