@@ -264,3 +264,10 @@ def test_two_sweeps_of_one_name_get_two_pages(sweep: Path, tmp_path: Path) -> No
     )
     assert sorted(p.name for p in out.glob("*.html")) == ["study.html", "study_2.html"]
     assert str(tmp_path / "b" / "study") in (out / "study_2.html").read_text(encoding="utf-8")
+
+
+def test_a_page_without_notes_says_none() -> None:
+    from vit_locality.report.html_page import render_page
+
+    page = render_page("t", "s.", [("Tables", "<p>x</p>")], [])
+    assert '<ul class="notes"><li>none</li></ul>' in page and '<a href="#s0">Tables</a>' in page

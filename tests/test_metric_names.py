@@ -13,7 +13,7 @@ from helpers import QUICK, compose_config, run_cell_as_train
 
 from vit_locality.config.checks import validate
 from vit_locality.errors import ConfigError
-from vit_locality.metric_names import epoch_figure, eval_prefix, held_out_figure, selection_problem
+from vit_locality.metric_names import eval_prefix, selection_problem
 
 TEST_SET_LINE = "optimized_metric=val/acc1 needs data.val_size > 0: the evaluation split is the test set"
 
@@ -49,13 +49,6 @@ def test_a_search_on_val_without_a_held_out_split_is_one_line() -> None:
         validate(cfg, check_devices=False)
     assert str(caught.value) == TEST_SET_LINE
     validate(compose_config(["data=synthetic", "model=vit_tiny", "hparams_search=optuna_lr"]), check_devices=False)
-
-
-def test_old_and_new_records_read_alike() -> None:
-    old, new = {"val/acc1": 0.4}, {"test_epoch/acc1": 0.4}
-    assert epoch_figure(old, "acc1") == epoch_figure(new, "acc1") == 0.4
-    assert held_out_figure(old, "acc1", "test") is None  # an old record's val/* on the test set never selects
-    assert held_out_figure(old, "acc1", "val") == 0.4
 
 
 @pytest.mark.parametrize(("val_size", "prefix", "absent"), [(0, "test_epoch", "val"), (64, "val", "test_epoch")])

@@ -5,22 +5,15 @@ set: its figures are `test_epoch/*` (`test_epoch/acc1`). Only with `data.val_siz
 the training set, evaluated as `val/*`. The final figures after fit are `test/*` either way.
 
 Selecting (a search's objective, matched accuracy, a best checkpoint) must read a held-out split: a selection on a
-test-set figure is refused in one line (`selection_problem`), never quietly held out. Records written before this
-naming call the per-epoch figures `val/*` whatever the split; their `measured_on.eval_split` says which it was, and
-`epoch_figure` reads either name.
+test-set figure is refused in one line (`selection_problem`), never quietly held out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 HELD_OUT = "val"  # the per-epoch figures of a held-out split of the training set (data.val_size > 0)
 TEST_EPOCH = "test_epoch"  # the per-epoch figures of the test set (data.val_size = 0, the paper's protocol)
 TEST = "test"  # the final figures after fit, on the test set
-EPOCH_FIGURES = ("acc1", "acc5", "loss")
 TEST_SET_PREFIXES = (TEST, TEST_EPOCH)
-SPLIT_NAMES = {HELD_OUT: "val", TEST_EPOCH: "test"}  # prefix -> the record's measured_on.eval_split
 
 
 def eval_prefix(val_size: int) -> str:
@@ -37,24 +30,3 @@ def selection_problem(metric: str, val_size: int) -> str | None:
     if prefix in TEST_SET_PREFIXES:
         return f"optimized_metric={metric} is measured on the test set: select on val/* with data.val_size > 0"
     return None
-
-
-def epoch_figure(metrics: Mapping[str, Any], figure: str, eval_split: str | None = None) -> Any:
-    """A per-epoch evaluation figure (`acc1`) from a record's metrics or a CSV row, under either name: `val/<figure>`
-    or `test_epoch/<figure>`. `eval_split` (the record's measured_on.eval_split) picks a held-out figure only when
-    it is `val`; None reads whichever is there. None when neither is."""
-    for prefix in (HELD_OUT, TEST_EPOCH):
-        if eval_split == "test" and prefix == HELD_OUT and f"{TEST_EPOCH}/{figure}" in metrics:
-            continue
-        value = metrics.get(f"{prefix}/{figure}")
-        if value not in (None, ""):
-            return value
-    return None
-
-
-def held_out_figure(metrics: Mapping[str, Any], figure: str, eval_split: str | None) -> Any:
-    """A per-epoch figure only when it was measured on a held-out split (for selecting), else None: an old record's
-    `val/*` counts only when its eval_split says `val`."""
-    if eval_split != "val":
-        return None
-    return metrics.get(f"{HELD_OUT}/{figure}")

@@ -1,11 +1,7 @@
-"""Dose-response: minimum early-layer MAD and top-1 against one protocol knob at a time.
-
-The paper compares CutMix on (alpha 1, every batch mixed) with CutMix off, and label smoothing 0.1 with 0. The
-saved sweeps `experiment=dose_cutmix_alpha`, `dose_cutmix_prob` and `dose_ls` fill in the values between; this
-module turns whatever runs a sweep directory holds into one curve per setting of the other knobs.
-
-A run without CutMix mixes no batch, so on the `cutmix_prob` axis it stands at 0 and joins the curve of every
-alpha; on the `cutmix_alpha` axis it has no place.
+"""Dose-response: minimum early-layer MAD and top-1 against one protocol knob at a time, one curve per setting of
+the other knobs, from whatever runs a sweep holds (the `experiment=dose_*` sweeps fill in the values between the
+paper's settings). A run without CutMix mixes no batch: on the `cutmix_prob` axis it stands at 0 and joins the curve
+of every alpha; on the `cutmix_alpha` axis it has no place.
 """
 
 from __future__ import annotations
@@ -61,8 +57,6 @@ class DoseCurve:
 def dose_curves(runs: list[RunRecord], axis: str) -> list[DoseCurve]:
     """The curves along `axis` with at least two x values, one of them off the paper's own settings (an ablation's
     on/off pairs are no dose-response), sorted by their fixed settings."""
-    if axis not in AXES:
-        raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
     curves: dict[tuple, DoseCurve] = {}
     unmixed: list[tuple[dict, RunRecord]] = []
     for run in runs:

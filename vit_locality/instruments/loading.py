@@ -3,16 +3,14 @@ weights in `checkpoints/last.ckpt`, the hyper-parameters saved beside them, and 
 
 from __future__ import annotations
 
-import io
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vit_locality.errors import first_line
 from vit_locality.model.vit import ModelConfig, VisionTransformer
-from vit_locality.run.checkpoints import DamagedCheckpoint, last_checkpoint
+from vit_locality.run.checkpoints import last_checkpoint, load_checkpoint_bytes
 from vit_locality.run.file_read import CHECKPOINT_SIZE_LIMIT, read_regular_file
 
 MODEL_ENTRIES = ("state_dict", "hyper_parameters")  # what rebuilding the model needs from a checkpoint
@@ -25,22 +23,7 @@ def read_checkpoint(run_dir: Path) -> dict[str, Any] | None:
     path = last_checkpoint(run_dir)
     if not path.exists() and not path.is_symlink():
         return None
-    return checkpoint_from_bytes(path, read_regular_file(path, CHECKPOINT_SIZE_LIMIT), MODEL_ENTRIES)
-
-
-def checkpoint_from_bytes(path: Path, data: bytes, needs: tuple[str, ...]) -> dict[str, Any]:
-    """The checkpoint held in `data` (read from `path`): tensors and plain data, never code (`weights_only`), every
-    entry of `needs` present; DamagedCheckpoint naming `path` and why otherwise."""
-    if not data:
-        raise DamagedCheckpoint(path, "empty file")
-    try:
-        checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated, overwritten, holding code, or not a torch file at all
-        raise DamagedCheckpoint(path, first_line(error)[:200]) from None
-    missing = tuple(key for key in needs if not isinstance(checkpoint, dict) or key not in checkpoint)
-    if not isinstance(checkpoint, dict) or missing:
-        raise DamagedCheckpoint(path, f"not a Lightning checkpoint (no {' or '.join(missing) or 'entries'})", missing)
-    return checkpoint
+    return load_checkpoint_bytes(read_regular_file(path, CHECKPOINT_SIZE_LIMIT), path, MODEL_ENTRIES)
 
 
 def model_from_checkpoint(checkpoint: dict[str, Any]) -> VisionTransformer:

@@ -1,14 +1,12 @@
-"""Learned position embeddings: how each patch's embedding resembles every other, and one number per run for how
-much that resemblance follows the 2-D grid.
-
-A ViT learns its positions from scratch; the classic picture (each patch's cosine similarity with all others,
-laid out on the grid) shows whether they came out 2-D local. Comparing the number across cells asks whether
-CutMix changes the positions themselves or only how the attention uses them.
+"""Learned position embeddings: each patch's cosine similarity with every other, and how much that similarity
+follows the 2-D grid; compared across cells, it asks whether CutMix changes the positions or only how attention
+uses them.
 """
 
 from __future__ import annotations
 
 import torch
+from scipy.stats import rankdata
 
 from vit_locality.attention.metrics import patch_distance_matrix
 
@@ -45,12 +43,8 @@ def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def _ranks(values: torch.Tensor) -> torch.Tensor:
-    """Ranks 1..n, ties sharing their mean rank (grid distances tie a lot: 8 x 8 patches have 2,016 pairs but only
-    a few dozen distinct distances)."""
-    unique, inverse, counts = torch.unique(values, return_inverse=True, return_counts=True)
-    first = torch.cumsum(counts, 0) - counts  # rank - 1 of the first member of each tie group
-    mean_rank = first.double() + (counts.double() + 1) / 2
-    return mean_rank[inverse]
+    """Ranks 1..n, ties sharing their mean rank (grid distances tie a lot)."""
+    return torch.from_numpy(rankdata(values.cpu().numpy()))
 
 
 def position_locality(similarity: torch.Tensor) -> float:
@@ -88,11 +82,6 @@ def similarity_at_distances(
 def similarity_mosaic(similarity: torch.Tensor) -> torch.Tensor:
     """The classic figure as one image: a g x g grid of g x g maps (patch k's similarity with every patch sits at
     patch k's place), separated by NaN lines that plot as blank."""
-    n = similarity.shape[0]
-    g = int(round(n**0.5))
-    side = g * (g + 1) - 1
-    mosaic = torch.full((side, side), float("nan"), dtype=torch.float64)
-    for k in range(n):
-        r, c = divmod(k, g)
-        mosaic[r * (g + 1) : r * (g + 1) + g, c * (g + 1) : c * (g + 1) + g] = similarity[k].view(g, g)
-    return mosaic
+    g = int(round(similarity.shape[0] ** 0.5))
+    maps = torch.nn.functional.pad(similarity.double().view(g, g, g, g), (0, 1, 0, 1), value=float("nan"))
+    return maps.permute(0, 2, 1, 3).reshape(g * (g + 1), g * (g + 1))[:-1, :-1]

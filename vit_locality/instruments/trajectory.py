@@ -1,13 +1,10 @@
-"""Locality against accuracy during training: each epoch's minimum early-layer MAD beside its validation top-1.
+"""Locality against accuracy during training: each epoch's minimum early-layer MAD beside its validation top-1, so
+cells are compared at the same accuracy rather than the same epoch (strong augmentation slows learning, and heads
+grow local as a model learns).
 
-Heads grow local as a model learns, and strong augmentation slows learning, so two cells compared at the same
-epoch can be at different stages. Read along the accuracy axis instead: the MAD a cell had when it first reached
-a given validation accuracy, next to its MAD at the final epoch.
-
-Epochs: `attention_stats.csv` counts completed epochs (0 = initialisation, 1 = after the first epoch). The CSV
-log's validation rows carry either Lightning's own 0-based index of the epoch just finished, written as an integer
-(`0`), or the module's own count from 1, written as a float (`1.0`); a 0-based row of epoch e pairs with the
-statistics of epoch e + 1, a counted one with those of its own epoch.
+Epochs: `attention_stats.csv` counts completed epochs (0 = initialisation). A validation row of the CSV log carries
+either Lightning's 0-based index of the epoch just finished, written as an integer (`0`, paired with statistics
+epoch e + 1), or the module's own count from 1, written as a float (`1.0`, paired with its own epoch).
 """
 
 from __future__ import annotations
@@ -23,15 +20,13 @@ METRICS_CSV = Path("csv") / "metrics.csv"
 TEST_SET_REFUSAL = "matched accuracy needs data.val_size > 0: the evaluation split is the test set"
 
 
-def val_accuracy_by_epoch(run_dir: Path, eval_split: str | None = "val") -> dict[int, float]:
-    """Completed epochs -> held-out validation top-1 (a fraction) from the run's CSV log; a later row of the same
-    epoch (a resumed run) wins. Empty when the log is missing or holds no validation row, and when the run's
-    evaluation split (its record's measured_on.eval_split) is not a held-out one: matching cells at an accuracy
-    selects epochs by it, which must never be done on the test set (older logs call test-set figures val/*).
-    The log is read through the bounded reader of run files: UnreadableFile (an OSError) for a FIFO, a device or an
-    oversized file in its place, UnicodeDecodeError or csv.Error for one that is not a CSV log."""
+def val_accuracy_by_epoch(run_dir: Path) -> dict[int, float]:
+    """Completed epochs -> validation top-1 (a fraction) from the CSV log of a run with a held-out split (the caller
+    checks its eval_split: matching on the test set is refused); a later row of the same epoch (a resumed run)
+    wins; empty without a log or validation rows. Read through the bounded reader of run files: UnreadableFile for
+    a FIFO, a device or an oversized file in its place, UnicodeDecodeError or csv.Error for one that is not CSV."""
     path = Path(run_dir) / METRICS_CSV
-    if eval_split != "val" or (not path.exists() and not path.is_symlink()):
+    if not path.exists() and not path.is_symlink():
         return {}
     found: dict[int, float] = {}
     for row in read_csv_rows(path):

@@ -1,15 +1,11 @@
-"""Group complete runs by (data set, model, AA, CM, LS) and reduce each headline figure over seeds.
+"""Group complete runs by (data set, model, AA, CM, LS) and reduce each headline figure over seeds, so tables,
+effects and figures all count the same runs. Each run is brought to the unit square as it is loaded
+(`record_units.in_unit_square`).
 
-Tables, the factorial analysis and the figures all read these groups, so every output counts the same runs.
-Each run is brought to one convention as it is loaded (`record_units.in_unit_square`: distances as fractions of the
-image side, converted from its own record), so no reader can put two units side by side. Figures keep these units
-(accuracy a fraction); only the printed tables scale them.
-
-Pooling is only honest when the pooled runs differ in their seed alone, so the aggregate leaves out quick and
-debug runs (a limited, fast-dev or `debug=...` run is not a measurement of the cell) and splits the runs of a cell
-that were recorded with different settings (their `config`, less the seed and what cannot change a result) into
-one group per combination: a learning-rate sweep is three rows, never one cell of three "seeds". The paper's
-tables, claims and effects take one group per cell (`Aggregate.cells`); the others are listed as left out.
+Pooling is only honest when the pooled runs differ in their seed alone: quick and debug runs are left out, and the
+runs of a cell recorded with different settings are split into one group per combination (a learning-rate sweep
+is three rows, never one cell of three "seeds"). The paper's tables, claims and effects take one group per cell
+(`Aggregate.cells`); the others are listed as left out.
 """
 
 from __future__ import annotations
@@ -96,10 +92,8 @@ class Aggregate:
 
 
 def cell_values(cells: Mapping[str, Group], figure: str, per: Level) -> dict[str, list[float]]:
-    """Each cell's values of `figure`: every run's (`per="run"`) or the cell's mean alone (`per="mean"`).
-
-    Cells without a finite value are left out, so a claim can tell a missing cell from a measured one. Claims are
-    written once over these lists: a max over the lists is the highest run, or the highest cell mean."""
+    """Each cell's values of `figure`: every run's (`per="run"`) or the cell's mean alone (`per="mean"`), so a claim
+    written once reads either; cells without a finite value are left out (missing, not measured)."""
     found: dict[str, list[float]] = {}
     for name, group in cells.items():
         values = [value for _, value in group.values(figure)]
@@ -127,16 +121,14 @@ def _counted_first(groups: list[Group], cells: Mapping[str, list[Group]]) -> lis
     def agreement(group: Group) -> int:
         return sum(settings.get(key) == value for key, value in group.key.settings for settings in other_settings)
 
-    return sorted(groups, key=lambda g: (-agreement(g), -len(g.runs), g.key.settings, g.key.ls))
+    return sorted(groups, key=lambda g: (-agreement(g), -len(g.runs), g.key.settings, g.key.protocol.ls))
 
 
 def aggregate_runs(scan: RunScan, data: Iterable[str] | None = None, model: Iterable[str] | None = None) -> Aggregate:
-    """Group the complete runs, keeping only the wanted data sets and models (None: all).
-
-    A run is skipped, with the reason, when it is a debug run (`debug_run`) or a quick run (`quick_run`), both
-    before duplicates are looked for so neither can stand in for a real run, or the same run (same identity hash:
-    same config and seed) as one already counted, e.g. a sweep copied twice. The runs of a cell that differ in a
-    setting are split into groups (`split_by_settings`)."""
+    """Group the complete runs of the wanted data sets and models (None: all). A debug or quick run is skipped with
+    the reason before duplicates are looked for, so neither stands in for a real run; so is a run counted already
+    (same identity hash, or same config and seed: a sweep copied twice). Cells are split by setting
+    (`split_by_settings`)."""
     wanted_data = set(data) if data else None
     wanted_model = set(model) if model else None
     by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}

@@ -1,49 +1,23 @@
 """The paper's claims, each judged on the runs of one (data set, model) by an explicit rule.
 
-The paper ran one seed, where a cell and its run are the same thing. With several seeds a claim about "every
-cell" can be read on every run or on each cell's mean over its runs, and the two can disagree (a CutMix cell
-whose mean is low while one of its runs is not local), so claims (a)-(c) get both verdicts. `per="run"` puts every
-run in its cell's place; `per="mean"` puts the cell's mean there. "Value" below means a run's value or a cell's
-mean as `per` says.
+With several seeds a claim about "every cell" can be read on every run or on each cell's mean over its runs, and the
+two can disagree, so each claim gets both verdicts (`per="run"`, `per="mean"`). Minimum MAD is read in the paper's
+convention (`claim_units`, converted exactly from the record's own `stats` settings, else "not comparable" with the
+reason) and judged with distances over the image side and over its diagonal, since the paper does not say which.
+The rules (also stated under each claims table and in docs/metrics.md):
 
-Minimum MAD is read in the paper's convention first (`claim_units`: unit square, renormalised, first 2 layers,
-converted exactly from the record's own `stats` settings), and a claim that needs a run which cannot be converted
-is "not comparable", with the reason. The paper does not say whether it divides distances by the image side (ours,
-"grid side") or by the image diagonal, so every claim on MAD is judged under both conventions (the diagonal's
-values are the unit square's / sqrt 2) and flagged where the two verdicts differ.
+(a) the 8 cells: every CutMix cell at or below 0.024, every other cell at or above 0.210, and the separation (the
+    highest CutMix value strictly below the lowest other one); cells are what ran (`Protocol.cutmix_mixes`).
+(b) Baseline 0.316 -> Modern 0.008: the lowest Baseline value at or above 0.210, the highest Modern value at or
+    below 0.024, and every Modern value below every Baseline value.
+(c) +CM and +AA each add at least 5 points of top-1 over Baseline (the paper: about 6-7, from one seed); per run,
+    the lowest run of the cell minus the highest Baseline run.
+(d) +AA and +LS stay at Baseline's min MAD: two one-sided Welch t-tests (`equivalence`), one test for both columns.
 
-(a) CIFAR-100 8-cell ablation, minimum early-layer MAD; needs all 8 cells.
-    - CutMix cells local: the highest value of a CutMix cell (+CM, Modern, -AA, -LS) <= 0.024.
-    - other cells not local: the lowest value of a non-CutMix cell (Baseline, +AA, +LS, -CM) >= 0.210.
-      The paper's claim (a) holds when both rows hold.
-    - CutMix separates locality: the highest CutMix value < the lowest non-CutMix value (strictly).
-    Cells are what ran (`Protocol.cutmix_mixes`): a run with aug.cutmix=true and cutmix_prob=0 is Baseline-like.
-(b) Baseline 0.316 vs Modern 0.008 minimum MAD, Modern more local; needs Baseline and Modern with 2 or more runs
-    each: the paper's magnitudes and the direction, i.e. the lowest Baseline value at or above 0.210 (the bound of
-    the cells without CutMix), the highest Modern value at or below 0.024 (the bound of the CutMix cells), and every
-    Modern value below every Baseline value.
-(c) CutMix and AutoAugment each add about 6-7 points of top-1 over Baseline; needs Baseline and the cell:
-    the cell's gain over Baseline >= 5 points (0.05 as a fraction), where the gain is, per run, the lowest run of
-    the cell minus the highest Baseline run, and per cell mean the difference of the means. 5 points, not the
-    band [6, 7]: the paper's figure is one seed on one data set, so the claim checked is a gain of that size.
-(d) AutoAugment alone (+AA) and label smoothing alone (+LS) stay at Baseline's MAD: an equivalence test (two
-    one-sided Welch t-tests) of the cell's mean against Baseline's, margin max(0.02, 2 x Baseline's seed standard
-    deviation), "undetermined" with fewer than 2 runs in Baseline, the cell or +CM, or when CutMix's own shift is
-    not significant or within the margin (`equivalence`). One test over the runs of the cells, shown in both the
-    per-run and the per-cell-mean column.
-
-A figure is compared with a printed bound at the bound's printed precision (`Bound`): 0.210, printed with three
-decimals, holds for any value that rounds (half up) to 0.210 or above, so the float32 0.20999999344 and 0.2097
-hold and 0.2094 fails; the gain of claim (c) is compared in points at two decimals (4.995 holds). Comparisons of
-two measured values (the separation, Modern below Baseline) allow 1e-9 for floating-point rounding.
-
-A comparison of two measured cells (the separation, claim (b)) with one run in a cell it reads is "one seed: no
-verdict": one seed a cell gives no spread. A claim on MAD that would hold is "not informative: attention still
-uniform" when a run it reads never left uniform attention (`claim_units.still_uniform`): a uniform head is at or
-above every non-CutMix bound and equal to every other uniform head, which says nothing about locality.
-
-A claim whose cells are not all measured is "not enough runs", never a verdict on part of the design. The
-paper's figures are CIFAR-100's; claims (a), (c) and (d) are checked on whatever data set the table is for.
+A figure is compared with a printed bound at the bound's printed precision (`Bound`); comparisons of two measured
+values allow 1e-9. A comparison of measured cells with one run in a cell is "one seed: no verdict"; a claim that
+would hold while a run it reads never left uniform attention is "not informative"; a claim whose cells are not
+all measured is "not enough runs", never a verdict on part of the design.
 """
 
 from __future__ import annotations
@@ -133,14 +107,10 @@ class Claim:
     paper: str  # the paper's figure, CIFAR-100
     figure: str  # the headline figure judged: min_mad or acc1
     style: str  # how the measured figure reads: "max", "min", "versus", "gain", "equivalence"
-    per_run: Judgement  # distances over the image side (ours)
-    per_mean: Judgement
-    diagonal_run: Judgement  # the same rule with distances over the image diagonal
-    diagonal_mean: Judgement
+    judgements: dict[tuple[str, Level], Judgement]  # (GRID_SIDE or DIAGONAL, per) -> the verdict
 
     def judgement(self, convention: str, per: Level) -> Judgement:
-        pairs = {GRID_SIDE: (self.per_run, self.per_mean), DIAGONAL: (self.diagonal_run, self.diagonal_mean)}
-        return pairs[convention][LEVELS.index(per)]
+        return self.judgements[convention, per]
 
     @property
     def disagreements(self) -> tuple[Level, ...]:
@@ -157,10 +127,8 @@ def verdict(holds: bool) -> str:
 def mad_values(
     cells: Mapping[str, Group], per: Level, convention: str = GRID_SIDE
 ) -> tuple[dict[str, list[float]], dict[str, str]]:
-    """({cell: its runs' min MAD in the paper's convention, or its mean}, {cell: why it is not comparable}).
-
-    Runs without statistics are left out (a cell without any is missing); one run that cannot be converted makes
-    its whole cell not comparable."""
+    """({cell: its runs' min MAD in the paper's convention, or its mean}, {cell: why it is not comparable}); runs
+    without statistics are left out, and one run that cannot be converted makes its cell not comparable."""
     factor = CONVENTIONS[convention]
     found: dict[str, list[float]] = {}
     refused: dict[str, str] = {}
@@ -192,7 +160,7 @@ def ablation_claims(cells: Mapping[str, Group]) -> list[Claim]:
         "d_ls_keeps": lambda c, per: uninformative(cells, ("Baseline", "+LS"), keeps[c, "+LS"]),
     }
     return [
-        Claim(key, *ABLATION_CLAIMS[key], *(judge(c, per) for c in CONVENTIONS for per in LEVELS))
+        Claim(key, *ABLATION_CLAIMS[key], {(c, per): judge(c, per) for c in CONVENTIONS for per in LEVELS})
         for key, judge in judges.items()
     ]
 
@@ -226,11 +194,9 @@ def gain(cells: Mapping[str, Group], cell: str, per: Level) -> Judgement:
 
 
 def keeps_locality(cells: Mapping[str, Group], cell: str, convention: str = GRID_SIDE) -> Judgement:
-    """Claim (d) for one cell: equivalent to Baseline in min MAD by two one-sided tests (`equivalence`).
-
-    The test runs on the unit square's values, where its margin's floor (0.02) is stated, and its figures are shown
-    in the convention's: under the diagonal the difference, interval and margin are all / sqrt 2, the floor
-    included, so the verdict never depends on the convention."""
+    """Claim (d) for one cell: equivalent to Baseline in min MAD by two one-sided tests (`equivalence`), run on the
+    unit square's values, where the margin's floor is stated; the figures are shown in the convention's, so the
+    verdict never depends on it."""
     values, refused = mad_values(cells, "run", GRID_SIDE)
     blocked = _blocked(values, refused, ("Baseline", cell, "+CM"))
     if blocked:

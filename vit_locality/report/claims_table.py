@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from vit_locality.report.aggregate import LEVELS, Group
-from vit_locality.report.claim_units import DIAGONAL, conversion_notes
+from vit_locality.report.claim_units import DIAGONAL, GRID_SIDE, conversion_notes
 from vit_locality.report.claims import (
     NOT_COMPARABLE,
     NOT_ENOUGH,
@@ -59,7 +59,8 @@ def claims_table(cells: dict[str, Group], data: str, model: str, stem: str) -> T
     for claim in ablation_claims(cells):
         row = [claim.statement, claim.paper]
         record: dict[str, Any] = {"claim": claim.key, "statement": claim.statement, "paper": claim.paper}
-        for per, judgement in zip(LEVELS, (claim.per_run, claim.per_mean), strict=True):
+        for per in LEVELS:
+            judgement = claim.judgement(GRID_SIDE, per)
             row += [measured(claim, judgement), judgement.verdict]
             record.update({f"{per}_value": judgement.value, f"{per}_bound": judgement.bound})
             record[f"{per}_verdict"] = judgement.verdict

@@ -1,11 +1,6 @@
-"""Each cell against Baseline, with a 95% interval over seeds: what a statement such as "CutMix lowers minimum MAD"
-or "MixUp does the same" needs, for the paper's cells and for cells beyond them (`Baseline+MU`).
-
-difference = mean(cell) - mean(Baseline) over their runs, with Welch's 95% interval (the runs need not share
-seeds; `equivalence.welch`). The verdict reads the interval: "lower" or "higher" when it excludes 0, "no
-difference shown" when it holds 0, and "n/a" with fewer than 2 runs on either side, since one seed a cell is an
-anecdote and the table prints no difference without its spread. Minimum MAD is compared in one convention, the
-unit square, to which every run was converted from its own record where runs are loaded (`record_units`).
+"""Each cell against Baseline (the paper's cells and cells beyond them, `Baseline+MU`): the difference of means with
+Welch's 95% interval over runs (`equivalence.welch`); "lower" or "higher" when the interval excludes 0, "no
+difference shown" when it holds 0, "n/a" with fewer than 2 runs on either side (one seed gives no spread).
 """
 
 from __future__ import annotations

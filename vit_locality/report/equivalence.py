@@ -1,21 +1,11 @@
 """Claim (d), "+AA and +LS stay at Baseline's MAD", as an equivalence test on cell means.
 
-"No effect" cannot be shown by failing to find one, and a margin tied to CutMix's shift collapses when CutMix moves
-nothing. So:
-
-- margin delta = max(0.02, 2 x Baseline's sample standard deviation over its runs), in the convention's numbers:
-  a difference smaller than the paper's own precision (three decimals, steps of 0.001 well below 0.02) or than
-  twice what reseeding Baseline alone moves is "the same";
-- two one-sided Welch t-tests (TOST) at 5% each on d = mean(cell) - mean(Baseline): the cell is equivalent to
-  Baseline when d > -delta and d < +delta are both significant, i.e. when the 90% interval
-  d +- t(0.95, df) se lies strictly inside (-delta, +delta); se = sqrt(s_c^2 / n_c + s_b^2 / n_b), df by
-  Welch-Satterthwaite, t from `scipy.stats.t` (scipy's own `ttest_ind` warns about precision when a side has
-  no spread, which repeated runs of a deterministic cell do);
-- "undetermined" when the test cannot mean anything: fewer than 2 runs in Baseline, the cell or +CM (a t-test
-  needs each cell's spread), or CutMix's own shift is not significant (two-sided Welch t-test at 5%) or not
-  larger than the margin: then "stays where CutMix does not" cannot be told from "nothing moves".
-
-Welch on cell means, not pairs by seed: the claim is about the cells, and it needs no seed to run in all three.
+"No effect" cannot be shown by failing to find one, so: margin = max(0.02, 2 x Baseline's seed standard deviation),
+and two one-sided Welch t-tests (TOST) at 5% each on mean(cell) - mean(Baseline), i.e. equivalent when the 90%
+interval lies strictly inside +-margin. "Undetermined" when the test cannot mean anything: fewer than 2 runs in
+Baseline, the cell or +CM, or CutMix's own shift not significant (two-sided, 5%) or within the margin, where "stays
+where CutMix does not" cannot be told from "nothing moves". The intervals are computed here with `scipy.stats.t`:
+scipy's `ttest_ind` warns when a side has no spread, which repeated runs of a deterministic cell do.
 """
 
 from __future__ import annotations

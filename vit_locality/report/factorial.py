@@ -1,22 +1,10 @@
-"""The 8 cells as a 2 x 2 x 2 factorial design (AA, CM, LS): main effects with intervals.
+"""The 8 cells as a 2 x 2 x 2 factorial design (AA, CM, LS): main effects with 95% intervals.
 
-Main effect of a factor on a figure = a contrast of CELL MEANS: the mean of the 4 cell means with the factor on
-minus the mean of the 4 cell means with it off. Each cell weighs 1/4 on its side whatever its number of seeds, so
-a cell that ran more seeds does not pull its side towards its own value, and the other two factors stay balanced
-(each is on in 2 of the 4 cells of either side). Pooling the runs of a side instead would let an unbalanced
-design leak one factor's effect into another's.
-
-The 95% interval is chosen by what the runs allow:
-
-- paired, when every seed has exactly one run in each of the 8 cells and there are n >= 2 seeds: the contrast
-  within each seed, then mean +- t(0.975, n - 1) * sd / sqrt(n). Pairing by seed removes whatever a seed shares
-  across cells. (The cells then hold the same seeds, so the mean of these contrasts is the contrast of the means.)
-- Welch, when the seeds do not line up but every cell has n_c >= 2 runs: the contrast's variance is
-  sum over the 8 cells of (1/4)^2 * s_c^2 / n_c, from each cell's sample variance s_c^2, with the
-  Welch-Satterthwaite degrees of freedom (sum a_c)^2 / sum(a_c^2 / (n_c - 1)), a_c = (1/4)^2 * s_c^2 / n_c.
-- none (NaN, shown "n/a"), with one seed, or when some cell has a single run and the seeds are not paired.
-
-The t quantiles are scipy's (`scipy.stats.t.ppf`).
+A main effect is a contrast of cell means (the mean of the 4 cell means with the factor on minus the 4 with it off),
+so a cell that ran more seeds does not pull its side towards its own value and the other factors stay balanced.
+The interval is paired by seed when every seed ran each of the 8 cells once (n >= 2 seeds); else Welch from each
+cell's variance, sum of (1/4)^2 s_c^2 / n_c with Welch-Satterthwaite degrees of freedom, when every cell has 2 or
+more runs; else none ("n/a"). Quantiles from `scipy.stats.t`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""The report's three figures for each (data set, model), as PNG and PDF.
-
-- plane: every head of every seed in the MAD-entropy plane, coloured by layer, one panel per cell present
-  (8 for an ablation, Baseline and Modern for a protocols sweep);
-- layers: MAD and entropy per layer, minimum and mean over heads, one line per cell (mean over seeds);
-- emergence: minimum early-layer MAD against the epoch (from attention_stats.csv), one line per cell,
-  the mean over seeds with the min-max band: when locality appears, which the paper does not show.
-Each run's own `early_layers` (results.json) decides which layers are early.
-
-A figure with nothing to draw (no run has the statistics it shows) is not written, and a note says why (`Empty`).
-A run whose statistics a figure cannot use (a damaged attention_stats.csv, a malformed `per_head` table, another
-depth than the other runs of its cell) is left out of that figure and named in the notes the caller prints.
+"""The report's three figures for each (data set, model), as PNG and PDF: plane (every head of every seed in the
+MAD-entropy plane, one panel per cell), layers (MAD and entropy per layer, one line per cell) and emergence (minimum
+early-layer MAD against the epoch, mean over seeds with the min-max band). Each run's own `early_layers` decides
+which layers are early. A figure with nothing to draw is not written (`Empty`), and a run a figure cannot use is
+left out of it; both are named in the notes the caller prints.
 """
 
 from __future__ import annotations
@@ -17,6 +10,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,9 +19,9 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from vit_locality.attention import plots
-from vit_locality.catalog import CELL_FLAGS, CELL_ORDER, GRID_SIZE
+from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
 from vit_locality.report.aggregate import Aggregate, Group, summarise
-from vit_locality.report.record_units import csv_scale
+from vit_locality.report.record_units import csv_scale, patch_pixels
 from vit_locality.report.run_settings import slug
 from vit_locality.run.file_read import UnreadableFile, read_csv_rows
 from vit_locality.run.record import ATTENTION_CSV, RunRecord
@@ -48,26 +42,18 @@ def cell_style(name: str) -> dict[str, Any]:
     return {"color": colour, "ls": "-" if CELL_FLAGS[name][1] else "--"}
 
 
-def head_stats(run: RunRecord) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The final model's (layers, heads) MAD and entropy tables; None when `per_head` is not two equal numeric
-    tables."""
+def per_head_tables(
+    run: RunRecord, keys: Iterable[str], dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor] | None:
+    """The final model's (layers, heads) tables of `keys` from `per_head`; None unless every one is a non-empty
+    numeric 2-D table and all have one shape."""
     per_head = run.final_attention.get("per_head")
     try:
-        mad = torch.tensor(per_head["mad"], dtype=torch.float32)
-        entropy = torch.tensor(per_head["entropy"], dtype=torch.float32)
+        tables = {key: torch.tensor(per_head[key], dtype=dtype) for key in keys}
     except (KeyError, TypeError, ValueError, RuntimeError):
         return None
-    return (mad, entropy) if mad.ndim == 2 and mad.shape == entropy.shape and mad.numel() else None
-
-
-def head_controls(run: RunRecord, shape: torch.Size) -> torch.Tensor | None:
-    """The final model's (layers, heads) control MADs (docs/metrics.md) when the record has a table of `shape`;
-    None for a record written before the control existed."""
-    try:
-        control = torch.tensor(run.final_attention["per_head"]["mad_control"], dtype=torch.float32)
-    except (KeyError, TypeError, ValueError, RuntimeError):
-        return None
-    return control if control.shape == shape else None
+    shapes = {table.shape for table in tables.values()}
+    return tables if len(shapes) == 1 and len(shape := shapes.pop()) == 2 and shape.numel() else None
 
 
 def plane_runs(group: Group, notes: list[str]) -> list[tuple[RunRecord, torch.Tensor, torch.Tensor]]:
@@ -77,11 +63,11 @@ def plane_runs(group: Group, notes: list[str]) -> list[tuple[RunRecord, torch.Te
     for run in group.runs:
         if not run.final_attention.get("per_head"):
             continue  # statistics off: the panel says so
-        stats = head_stats(run)
+        stats = per_head_tables(run, ("mad", "entropy"))
         if stats is None:
             _left_out(notes, run, "attention.final.per_head is malformed", "plane")
         else:
-            usable.append((run, *stats))
+            usable.append((run, stats["mad"], stats["entropy"]))
     if not usable:
         return []
     depth = Counter(mad.shape[0] for _, mad, _ in usable).most_common(1)[0][0]
@@ -98,10 +84,8 @@ def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.F
     if not any(run.final_attention.get("per_head") for group in cells.values() for run in group.runs):
         return Empty("no run has per-head attention statistics")
     names = list(cells)
-    cols = min(4, len(names))
-    rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
-    for ax, name in zip(axes.flat, names, strict=False):
+    fig, axes = panels(len(names), 3.6, 3.2)
+    for ax, name in zip(axes, names, strict=False):
         usable = plane_runs(cells[name], notes)
         if not usable:
             ax.set_title(f"{name}: no attention statistics", fontsize=9)
@@ -110,15 +94,24 @@ def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.F
         entropy = torch.cat([entropy for _, _, entropy in usable], dim=1)
         units = usable[0][0].stats_units
         label = f"{name} ({len(usable)} seed{'s' if len(usable) > 1 else ''})"
-        controls = [head_controls(run, run_mad.shape) for run, run_mad, _ in usable]
-        control = None if any(c is None for c in controls) else torch.cat(controls, dim=1)  # type: ignore[arg-type]
+        controls = [per_head_tables(run, ("mad", "mad_control")) for run, _, _ in usable]
+        missing = any(c is None for c in controls)
+        control = None if missing else torch.cat([c["mad_control"] for c in controls], dim=1)  # type: ignore[index]
         patch = patch_pixels(usable[0][0])
         plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units, patch_size=patch, control=control)
-    for ax in list(axes.flat)[len(names) :]:
-        ax.set_visible(False)
     fig.suptitle(title, fontsize=10)
     shared_legend_below(fig)
     return plots.plain_tick_labels(fig)
+
+
+def panels(count: int, width: float, height: float, cols: int = 4) -> tuple[plt.Figure, list[plt.Axes]]:
+    """A grid of `count` panels of width x height inches, at most `cols` a row; the unused ones hidden."""
+    cols = max(1, min(cols, count))
+    rows = math.ceil(count / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in list(axes.flat)[count:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)
 
 
 def shared_legend_below(fig: plt.Figure) -> None:
@@ -145,7 +138,9 @@ def layer_table(run: RunRecord, notes: list[str]) -> list[dict[str, Any]] | None
         return None
     keys = [f"{stat}_{reduce}" for stat, reduce in LAYER_PANELS]
     rows_ok = isinstance(table, list) and all(isinstance(row, dict) for row in table)
-    if rows_ok and all(_is_number(row.get(key)) for row in table for key in keys):
+    if rows_ok and all(
+        isinstance(value := row.get(key), int | float) and not isinstance(value, bool) for row in table for key in keys
+    ):
         return table
     _left_out(notes, run, "attention.final.per_layer is malformed", "layers")
     return None
@@ -189,18 +184,6 @@ def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.
     fig.suptitle(f"{title} (shaded: early layers; mean over seeds)", fontsize=10)
     shared_legend_below(fig)
     return plots.plain_tick_labels(fig)
-
-
-def patch_pixels(run: RunRecord) -> int | None:
-    """Pixels per patch side as the record states them (model.patch_size, else data.image_size over the 8 x 8 grid),
-    for the references of a figure in pixels; None when it states neither."""
-    model, data = run.data.get("model") or {}, run.data.get("data") or {}
-    size, image = model.get("patch_size"), data.get("image_size")
-    if _is_number(size) and size == int(size) and size > 0:
-        return int(size)
-    if _is_number(image) and image > 0 and image % GRID_SIZE == 0:
-        return int(image) // GRID_SIZE
-    return None
 
 
 def early_layers(run: RunRecord) -> int | None:
@@ -264,10 +247,6 @@ def _left_out(notes: list[str], run: RunRecord, why: str, figure: str, subject: 
     notes.append(f"{run.run_dir}: {why}; {subject} left out of the {figure} figure")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure | Empty:
     """Minimum early-layer MAD per epoch: mean over seeds, band from the lowest to the highest seed where a cell has
     two or more (the title says which is drawn); the legend right of the axes, clear of the references' labels.
@@ -324,18 +303,16 @@ def write_figures(agg: Aggregate, out_dir: Path, notes: list[str] | None = None)
     for data, model in agg.models():
         cells = agg.cells(data, model)
         for kind, make in FIGURE_KINDS.items():
-            fig = make(cells, f"{data}, {model}", notes)
-            stem = slug(f"{kind}_{data}_{model}")
-            if isinstance(fig, Empty):
-                notes.append(left_out_figure(stem, fig))
-                continue
-            pdf = out_dir / f"{stem}.pdf"
-            out_dir.mkdir(parents=True, exist_ok=True)
-            fig.savefig(pdf)
-            paths += [plots.save(fig, out_dir / f"{stem}.png"), pdf]
+            paths += save_figure(make(cells, f"{data}, {model}", notes), out_dir, slug(f"{kind}_{data}_{model}"), notes)
     return paths
 
 
-def left_out_figure(stem: str, empty: Empty) -> str:
-    """The one line for a figure left out of the files and the page."""
-    return f"figure {stem} left out: {empty.why}"
+def save_figure(fig: plt.Figure | Empty, out_dir: Path, stem: str, notes: list[str]) -> list[Path]:
+    """<stem>.png and <stem>.pdf; an Empty figure is left out of the files and the page, with one line in `notes`."""
+    if isinstance(fig, Empty):
+        notes.append(f"figure {stem} left out: {fig.why}")
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pdf = out_dir / f"{stem}.pdf"
+    fig.savefig(pdf)
+    return [plots.save(fig, out_dir / f"{stem}.png"), pdf]

@@ -1,15 +1,12 @@
-"""One self-contained HTML page per sweep: every table, every figure, the instruments, and each cell's per-head
-attention maps of layers 0 and 1, so a whole study can be read in one file and sent to a colleague.
-
-Self-contained means no server and no network: images are embedded as base64 `data:` URIs, the style sheet is
-inline, and there is no script. The figures are also left as PNG and PDF files beside the page.
+"""One self-contained HTML page per sweep: every table, figure and instrument, and each cell's central-query
+attention maps of layers 0 and 1. Images are embedded as base64 `data:` URIs and the style sheet is inline, so the
+page needs no server, network or script; the figures also stay beside it as PNG and PDF.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -37,34 +34,26 @@ footer {{ margin-top: 2em; padding: 0.6em; background: {END_COLOUR}; color: whit
 """
 
 
-@dataclass
-class Page:
-    """The page's content, in order: sections of (heading, HTML) and the lines for the notes section."""
-
-    title: str
-    source: str = ""  # where the runs came from, said under the title
-    sections: list[tuple[str, str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def render(self) -> str:
-        contents = "".join(
-            f'<li><a href="#s{i}">{html.escape(heading)}</a></li>' for i, (heading, _) in enumerate(self.sections)
-        )
-        body = "".join(
-            f'<section id="s{i}"><h2>{html.escape(heading)}</h2>{content}</section>'
-            for i, (heading, content) in enumerate(self.sections)
-        )
-        notes = "".join(f"<li>{html.escape(note)}</li>" for note in self.notes) or "<li>none</li>"
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        return (
-            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{html.escape(self.title)}</title><style>{STYLE}</style></head><body>"
-            f"<h1>{html.escape(self.title)}</h1><p>{html.escape(self.source)} Written {stamp} by"
-            " python -m vit_locality.report page.</p>"
-            f'<nav><ul>{contents}<li><a href="#notes">Notes and skipped runs</a></li></ul></nav>{body}'
-            f'<section id="notes"><h2>Notes and skipped runs</h2><ul class="notes">{notes}</ul></section>'
-            '<footer id="end">End of the report.</footer></body></html>\n'
-        )
+def render_page(title: str, source: str, sections: list[tuple[str, str]], notes: list[str]) -> str:
+    """The page: title, where the runs came from, a contents list, the sections of (heading, HTML) and the notes."""
+    contents = "".join(
+        f'<li><a href="#s{i}">{html.escape(heading)}</a></li>' for i, (heading, _) in enumerate(sections)
+    )
+    body = "".join(
+        f'<section id="s{i}"><h2>{html.escape(heading)}</h2>{content}</section>'
+        for i, (heading, content) in enumerate(sections)
+    )
+    listed = "".join(f"<li>{html.escape(note)}</li>" for note in notes) or "<li>none</li>"
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(source)} Written {stamp} by"
+        " python -m vit_locality.report page.</p>"
+        f'<nav><ul>{contents}<li><a href="#notes">Notes and skipped runs</a></li></ul></nav>{body}'
+        f'<section id="notes"><h2>Notes and skipped runs</h2><ul class="notes">{listed}</ul></section>'
+        '<footer id="end">End of the report.</footer></body></html>\n'
+    )
 
 
 def table_html(table: Table) -> str:
@@ -129,14 +118,13 @@ def build_page(
     name = name or page_name(sweep_dir)
     assets = out_dir / name
     runs = sum(len(group.runs) for group in agg.groups.values())
-    page = Page(f"vit-locality: {name}", f"{runs} complete run{'s' if runs != 1 else ''} under {sweep_dir}.")
-    notes = list(agg.notes)
+    notes, sections = list(agg.notes), []
     tables = [protocols_table(agg), *ablation_tables(agg)]
     for table in tables:
         table.write(assets)
-    page.sections.append(("Tables", "".join(table_html(t) for t in tables)))
+    sections.append(("Tables", "".join(table_html(t) for t in tables)))
     figures = [p for p in write_figures(agg, assets, notes) if p.suffix == ".png"]
-    page.sections.append(("Figures", "".join(image_html(p, p.stem) for p in figures)))
+    sections.append(("Figures", "".join(image_html(p, p.stem) for p in figures)))
     for data_name, model_name in agg.models():
         found = measure(agg, data_name, model_name, box_images)
         found_tables = instrument_tables(found)
@@ -144,11 +132,12 @@ def build_page(
             table.write(assets)
         pictures = [p for p in write_instrument_figures(found, assets) if p.suffix == ".png"]
         content = "".join(table_html(t) for t in found_tables) + "".join(image_html(p, p.stem) for p in pictures)
-        page.sections.append((f"Instruments: {found.title}", content))
+        sections.append((f"Instruments: {found.title}", content))
         notes += found.notes
-    page.sections.append(("Central-query attention maps, layers 0 and 1", central_maps_html(agg, notes)))
-    page.notes = notes + [f"skipped {run_dir}: {why}" for run_dir, why in agg.skipped]
+    sections.append(("Central-query attention maps, layers 0 and 1", central_maps_html(agg, notes)))
+    notes += [f"skipped {run_dir}: {why}" for run_dir, why in agg.skipped]
+    source = f"{runs} complete run{'s' if runs != 1 else ''} under {sweep_dir}."
     path = out_dir / f"{name}.html"
     out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(page.render(), encoding="utf-8")
+    path.write_text(render_page(f"vit-locality: {name}", source, sections, notes), encoding="utf-8")
     return path

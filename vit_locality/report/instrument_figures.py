@@ -1,16 +1,11 @@
-"""The instruments' figures (docs/instruments.md) for one (data set, model), as PNG and PDF:
-
-- masses: per cell, every head's patch-key attention split into self / 8 neighbours / far, grouped by layer;
-- positions: per cell, the classic map of each patch's position-embedding similarity with every other;
-- trajectory: minimum early-layer MAD against validation top-1, one line per run through its epochs;
-- dose: minimum MAD and top-1 against CutMix's alpha and probability and label smoothing, the paper's settings
-  marked; a knob no run sweeps has no panel.
-A figure with nothing to draw is not written; the notes say which and why (`figures.Empty`).
+"""The instruments' figures (docs/instruments.md) for one (data set, model), as PNG and PDF: masses (each head's
+self / neighbours / far split), positions (the position-embedding similarity map), trajectory (minimum MAD against
+validation top-1, epoch by epoch) and dose (minimum MAD and top-1 along each swept knob). A figure with nothing to
+draw is not written; the notes say why (`figures.Empty`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,23 +14,13 @@ import torch
 from vit_locality.attention import plots
 from vit_locality.instruments.dose_response import AXES, AXIS_LABELS, PAPER_SETTINGS, dose_curves
 from vit_locality.instruments.position_embedding import similarity_mosaic
-from vit_locality.report.figures import Empty, cell_style, left_out_figure
+from vit_locality.report.figures import Empty, cell_style, panels, save_figure
 from vit_locality.report.instrument_tables import MASS_KEYS, Instruments, accuracy_levels, head_masses, trajectories
 from vit_locality.run.record import RunRecord
 
 plt = plots.plt
 MASS_COLOURS = {"self_mass": "#b2182b", "neighbour_mass": "#ef8a62", "far_mass": "#67a9cf"}
 MASS_LABELS = {"self_mass": "self", "neighbour_mass": "8 neighbours", "far_mass": "far"}
-
-
-def _panels(count: int, width: float, height: float, cols: int = 4) -> tuple[plt.Figure, list[plt.Axes]]:
-    cols = max(1, min(cols, count))
-    rows = max(1, math.ceil(count / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
-    flat = list(axes.flat)
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    return fig, flat
 
 
 def masses_figure(found: Instruments) -> plt.Figure | Empty:
@@ -45,7 +30,7 @@ def masses_figure(found: Instruments) -> plt.Figure | Empty:
     if not any(head_masses(run) is not None for group in found.cells.values() for run in group.runs):
         return Empty("no run records per-head locality masses (attention.final.per_head)")
     names = list(found.cells)
-    fig, axes = _panels(len(names), 5.2, 2.8, cols=2)
+    fig, axes = panels(len(names), 5.2, 2.8, cols=2)
     for ax, name in zip(axes, names, strict=False):
         tables = [t for t in (head_masses(run) for run in found.cells[name].runs) if t is not None]
         depths = {t["mad"].shape for t in tables}
@@ -54,11 +39,10 @@ def masses_figure(found: Instruments) -> plt.Figure | Empty:
             ax.axis("off")
             continue
         depth, heads = tables[0]["mad"].shape
-        sorted_tables = []
-        for t in tables:
-            order = torch.argsort(t["self_mass"], dim=1, descending=True)
-            sorted_tables.append({k: torch.gather(t[k], 1, order) for k in MASS_KEYS})
-        mean = {k: torch.stack([t[k] for t in sorted_tables]).mean(dim=0) for k in MASS_KEYS}
+        orders = [torch.argsort(t["self_mass"], dim=1, descending=True) for t in tables]
+        mean = {
+            k: torch.stack([t[k].gather(1, o) for t, o in zip(tables, orders, strict=True)]).mean(0) for k in MASS_KEYS
+        }
         x = torch.arange(depth)[:, None] * (heads + 1) + torch.arange(heads)[None, :]
         bottom = torch.zeros(depth, heads, dtype=torch.float64)
         for key in MASS_KEYS:
@@ -83,7 +67,7 @@ def positions_figure(found: Instruments) -> plt.Figure | Empty:
     shown = [(name, ms) for name, ms in found.measured.items() if any(m.similarity is not None for m in ms)]
     if not shown:
         return Empty("no run has a usable checkpoints/last.ckpt")
-    fig, axes = _panels(len(shown), 3.3, 3.5)
+    fig, axes = panels(len(shown), 3.3, 3.5)
     image = None
     for ax, (name, measured) in zip(axes, shown, strict=False):
         first = next(m for m in measured if m.similarity is not None)
@@ -178,12 +162,6 @@ def write_instrument_figures(found: Instruments, out_dir: Path) -> list[Path]:
         "dose": dose_figure(found),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for kind, fig in figures.items():
-        if isinstance(fig, Empty):
-            found.notes.append(left_out_figure(f"{kind}_{found.stem}", fig))
-            continue
-        pdf = out_dir / f"{kind}_{found.stem}.pdf"
-        fig.savefig(pdf)
-        paths += [plots.save(fig, out_dir / f"{kind}_{found.stem}.png"), pdf]
-    return paths
+    return [
+        path for kind, fig in figures.items() for path in save_figure(fig, out_dir, f"{kind}_{found.stem}", found.notes)
+    ]

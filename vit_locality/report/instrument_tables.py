@@ -1,9 +1,6 @@
-"""The instruments of docs/instruments.md measured on a sweep's runs, as report tables.
-
-Everything is computed from the run directories: results.json (per-head locality masses, headline figures),
-attention_stats.csv and csv/metrics.csv (trajectories), checkpoints/last.ckpt (position embeddings; the pasted-box
-probe, which also rebuilds the run's probe images from its recorded config). A run that lacks what an instrument
-needs is left out of it with a note; nothing here trains or downloads anything.
+"""The instruments of docs/instruments.md measured on a sweep's runs, as report tables, from the run directories
+alone (results.json, attention_stats.csv, csv/metrics.csv, checkpoints/last.ckpt and the recorded config, which
+rebuilds the probe images). A run that lacks what an instrument needs is left out of it with a note.
 """
 
 from __future__ import annotations
@@ -38,9 +35,9 @@ from vit_locality.instruments.trajectory import (
     val_accuracy_by_epoch,
 )
 from vit_locality.report.aggregate import Aggregate, Group, summarise
-from vit_locality.report.figures import early_layers, emergence_series
+from vit_locality.report.figures import early_layers, emergence_series, per_head_tables
 from vit_locality.report.run_settings import slug
-from vit_locality.report.table_format import MISSING, Table, format_stat
+from vit_locality.report.table_format import MISSING, Table, format_figure, format_stat
 from vit_locality.run.checkpoints import DamagedCheckpoint
 from vit_locality.run.file_read import UnreadableFile
 from vit_locality.run.record import RunRecord
@@ -127,19 +124,10 @@ def _measure_run(run: RunRecord, box_images: int, notes: list[str], cache: dict[
     return result
 
 
-# ---- per-head locality masses -----------------------------------------------------------------------------------
-
-
 def head_masses(run: RunRecord) -> dict[str, torch.Tensor] | None:
-    """The final model's (layers, heads) self / neighbour / far tables; None for a record without them (statistics
-    off, or not measured per head)."""
-    per_head = run.final_attention.get("per_head") or {}
-    try:
-        tables = {key: torch.tensor(per_head[key], dtype=torch.float64) for key in (*MASS_KEYS, "mad")}
-    except (KeyError, TypeError, ValueError, RuntimeError):
-        return None
-    shapes = {table.shape for table in tables.values()}
-    return tables if len(shapes) == 1 and tables["mad"].ndim == 2 else None
+    """The final model's (layers, heads) self / neighbour / far and MAD tables; None for a record without them
+    (statistics off, or not measured per head)."""
+    return per_head_tables(run, (*MASS_KEYS, "mad"), torch.float64)
 
 
 def masses_table(found: Instruments) -> Table:
@@ -171,9 +159,6 @@ def masses_table(found: Instruments) -> Table:
         " neighbours large to a small neighbourhood"
     ]
     return Table(f"masses_{found.stem}", f"Self, neighbourhood, far: {found.title}", headers, rows, records, notes)
-
-
-# ---- position embeddings ----------------------------------------------------------------------------------------
 
 
 def positions_table(found: Instruments) -> Table:
@@ -214,9 +199,6 @@ def positions_table(found: Instruments) -> Table:
     return Table(f"positions_{found.stem}", title, headers, rows, records, notes)
 
 
-# ---- the pasted box ---------------------------------------------------------------------------------------------
-
-
 def box_table(found: Instruments) -> Table:
     """Per cell and layer: the share of attention a patch inside a pasted box sends across its border, mixed image
     against the unmixed source, mean over heads and seeds."""
@@ -233,20 +215,11 @@ def box_table(found: Instruments) -> Table:
             unmixed = summarise(float(b.unmixed[layer].mean()) for b in boxes)
             diff = summarise(float((b.mixed[layer] - b.unmixed[layer]).mean()) for b in boxes)
             lowest = summarise(float(b.mixed[layer].min()) for b in boxes)
+            stats = [s.mean for s in (mixed, unmixed, diff, lowest)]
             shown = [format_stat(s, 3) for s in (mixed, unmixed, diff, lowest)]
             rows.append([name, str(layer), str(len(boxes)), *shown, f"{uniform:.3f}"])
-            records.append(
-                {
-                    "cell": name,
-                    "layer": layer,
-                    "runs": len(boxes),
-                    "mixed": mixed.mean,
-                    "unmixed": unmixed.mean,
-                    "difference": diff.mean,
-                    "lowest_head_mixed": lowest.mean,
-                    "uniform": uniform,
-                }
-            )
+            means = dict(zip(("mixed", "unmixed", "difference", "lowest_head_mixed"), stats, strict=True))
+            records.append({"cell": name, "layer": layer, "runs": len(boxes), **means, "uniform": uniform})
     box = next((m.box.box for ms in found.measured.values() for m in ms if m.box is not None), None)
     where = f"rows {box.top}-{box.top + box.height - 1}, columns {box.left}-{box.left + box.width - 1}" if box else "-"
     notes = [
@@ -261,9 +234,6 @@ def box_table(found: Instruments) -> Table:
     return Table(f"box_{found.stem}", title, headers, rows, records, notes)
 
 
-# ---- matched accuracy -------------------------------------------------------------------------------------------
-
-
 def trajectories(found: Instruments) -> dict[str, list[tuple[RunRecord, Trajectory]]]:
     """Per cell, each run's per-epoch (validation top-1, minimum early-layer MAD); read once per `found`."""
     if found._trajectories is not None:
@@ -272,12 +242,11 @@ def trajectories(found: Instruments) -> dict[str, list[tuple[RunRecord, Trajecto
     on_test: list[Path] = []  # runs evaluated on the test set: one note for all of them
     for name, group in found.cells.items():
         for run in group.runs:
-            split = eval_split_of(run)
-            if split != "val":
+            if eval_split_of(run) != "val":
                 on_test.append(Path(run.run_dir))
                 continue
             try:
-                accuracy = val_accuracy_by_epoch(run.run_dir, split)
+                accuracy = val_accuracy_by_epoch(run.run_dir)
             except UnreadableFile as error:
                 found.notes.append(error.skipped("no trajectory of the run"))
                 continue
@@ -313,10 +282,10 @@ def accuracy_levels(found: Instruments) -> list[float]:
     return matched_levels([t for runs in trajectories(found).values() for _, t in runs])
 
 
-def matched_table(found: Instruments, levels: list[float] | None = None) -> Table:
+def matched_table(found: Instruments) -> Table:
     """Per cell: minimum MAD when validation top-1 first reached each matched level, and at the final epoch."""
     by_cell = trajectories(found)
-    levels = accuracy_levels(found) if levels is None else levels
+    levels = accuracy_levels(found)
     headers = ["cell", "runs", "final epoch", "final val top-1 (%)", "final min MAD"]
     headers += [f"min MAD at {100 * level:.1f}%" for level in levels]
     rows, records = [], []
@@ -325,7 +294,7 @@ def matched_table(found: Instruments, levels: list[float] | None = None) -> Tabl
         epoch = summarise(f[0] for f in finals)
         acc, mad = summarise(f[1] for f in finals), summarise(f[2] for f in finals)
         at = [summarise(t.mad_at_accuracy(level) for _, t in runs) for level in levels]
-        row = [name, str(len(runs)), f"{epoch.mean:g}", format_stat(_percent(acc), 2), format_stat(mad, 3)]
+        row = [name, str(len(runs)), f"{epoch.mean:g}", format_figure(acc, "acc1"), format_stat(mad, 3)]
         rows.append(row + [format_stat(s, 3) for s in at])
         record: dict[str, Any] = {"cell": name, "runs": len(runs), "final_epoch": epoch.mean}
         record.update({"final_val_acc1": acc.mean, "final_min_mad": mad.mean})
@@ -341,13 +310,6 @@ def matched_table(found: Instruments, levels: list[float] | None = None) -> Tabl
         notes.append("no accuracy span is common to every run: no matched levels")
     title = f"Locality at matched accuracy: {found.title}"
     return Table(f"matched_{found.stem}", title, headers, rows, records, notes)
-
-
-def _percent(stat: Any) -> Any:
-    return type(stat)(100 * stat.mean, 100 * stat.std, stat.n)
-
-
-# ---- dose-response ----------------------------------------------------------------------------------------------
 
 
 def dose_table(found: Instruments) -> Table:

@@ -16,6 +16,20 @@ from vit_locality.protocol import Protocol
 from vit_locality.run.record import RunRecord
 
 Settings = tuple[tuple[str, str], ...]
+NOT_COMPARED = ("seed", *NOT_IDENTITY)  # may differ between the runs of one group: what cannot change a result
+# Values that mean "the whole run", spelled either way: a full run with one spelling is the same cell as the other.
+WHOLE_RUN = {
+    "trainer.limit_train_batches": (1.0,),
+    "trainer.limit_val_batches": (1.0,),
+    "trainer.limit_test_batches": (1.0,),
+    "trainer.max_steps": (-1,),
+    "trainer.overfit_batches": (0, 0.0),
+    "trainer.fast_dev_run": (False, 0),
+}
+CONFIG_KEY, NO_CONFIG = "config", "not recorded"  # the one setting of a run without a recorded config
+DEBUG_SWEEP = "debug"  # what conf/debug/*.yaml set as sweep_name, and where they write
+START_KEY, SCRATCH = "start", "scratch"  # where a run's weights began; a run trained from initialisation
+UNSET = "unset"  # a setting one run of a cell lacks
 
 
 @dataclass(frozen=True)
@@ -27,15 +41,6 @@ class GroupKey:
     model: str
     protocol: Protocol
     settings: Settings = ()
-
-    @property
-    def ls(self) -> float:
-        return self.protocol.ls
-
-    @property
-    def flags(self) -> tuple[bool, bool, bool]:
-        """(AA, CM, LS on): the factorial coordinates of the cell."""
-        return self.protocol.flags
 
     @property
     def cell(self) -> str:
@@ -51,32 +56,6 @@ def group_key(run: RunRecord, settings: Settings = ()) -> GroupKey:
     return GroupKey(data=run.data_name, model=run.model_name, protocol=run.protocol.group_key(), settings=settings)
 
 
-# Settings that may differ between the runs of one group: the seed and what cannot change a result.
-NOT_COMPARED = ("seed", *NOT_IDENTITY)
-
-
-# Values that mean "the whole run", spelled either way: a full run with one spelling is the same cell as the other.
-WHOLE_RUN = {
-    "trainer.limit_train_batches": (1.0,),
-    "trainer.limit_val_batches": (1.0,),
-    "trainer.limit_test_batches": (1.0,),
-    "trainer.max_steps": (-1,),
-    "trainer.overfit_batches": (0, 0.0),
-    "trainer.fast_dev_run": (False, 0),
-}
-
-
-NO_CONFIG = "not recorded"
-
-
-# The setting that names a run without a recorded config, so it never pools with runs whose settings are known.
-CONFIG_KEY = "config"
-
-
-# What the debug configs (conf/debug/*.yaml) set, and where they write: such a run is never a measurement.
-DEBUG_SWEEP = "debug"
-
-
 def _not_a_measurement(run: RunRecord) -> str | None:
     """Why a run is left out of every report before anything else is looked at, or None."""
     debug = debug_run_note(run)
@@ -87,26 +66,21 @@ def _not_a_measurement(run: RunRecord) -> str | None:
 
 
 def debug_run_note(run: RunRecord) -> str | None:
-    """The one line every report and the summary give a debug run (`debug_run`), or None for any other run."""
-    debug = debug_run(run)
-    return f"a debug run ({debug}), not counted" if debug else None
-
-
-def debug_run(run: RunRecord) -> str | None:
-    """How `run` shows it was a `debug=...` check, or None: its config's sweep_name is `debug` (what every
-    conf/debug/*.yaml sets) or its directory lies below a `debug` directory (outputs/debug/, multirun/debug/)."""
+    """The one line every report and the summary give a run of a `debug=...` check, or None for any other run: its
+    config's sweep_name is `debug` (what every conf/debug/*.yaml sets) or it lies below a `debug` directory."""
     if (run.config or {}).get("sweep_name") == DEBUG_SWEEP:
-        return f"sweep_name={DEBUG_SWEEP}"
-    if DEBUG_SWEEP in Path(run.run_dir).parts:
-        return f"written below a {DEBUG_SWEEP}/ directory"
-    return None
+        how = f"sweep_name={DEBUG_SWEEP}"
+    elif DEBUG_SWEEP in Path(run.run_dir).parts:
+        how = f"written below a {DEBUG_SWEEP}/ directory"
+    else:
+        return None
+    return f"a debug run ({how}), not counted"
 
 
 def run_settings(run: RunRecord) -> dict[str, str]:
     """The run's settings that can change a result, as printed (dotted key -> value): its recorded config less
-    NOT_COMPARED, one spelling for each value (`0` = `0.0`; a whole-run limit = unset), its label smoothing, and
-    where its weights began (`start`: `run_start`). A run that records no config has the one setting
-    `config: not recorded` beside those two."""
+    NOT_COMPARED in one spelling per value (`0` = `0.0`; a whole-run limit = unset), its label smoothing and `start`
+    (`run_start`); without a recorded config, `config: not recorded` beside those two."""
     if run.config is None:
         return {CONFIG_KEY: NO_CONFIG, "loss.ls": _shown(_canonical(float(run.protocol.ls))), START_KEY: run_start(run)}
     flat = {key: value for key, value in flat_config(run.config).items() if not _covered(key, NOT_COMPARED)}
@@ -115,17 +89,10 @@ def run_settings(run: RunRecord) -> dict[str, str]:
     return {**settings, START_KEY: run_start(run)}
 
 
-# The pseudo-setting naming where a run's weights began, and its value for a run trained from initialisation.
-START_KEY = "start"
-SCRATCH = "scratch"
-
-
 def run_start(run: RunRecord) -> str:
-    """Where the run's weights began, as reports group and show it: `scratch`, or `weights <hash>` for a cell
-    started from a checkpoint's weights (`ckpt_path`, ckpt_mode=weights; the file's content hash, short), which is
-    never a seed of the cell trained from scratch. `ckpt_mode=resume` continues the cell that wrote the checkpoint,
-    so such a run counts as that cell; one whose record names a checkpoint of another identity is `resume <hash>`.
-    A record of a start without its hash names the file (`weights <path>`)."""
+    """Where the run's weights began: `scratch`, `weights <hash>` (ckpt_mode=weights; the file's short content hash,
+    else its path), never a seed of the cell trained from scratch, or `resume <hash>` for a resume from a checkpoint
+    of another identity (a resume of the run's own cell counts as that cell)."""
     start = run.data.get("start")
     if not isinstance(start, dict):
         config = run.config or {}
@@ -174,9 +141,6 @@ def differing_settings(runs: Iterable[RunRecord]) -> list[str]:
     return [key for key in keys if len({settings.get(key, UNSET) for settings in all_settings}) > 1]
 
 
-UNSET = "unset"
-
-
 def split_by_settings(runs: list[RunRecord]) -> dict[Settings, list[RunRecord]]:
     """The runs of one cell by their values of the settings in which they differ (`differing_settings`): runs in
     one part differ in their seed alone; one part, keyed (), when they agree in everything. A cell started from a
@@ -195,10 +159,8 @@ def split_by_settings(runs: list[RunRecord]) -> dict[Settings, list[RunRecord]]:
 
 
 def quick_run(run: RunRecord) -> str | None:
-    """The settings that make `run` a quick check rather than a measurement (`trainer.limit_train_batches=1`), or
-    None. Quick: a `trainer.limit_*_batches` set (not null; the float 1.0, the whole set, does not count),
-    `trainer.overfit_batches` above 0, `trainer.fast_dev_run` true or a positive count, `trainer.max_steps` set
-    (not null and not -1). A run that records no config is not judged quick."""
+    """The trainer settings that make `run` a quick check rather than a measurement (`trainer.limit_train_batches=1`),
+    or None; a run that records no config is not judged quick."""
     trainer = (run.config or {}).get("trainer")
     if not isinstance(trainer, dict):
         return None

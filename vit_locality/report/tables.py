@@ -1,15 +1,13 @@
 """The paper's two tables (protocols, ablation) built from aggregated runs, as Markdown, CSV and LaTeX
-(`table_format.Table`). A missing cell or figure is shown as "-" and left empty in the CSV.
-
-Each of the paper's claims is stated beside the paper's figure, the measured one and a verdict, judged on every
-run and on the cells' means (the rules: `claims`): claim (b) in the protocols table, (a), (c) and (d) in the
-part "Paper's claims checked" under each ablation table (`claims_table`); under it the main effects, and each
-cell against Baseline with an interval over seeds (`contrasts`).
+(`table_format.Table`); a missing cell or figure is "-" and an empty CSV field. Claim (b) is judged in the
+protocols table; under each ablation table, claims (a), (c), (d) (`claims_table`), the main effects and each cell
+against Baseline (`contrasts`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Any
 
 from vit_locality.attention.min_head import MIN_HEAD_KEYS, min_head_control
@@ -171,18 +169,7 @@ def effects_table(cells: dict[str, Group], stem: str) -> Table:
             interval = f"[{low:+.{digits}f}, {high:+.{digits}f}]" if math.isfinite(effect.low) else "n/a"
             estimate = MISSING if math.isnan(value) else f"{value:+.{digits}f}"
             rows.append([effect.factor, figure_label(figure), estimate, interval, effect.method, str(effect.n)])
-            records.append(
-                {
-                    "factor": effect.factor,
-                    "figure": figure,
-                    "estimate": effect.estimate,
-                    "low": effect.low,
-                    "high": effect.high,
-                    "df": effect.df,
-                    "n": effect.n,
-                    "method": effect.method,
-                }
-            )
+            records.append(asdict(effect))
     title = (
         "Main effects (mean of the 4 cell means with the factor on minus the 4 with it off; accuracy in points;"
         " a fraction in the CSV)"

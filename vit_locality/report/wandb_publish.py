@@ -1,17 +1,12 @@
-"""`python -m vit_locality.report ... --wandb`: the paper's tables and figures as one W&B run, the dashboard of
-each table.
-
-The tables and figures are the ones just written to --out, built from the run directories; W&B gets a copy next
-to the training runs of the same project: each table as a W&B Table, each figure as an image, a scatter of every
-run's minimum early-layer MAD against its top-1, and per-layer MAD curves, one line per cell. Offline (no key,
-`WANDB_MODE=offline`) the run is written under <out>/wandb/ for `wandb sync` to upload later.
+"""`python -m vit_locality.report ... --wandb`: the report just written to --out as one W&B run beside the sweep's
+training runs: each table as a W&B Table, each figure as an image, every run's minimum MAD against top-1, and the
+per-layer MAD curves. Offline, the run is written under <out>/wandb/ for `wandb sync`.
 """
 
 from __future__ import annotations
 
 import io
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +33,6 @@ def sweep_project(agg: Aggregate) -> tuple[str, str | None]:
     return chosen.most_common(1)[0][0]
 
 
-def _all_tables(tables: Iterable[Table]) -> list[Table]:
-    return [part for table in tables for part in (table, *table.parts)]
-
-
 def scatter_rows(agg: Aggregate) -> list[list[Any]]:
     """One row per counted run: name, cell, data set, model, seed, minimum early-layer MAD, top-1 in percent, and
     the settings that set its group apart from the cell's others (`start=weights <hash>`, `optim.lr=0.01`; '' for
@@ -50,18 +41,8 @@ def scatter_rows(agg: Aggregate) -> list[list[Any]]:
     for key, group in sorted(agg.groups.items(), key=lambda item: (item[0].data, item[0].model, item[0].cell)):
         for run in group.runs:
             headline = run.headline()
-            rows.append(
-                [
-                    run.run_dir.name,
-                    key.cell,
-                    key.data,
-                    key.model,
-                    run.seed,
-                    headline.min_mad,
-                    headline.acc1 * 100,
-                    key.variant,
-                ]
-            )
+            row = [run.run_dir.name, key.cell, key.data, key.model, run.seed, headline.min_mad, headline.acc1 * 100]
+            rows.append([*row, key.variant])
     return rows
 
 
@@ -122,8 +103,8 @@ def publish(agg: Aggregate, tables: list[Table], pictures: list[Path], sweep_dir
     where = Path(run.dir).parent
     try:
         logged: dict[str, Any] = {}
-        for table in _all_tables(tables):
-            logged[f"tables/{table.stem}"] = wandb.Table(columns=table.headers, data=table.rows)
+        for part in (part for table in tables for part in (table, *table.parts)):
+            logged[f"tables/{part.stem}"] = wandb.Table(columns=part.headers, data=part.rows)
         for path in pictures:
             picture = read_picture(path, agg.notes)
             if picture is not None:
