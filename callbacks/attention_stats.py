@@ -4,6 +4,10 @@ At initialisation (epoch 0), every `every_n_epochs`, and on the final model: eva
 explicit fp32 attention path (training keeps the fused kernel). Scalars go to every logger, per-head rows to
 `attention_stats.csv` in the run directory, the final tables to results.json (`record_section`), and two
 pictures to PNG at the end.
+
+Distances are stored in one convention, the unit square, in all of these, W&B included: a W&B panel overlays the
+runs of a sweep under one key, so a key holding each run's own `stats.units` would put two conventions side by
+side. `stats.units` chooses only what a person reads: the log line and the pictures.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from vit_locality.attention.probe import ProbeResult, ProbeSettings, probe_atten
 from vit_locality.attention.stats_log import (
     CSV_FIELDS,
     attention_section,
+    headline_line,
     headline_of_rows,
     probe_rows,
     read_csv,
@@ -114,19 +119,14 @@ class AttentionStatsCallback(Callback):
             logger.log_metrics({**metrics, "epoch": epoch}, step=trainer.global_step)
             if isinstance(logger, WandbLogger):
                 self._log_wandb(logger, result, epoch)
-        log.info(
-            "epoch %d: min early-layer MAD %.4f, mean early-layer entropy %.4f",
-            epoch,
-            result.min_mad_early(),
-            result.mean_entropy_early(),
-        )
+        log.info("%s", headline_line(result, epoch))
         return result
 
     def _log_wandb(self, logger: WandbLogger, result: ProbeResult, epoch: int) -> None:
-        """Layer x head heatmaps of MAD and entropy, and a table of the per-head values."""
+        """Layer x head heatmaps of MAD and entropy, and a table of the per-head values; distances as stored."""
         import wandb
 
-        mad = plots.layer_head_heatmap(result.stats["mad"], f"MAD, epoch {epoch}")
+        mad = plots.layer_head_heatmap(result.stats["mad"], f"MAD (fraction of the image side), epoch {epoch}")
         entropy = plots.layer_head_heatmap(result.stats["entropy"], f"entropy, epoch {epoch}", vmax=1.0)
         table = wandb.Table(columns=list(CSV_FIELDS[2:]))
         for row in probe_rows(result, epoch, 0):

@@ -62,9 +62,10 @@ def test_options_change_the_convention(finished_run: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     pixels = json.loads((finished_run / "checkpoints" / "last_eval" / "renorm_pixels" / "analysis.json").read_text())
     trained = json.loads((finished_run / "results.json").read_text())["attention"]["final"]
-    expected = [32 * v for v in flat(trained["per_head"]["mad"])]  # 8 patches of 4 px
-    assert flat(pixels["per_head"]["mad"]) == pytest.approx(expected, rel=1e-4)
-    assert pixels["settings"]["units"] == "pixels"
+    # stats.units changes only what is shown: the analysis stores the unit square, as the run did
+    assert flat(pixels["per_head"]["mad"]) == pytest.approx(flat(trained["per_head"]["mad"]), rel=1e-4)
+    assert pixels["settings"]["units"] == "unit" and pixels["settings"]["display_units"] == "pixels"
+    assert "pixels (" in proc.stdout + proc.stderr  # the log line shows pixels, the stored value beside it
 
     raw = run_analyze([f"ckpt_path={checkpoint}", "stats.probe_size=64", "stats.renormalize=false"], cwd=REPO)
     assert raw.returncode == 0, raw.stderr[-3000:]

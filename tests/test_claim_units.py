@@ -15,7 +15,8 @@ import pytest
 import torch
 from test_report import FLAGS, ORDER, write_run
 
-from vit_locality.attention.metrics import AttentionStatsAccumulator, mean_attention_distance, patch_distance_matrix
+from vit_locality.attention.metrics import mean_attention_distance, patch_distance_matrix
+from vit_locality.attention.units import to_display
 from vit_locality.report.aggregate import aggregate
 from vit_locality.report.claim_units import paper_value
 from vit_locality.report.tables import ablation_table, protocols_table
@@ -53,10 +54,8 @@ def test_diagonal_units_divide_the_unit_square_by_sqrt_2() -> None:
     assert diagonal[0, 63] == pytest.approx(7 / 8)  # opposite corners: 7 sqrt 2 / 8 over sqrt 2
     assert torch.allclose(diagonal * math.sqrt(2), unit)
     uniform = torch.full((1, 1, 65, 65), 1 / 65)
-    assert float(mean_attention_distance(uniform, units="diagonal")[0]) == pytest.approx(
-        0.51706 / math.sqrt(2), abs=1e-5
-    )
-    AttentionStatsAccumulator(units="diagonal")  # accepted where a probe starts
+    stored = float(mean_attention_distance(uniform)[0])
+    assert to_display(stored, "diagonal", 8) == pytest.approx(0.51706 / math.sqrt(2), abs=1e-5)
 
 
 # ---- one record brought to the paper's convention ----------------------------------------------------------------

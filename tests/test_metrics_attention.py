@@ -18,6 +18,7 @@ from vit_locality.attention.metrics import (
     neighbourhood_masks,
     patch_distance_matrix,
 )
+from vit_locality.attention.units import display_factor, shown, to_display
 
 # ---- plain-Python references --------------------------------------------------------------------------
 
@@ -120,13 +121,12 @@ def test_invalid_units_and_missing_patch_size() -> None:
         patch_distance_matrix(8, units="meters")
     with pytest.raises(ValueError, match="patch_size"):
         patch_distance_matrix(8, units="pixels")
-    a = _stack(_attn(_uniform_rows(8))).float()
     with pytest.raises(ValueError, match="units must be one of"):
-        mean_attention_distance(a, units="px")
+        to_display(0.5, "px", 8)
     with pytest.raises(ValueError, match="patch_size"):
-        attention_summary(a, units="pixels")
-    with pytest.raises(ValueError, match="patch_size"):  # before any probe pass, not at the first update
-        AttentionStatsAccumulator(units="pixels")
+        to_display(0.5, "pixels", 8)
+    with pytest.raises(ValueError, match="grid_size"):
+        display_factor("grid", 0)
 
 
 # ---- hand-known answers ---------------------------------------------------------------------------------
@@ -150,10 +150,11 @@ def test_uniform_attention_8x8() -> None:
     assert mad == pytest.approx(expected, abs=1e-6)
     assert round(mad, 4) == 0.5171
     assert attention_entropy(a).item() == pytest.approx(1.0, abs=1e-6)
-    grid = mean_attention_distance(a, units="grid").item()
+    grid = to_display(mad, "grid", 8)
     assert grid == pytest.approx(8 * expected, abs=1e-5) and round(grid, 2) == 4.14
-    pixels = mean_attention_distance(a, units="pixels", patch_size=4).item()  # 32 px image, 4 px patches
+    pixels = to_display(mad, "pixels", 8, patch_size=4)  # 32 px image, 4 px patches
     assert pixels == pytest.approx(32 * expected, abs=1e-5) and round(pixels, 2) == 16.55
+    assert to_display(mad, "diagonal", 8) == pytest.approx(expected / math.sqrt(2), abs=1e-6)
 
 
 def test_raw_weights_uniform_over_all_keys() -> None:
@@ -199,8 +200,11 @@ def test_one_patch_step() -> None:
         vertical[k, (r ^ 1) * 8 + c] = 1.0
     a = _stack(_attn(horizontal), _attn(vertical)).float()
     assert mean_attention_distance(a).tolist() == pytest.approx([0.125, 0.125])
-    assert mean_attention_distance(a, units="grid").tolist() == pytest.approx([1.0, 1.0])
-    assert mean_attention_distance(a, units="pixels", patch_size=4).tolist() == pytest.approx([4.0, 4.0])
+    stored = mean_attention_distance(a).tolist()
+    assert [to_display(v, "grid", 8) for v in stored] == pytest.approx([1.0, 1.0])
+    assert [to_display(v, "pixels", 8, patch_size=4) for v in stored] == pytest.approx([4.0, 4.0])
+    assert shown(stored[0], "grid", 8) == "1.0000 patch steps (0.1250 of the image side)"
+    assert shown(stored[0], "unit", 8) == "0.1250 fraction of the image side"
     assert attention_entropy(a).tolist() == [0.0, 0.0]
 
 
@@ -350,11 +354,11 @@ def test_accumulator_matches_one_shot() -> None:
     for key in one_shot:
         assert streamed[key].shape == (3,), key
         assert torch.allclose(streamed[key], one_shot[key], atol=1e-6), key
-    # the settings reach every update: raw weights in grid units
-    raw = AttentionStatsAccumulator(renormalize=False, units="grid")
+    # the setting reaches every update: raw weights
+    raw = AttentionStatsAccumulator(renormalize=False)
     for chunk in a.split(3):
         raw.update(chunk)
-    streamed_raw, expected = raw.compute(), attention_summary(a, renormalize=False, units="grid")
+    streamed_raw, expected = raw.compute(), attention_summary(a, renormalize=False)
     for key in expected:
         assert torch.allclose(streamed_raw[key], expected[key], atol=1e-5), key
     assert not torch.allclose(expected["mad"], one_shot["mad"])
@@ -521,10 +525,14 @@ def test_control_averages_rows_over_queries_and_images() -> None:
     assert abs(raw["surround_pref"].item()) < 1e-12
 
 
-def test_control_in_every_unit_like_mad() -> None:
-    a = _stack(_attn(_neighbourhood_rows(8)), _attn(_salient_rows(8, 9)))
+def test_every_display_unit_is_the_distance_matrix_of_that_unit() -> None:
+    """Showing a stored (unit-square) MAD in another unit is the MAD measured with that unit's distances: the one
+    display factor and the distance matrix agree, for the control as for MAD."""
+    a = _stack(_attn(_neighbourhood_rows(8)), _attn(_salient_rows(8, 9))).double()
     unit = attention_summary(a)
+    weights = a[:, :, 1:, 1:] / a[:, :, 1:, 1:].sum(dim=-1, keepdim=True)
     for units, factor, patch in (("grid", 8, None), ("pixels", 32, 4), ("diagonal", 1 / math.sqrt(2), None)):
-        other = attention_summary(a, units=units, patch_size=patch)
-        for key in ("mad", "mad_control", "surround_pref"):
-            torch.testing.assert_close(other[key], unit[key] * factor)
+        assert display_factor(units, 8, patch) == pytest.approx(factor)
+        dist = patch_distance_matrix(8, units, patch, dtype=torch.float64)
+        measured = torch.einsum("bhqk,qk->bhq", weights, dist).mean(dim=(0, 2))
+        torch.testing.assert_close(measured, unit["mad"] * display_factor(units, 8, patch))

@@ -128,6 +128,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     """Load, test, probe, record; returns the record written to analysis.json."""
     from vit_locality.attention.probe import ProbeSettings, probe_attention
     from vit_locality.attention.stats_log import probe_rows, probe_summary, save_pictures, write_csv
+    from vit_locality.attention.units import shown
     from vit_locality.run.builders import build_datamodule
     from vit_locality.run.checkpoints import completed_epochs
 
@@ -169,11 +170,10 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     atomic_write_text(out_dir / "analysis.json", json.dumps(record, indent=2) + "\n")
     log.info("test top-1 %.2f%%, top-5 %.2f%%", 100 * metrics["test/acc1"], 100 * metrics["test/acc5"])
     log.info(
-        "min early-layer MAD %.4f, mean early-layer entropy %.4f (%d probe images, %s, renormalize=%s)",
-        result.min_mad_early(),
+        "min early-layer MAD %s, mean early-layer entropy %.4f (%d probe images, renormalize=%s)",
+        shown(result.min_mad_early(), settings.units, result.grid_size, result.patch_size),
         result.mean_entropy_early(),
         result.num_images,
-        settings.units,
         settings.renormalize,
     )
     log.info("wrote %s", out_dir)

@@ -29,6 +29,9 @@ is 0 for a head whose rows are all alike (uniform, or one fixed salient patch) a
 nearer to each query than its overall choice of patches does. mad_control is linear in abar, so the mean of the
 per-image controls is the control of the image-averaged row.
 
+Distances are fractions of the image side (the unit square, one patch step = 1 / g), the one convention the
+project stores; `attention.units.to_display` turns them into patch steps, pixels or diagonal fractions for showing.
+
 Everything is computed in float32 (float64 if the input is float64), whatever the input dtype, so bf16 or
 fp16 attention maps give the fp32 answer to within their own rounding.
 
@@ -40,6 +43,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from vit_locality.attention.units import UNITS, display_factor
 
 __all__ = [
     "UNITS",
@@ -55,19 +60,10 @@ __all__ = [
     "patch_distance_matrix",
 ]
 
-UNITS = ("unit", "grid", "pixels", "diagonal")
-
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """float64 stays float64; everything else (bf16, fp16, fp32) is computed in float32."""
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _check_units(units: str, patch_size: float | None) -> None:
-    if units not in UNITS:
-        raise ValueError(f"units must be one of {UNITS}, got {units!r}")
-    if units == "pixels" and (patch_size is None or patch_size <= 0):
-        raise ValueError(f"units='pixels' needs a positive patch_size (pixels per patch), got {patch_size!r}")
 
 
 def patch_distance_matrix(
@@ -85,9 +81,7 @@ def patch_distance_matrix(
     (one patch step is 1 / (g sqrt 2)).
     ``patch_size`` is only used with units="pixels".
     """
-    _check_units(units, patch_size)
-    if not isinstance(grid_size, int) or grid_size < 1:
-        raise ValueError(f"grid_size must be a positive int, got {grid_size!r}")
+    scale = display_factor(units, grid_size, patch_size) / grid_size  # patch steps -> unit square -> `units`
     # Built in float64 so the cast to the requested dtype is the only rounding.
     idx = torch.arange(grid_size * grid_size, device=device)
     rows = torch.div(idx, grid_size, rounding_mode="floor").to(torch.float64)
@@ -95,13 +89,7 @@ def patch_distance_matrix(
     dr = rows[:, None] - rows[None, :]
     dc = cols[:, None] - cols[None, :]
     dist = torch.sqrt(dr * dr + dc * dc)  # in patch steps; exactly 0 on the diagonal
-    if units == "unit":
-        dist = dist / grid_size
-    elif units == "diagonal":
-        dist = dist / (grid_size * math.sqrt(2.0))
-    elif units == "pixels":
-        dist = dist * float(patch_size)  # type: ignore[arg-type]
-    return dist.to(dtype)
+    return (dist * scale).to(dtype)
 
 
 def neighbourhood_masks(grid_size: int, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,13 +121,11 @@ def _renormalizer(weights: torch.Tensor, renormalize: bool) -> torch.Tensor | No
     return weights.sum(dim=-1) if renormalize else None
 
 
-def _mad_per_image(
-    weights: torch.Tensor, g: int, mass: torch.Tensor | None, units: str, patch_size: float | None
-) -> torch.Tensor:
+def _mad_per_image(weights: torch.Tensor, g: int, mass: torch.Tensor | None) -> torch.Tensor:
     """(B, H) means over the queries of sum_l a(k, l) d(k, l). Renormalisation divides each query's sum by its
     patch mass (linear), so the (B, H, N, N) renormalised weights are never materialised: the probe pass stays
     cheap."""
-    dist = patch_distance_matrix(g, units, patch_size, device=weights.device, dtype=weights.dtype)
+    dist = patch_distance_matrix(g, device=weights.device, dtype=weights.dtype)
     mad = torch.einsum("bhqk,qk->bhq", weights, dist)
     if mass is not None:
         # A row with no patch mass at all gives 0, not NaN.
@@ -147,13 +133,11 @@ def _mad_per_image(
     return mad.mean(dim=-1)
 
 
-def _mad_control_per_image(
-    weights: torch.Tensor, g: int, mass: torch.Tensor | None, units: str, patch_size: float | None
-) -> torch.Tensor:
+def _mad_control_per_image(weights: torch.Tensor, g: int, mass: torch.Tensor | None) -> torch.Tensor:
     """(B, H) MAD of the query-independent attention: each image's query-averaged (renormalised) row abar(l) given to
     every query, i.e. sum_l abar(l) D(l) with D(l) the mean distance from patch l to the queries. A row with no
     patch mass adds nothing to abar, as it adds 0 to MAD."""
-    dist = patch_distance_matrix(g, units, patch_size, device=weights.device, dtype=weights.dtype)
+    dist = patch_distance_matrix(g, device=weights.device, dtype=weights.dtype)
     if mass is None:
         mean_row = weights.mean(dim=-2)
     else:
@@ -217,20 +201,16 @@ def cross_border_mass(attn: torch.Tensor, inside: torch.Tensor, renormalize: boo
     return outside.mean(dim=(0, 2))
 
 
-def mean_attention_distance(
-    attn: torch.Tensor, renormalize: bool = True, units: str = "unit", patch_size: float | None = None
-) -> torch.Tensor:
-    """Mean Attention Distance per head, (heads,)."""
+def mean_attention_distance(attn: torch.Tensor, renormalize: bool = True) -> torch.Tensor:
+    """Mean Attention Distance per head on the unit square, (heads,)."""
     _, weights, g = _patch_rows(attn)
-    return _mad_per_image(weights, g, _renormalizer(weights, renormalize), units, patch_size).mean(dim=0)
+    return _mad_per_image(weights, g, _renormalizer(weights, renormalize)).mean(dim=0)
 
 
-def mad_control(
-    attn: torch.Tensor, renormalize: bool = True, units: str = "unit", patch_size: float | None = None
-) -> torch.Tensor:
+def mad_control(attn: torch.Tensor, renormalize: bool = True) -> torch.Tensor:
     """MAD each head would have if every query used the head's query-averaged weights, (heads,)."""
     _, weights, g = _patch_rows(attn)
-    return _mad_control_per_image(weights, g, _renormalizer(weights, renormalize), units, patch_size).mean(dim=0)
+    return _mad_control_per_image(weights, g, _renormalizer(weights, renormalize)).mean(dim=0)
 
 
 def attention_entropy(attn: torch.Tensor, renormalize: bool = True) -> torch.Tensor:
@@ -244,14 +224,14 @@ def cls_mass(attn: torch.Tensor) -> torch.Tensor:
     return _patch_rows(attn)[0].mean(dim=-1).mean(dim=0)
 
 
-def _per_image(attn: torch.Tensor, renormalize: bool, units: str, patch_size: float | None) -> dict[str, torch.Tensor]:
+def _per_image(attn: torch.Tensor, renormalize: bool) -> dict[str, torch.Tensor]:
     """Per-image means over the patch queries, {"mad", "entropy", "cls_mass", "self_mass", "neighbour_mass",
     "far_mass", "mad_control"} each (B, heads)."""
     cls, weights, g = _patch_rows(attn)
     mass = _renormalizer(weights, renormalize)
     return {
-        "mad": _mad_per_image(weights, g, mass, units, patch_size),
-        "mad_control": _mad_control_per_image(weights, g, mass, units, patch_size),
+        "mad": _mad_per_image(weights, g, mass),
+        "mad_control": _mad_control_per_image(weights, g, mass),
         "entropy": _entropy_per_image(weights, mass),
         "cls_mass": cls.mean(dim=-1),
         **_masses_per_image(weights, g, mass),
@@ -272,12 +252,10 @@ def _summarize(per_image: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return summary
 
 
-def attention_summary(
-    attn: torch.Tensor, renormalize: bool = True, units: str = "unit", patch_size: float | None = None
-) -> dict[str, torch.Tensor]:
+def attention_summary(attn: torch.Tensor, renormalize: bool = True) -> dict[str, torch.Tensor]:
     """One call per layer: {"mad", "entropy", "cls_mass", "self_mass", "neighbour_mass", "far_mass", "mad_control",
-    "surround_pref", "mad_std", "entropy_std"}, each (heads,)."""
-    return _summarize(_per_image(attn, renormalize, units, patch_size))
+    "surround_pref", "mad_std", "entropy_std"}, each (heads,); distances on the unit square."""
+    return _summarize(_per_image(attn, renormalize))
 
 
 class AttentionStatsAccumulator:
@@ -288,17 +266,14 @@ class AttentionStatsAccumulator:
     folded into running sums: exact, and the same std as the one-shot call.
     """
 
-    def __init__(self, renormalize: bool = True, units: str = "unit", patch_size: float | None = None) -> None:
-        _check_units(units, patch_size)  # fail on construction, not after a probe pass
+    def __init__(self, renormalize: bool = True) -> None:
         self.renormalize = renormalize
-        self.units = units
-        self.patch_size = patch_size
         self._chunks: list[dict[str, torch.Tensor]] = []
 
     @torch.no_grad()
     def update(self, attn: torch.Tensor) -> None:
         """Add one batch of attention probabilities (B, heads, T, T)."""
-        self._chunks.append(_per_image(attn.detach(), self.renormalize, self.units, self.patch_size))
+        self._chunks.append(_per_image(attn.detach(), self.renormalize))
 
     def compute(self) -> dict[str, torch.Tensor]:
         """Same keys and shapes as ``attention_summary``, over every image seen so far."""

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from vit_locality.attention.metrics import AttentionStatsAccumulator
+from vit_locality.attention.units import display_factor
 from vit_locality.model.vit import VisionTransformer
 
 # The first five are the original columns; the locality masses and the concentration control (docs/metrics.md) come
@@ -32,13 +33,15 @@ STAT_KEYS = (
 
 @dataclass(frozen=True)
 class ProbeSettings:
-    """How the statistics are computed; every non-default is a stated option, never a silent change."""
+    """How the statistics are computed and shown; every non-default is a stated option, never a silent change.
+    Distances are always measured and stored on the unit square; `units` only chooses how logs and pictures show
+    them (attention/units.py)."""
 
     probe_size: int = 512
     batch_size: int = 128
     early_layers: int = 2
     renormalize: bool = True
-    units: str = "unit"  # unit | grid | pixels
+    units: str = "unit"  # display only: unit | grid | pixels | diagonal
 
     @classmethod
     def from_mapping(cls, stats: Mapping[str, Any]) -> ProbeSettings:
@@ -54,7 +57,8 @@ class ProbeSettings:
 
 @dataclass
 class ProbeResult:
-    """Per-head statistics, each a (layers, heads) tensor, plus each head's mean map from the central query."""
+    """Per-head statistics, each a (layers, heads) tensor (distances on the unit square), plus each head's mean map
+    from the central query."""
 
     stats: dict[str, torch.Tensor]
     central_maps: torch.Tensor  # (layers, heads, g, g): mean attention of the central patch query over patches
@@ -70,6 +74,14 @@ class ProbeResult:
     @property
     def heads(self) -> int:
         return int(self.stats["mad"].shape[1])
+
+    @property
+    def grid_size(self) -> int:
+        return int(self.central_maps.shape[-1])
+
+    def display_factor(self) -> float:
+        """What a stored distance of this result is multiplied by to show in `settings.units`."""
+        return display_factor(self.settings.units, self.grid_size, self.patch_size)
 
     def min_mad_early(self) -> float:
         """The paper's locality figure: the minimum MAD over the heads of the first `early_layers` layers."""
@@ -127,9 +139,7 @@ def probe_attention(
     was_training = model.training
     model.eval()
     grid = model.grid_size
-    accumulators = [
-        AttentionStatsAccumulator(settings.renormalize, settings.units, model.patch_size) for _ in model.blocks
-    ]
+    accumulators = [AttentionStatsAccumulator(settings.renormalize) for _ in model.blocks]
     centre = 1 + central_query_index(grid)
     central_sum = torch.zeros(len(model.blocks), model.blocks[0].attn.heads, grid * grid)
     device_type = images.device.type

@@ -19,11 +19,12 @@ without the probe's renormalisation.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from vit_locality.attention.probe import ProbeResult, ProbeSettings, probe_attention
+from vit_locality.attention.units import display_factor
 from vit_locality.catalog import GRID_SIZE
 from vit_locality.model.vit import ModelConfig, VisionTransformer
 
@@ -92,8 +93,8 @@ def measure_reference(
     num_images: int = PROBE_IMAGES,
     seed: int = 0,
 ) -> ProbeResult:
-    """The project's probe, with the run's own `settings` (units, renormalisation), on the reference of `radius`
-    over random images: per-layer and per-head MAD and entropy in the same units as the runs'."""
+    """The project's probe, with the run's own `settings` (renormalisation), on the reference of `radius` over random
+    images: per-layer and per-head MAD (unit square, as the runs store it) and entropy."""
     settings = settings or ProbeSettings()
     model = reference_model(config, image_size, radius, seed=seed)
     generator = torch.Generator().manual_seed(seed)
@@ -117,13 +118,13 @@ def figure_references(
     units: str = "unit", patch_size: int | None = None, renormalize: bool = True
 ) -> tuple[Reference, ...]:
     """The references a figure in `units` draws, measured once per process on a one-layer model (the value is the
-    same for every depth, width and head). Units the probe does not know, or pixels without the runs' `patch_size`,
-    give none: a figure then shows no reference rather than one in the wrong units."""
-    if units == "pixels" and not patch_size:
-        return ()
-    size = patch_size if units == "pixels" and patch_size else 2
-    settings = ProbeSettings(probe_size=PROBE_IMAGES, batch_size=PROBE_IMAGES, renormalize=renormalize, units=units)
+    same for every depth, width and head) and shown in `units` (attention/units.py). Units the project does not
+    know, or pixels without the runs' `patch_size`, give none: a figure then shows no reference rather than one in
+    the wrong units."""
     try:
-        return tuple(measure_references(TINY, GRID_SIZE * size, settings).values())
+        factor = display_factor(units, GRID_SIZE, patch_size)
     except ValueError:
         return ()
+    settings = ProbeSettings(probe_size=PROBE_IMAGES, batch_size=PROBE_IMAGES, renormalize=renormalize)
+    measured = measure_references(TINY, GRID_SIZE * 2, settings).values()
+    return tuple(replace(ref, mad=ref.mad * factor) for ref in measured)

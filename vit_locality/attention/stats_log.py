@@ -1,6 +1,11 @@
 """How probe results are recorded: long-format CSV rows, the record's `attention` section, logger scalars and the
 run's pictures.
 
+Every distance written (CSV, record, logger scalars) is in the one stored convention, the unit square
+(attention/units.py), whatever `stats.units` says; the record names it (`settings.units`) and the display units
+beside it (`settings.display_units`). Only what a person reads, the log line and the pictures, is in the display
+units.
+
 Used by the training callback and by `python -m vit_locality.analyze`, so both write the same files.
 """
 
@@ -13,6 +18,7 @@ from typing import Any
 
 from vit_locality.attention import plots
 from vit_locality.attention.probe import STAT_KEYS, ProbeResult
+from vit_locality.attention.units import STORED, shown
 from vit_locality.run.atomic import atomic_write_text
 from vit_locality.run.file_read import read_csv_rows
 from vit_locality.run.record import ATTENTION_CSV
@@ -66,15 +72,23 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
     return read_csv_rows(path) if path.exists() else []
 
 
+def headline_line(result: ProbeResult, epoch: int) -> str:
+    """The log line of one evaluation: its headline pair, MAD in the display units."""
+    mad = shown(result.min_mad_early(), result.settings.units, result.grid_size, result.patch_size)
+    return f"epoch {epoch}: min early-layer MAD {mad}, mean early-layer entropy {result.mean_entropy_early():.4f}"
+
+
 def save_pictures(result: ProbeResult, out_dir: Path, title: str) -> list[Path]:
-    """The heads in the MAD-entropy plane, and the first two layers' central-query maps."""
+    """The heads in the MAD-entropy plane (distances in the display units), and the first two layers'
+    central-query maps."""
+    factor = result.display_factor()
     plane = plots.mad_entropy_plane(
-        result.stats["mad"],
+        result.stats["mad"] * factor,
         result.stats["entropy"],
         title,
         units=result.settings.units,
         patch_size=result.patch_size,
-        control=result.stats["mad_control"],
+        control=result.stats["mad_control"] * factor,
     )
     layers = list(range(min(2, result.depth)))
     maps = plots.central_query_maps(result.central_maps, layers, f"{title}: mean attention of the central query patch")
@@ -82,13 +96,20 @@ def save_pictures(result: ProbeResult, out_dir: Path, title: str) -> list[Path]:
 
 
 def probe_summary(result: ProbeResult) -> dict[str, Any]:
-    """A probe result as plain data: the headline pair, every per-head value, per-layer reductions, settings."""
+    """A probe result as plain data: the headline pair, every per-head value, per-layer reductions, settings. The
+    distances are stored on the unit square (`settings.units`); `settings.display_units` is how logs showed them."""
+    settings = result.settings
     return {
         "min_mad_early": result.min_mad_early(),
         "mean_entropy_early": result.mean_entropy_early(),
         "early_layers": result.early_layers,
         "probe_images": result.num_images,
-        "settings": {k: getattr(result.settings, k) for k in ("renormalize", "units", "probe_size")},
+        "settings": {
+            "renormalize": settings.renormalize,
+            "units": STORED,
+            "display_units": str(settings.units),
+            "probe_size": settings.probe_size,
+        },
         "per_layer": result.per_layer(),
         "per_head": {key: result.stats[key].tolist() for key in STAT_KEYS},
     }

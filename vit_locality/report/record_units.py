@@ -1,14 +1,18 @@
 """Every run brought to one convention before a report reads it: distances as fractions of the image side.
 
-A record states the units its distances were measured in (`stats.units`: unit, grid, pixels or diagonal). Tables,
-contrasts, effects, figures, the summary and the claims put runs side by side, so each run is converted once, where
-runs are loaded (`aggregate_runs`, `summary_rows`), from its own record:
+A run written today stores its distances on the unit square and says so (`attention.final.settings.units` =
+`unit`; `display_units` is only how its logs showed them), so it is read as it is. A record written before the one
+stored unit holds them in its `stats.units` (unit, grid, pixels or diagonal); tables, contrasts, effects, figures,
+the summary and the claims put runs side by side, so each such run is converted once, where runs are loaded
+(`aggregate_runs`, `summary_rows`), from its own record, by the inverse of the display factor
+(`attention.units.display_factor`):
 
 - `unit` as it is; `grid` (patch steps) / g; `pixels` / (patch size x g); `diagonal` x sqrt 2, where g is the
   recorded grid side (`model.grid_size`, else `data.image_size / model.patch_size`, else the 8 x 8 grid every
   model of this project has); a record that does not state its units is read in the default, `unit`;
 - every distance is converted: the headline minimum (final and initial), each per-head and per-layer MAD figure
   (`is_distance`), and the rows of `attention_stats.csv` by `csv_scale`;
+- a converted record says so (`converted`) and is never converted again;
 - a run that cannot be converted (pixels without a recorded patch or image size, units this report does not know)
   keeps its accuracy and entropy and loses its distances, with the reason (`unconvertible`), so it is never shown
   beside the others in another unit.
@@ -20,10 +24,11 @@ import copy
 import math
 from typing import Any
 
+from vit_locality.attention.units import STORED, UNITS, display_factor
 from vit_locality.catalog import GRID_SIZE
 from vit_locality.run.record import RunRecord
 
-SHOWN = "unit"  # the one convention every report shows distances in
+SHOWN = STORED  # the one convention every report shows distances in
 SHOWN_NAME = "fractions of the image side (unit square)"
 UNITS_NOTE = (
     f"MAD in {SHOWN_NAME}: each run converted from its own record's stats.units (grid / grid side, pixels / image"
@@ -76,22 +81,24 @@ def recorded_units(run: RunRecord) -> Any:
 
 
 def unit_factor(run: RunRecord, units: Any) -> tuple[float | None, str | None]:
-    """(what turns the recorded MAD into the unit square's, what was done) or (None, why not)."""
-    if units == "unit":
-        return 1.0, None
-    if units == "diagonal":
-        return math.sqrt(2.0), "stats.units=diagonal, x sqrt 2"
-    side = grid_side(run)
-    if units == "grid":
-        return 1.0 / side, f"stats.units=grid, / {side}"
-    if units == "pixels":
-        patch = patch_pixels(run)
-        if patch is None:
-            return None, "stats.units=pixels, and the record holds no model.patch_size or data.image_size"
-        return 1.0 / (patch * side), f"stats.units=pixels, / {patch * side} ({side} patches of {patch} px)"
+    """(what turns the recorded MAD into the unit square's, what was done) or (None, why not): the inverse of the
+    factor that shows a unit-square distance in `units`."""
     if units is None:
         return None, "the record does not state stats.units"
-    return None, f"stats.units={units!r} is not one this report knows"
+    if units not in UNITS:
+        return None, f"stats.units={units!r} is not one this report knows"
+    if units == STORED:
+        return 1.0, None
+    side = grid_side(run)
+    patch = patch_pixels(run) if units == "pixels" else None
+    if units == "pixels" and patch is None:
+        return None, "stats.units=pixels, and the record holds no model.patch_size or data.image_size"
+    notes = {
+        "grid": f"stats.units=grid, / {side}",
+        "pixels": f"stats.units=pixels, / {(patch or 0) * side} ({side} patches of {patch} px)",
+        "diagonal": "stats.units=diagonal, x sqrt 2",
+    }
+    return 1.0 / display_factor(units, side, patch), notes[units]
 
 
 def in_unit_square(run: RunRecord) -> RunRecord:

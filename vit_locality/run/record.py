@@ -6,8 +6,9 @@ Every reader (the cell runner, the reports, `analyze`) goes through `read_record
 JSON, not a dict, invalid UTF-8, a directory, a missing key, a NaN headline) is recognised here once, with one
 reason, and skipped and listed by every reader alike.
 
-Units in files: accuracy is a fraction in [0, 1] everywhere (results.json, report CSVs); only what is printed
-for people shows percent. The layout of the record is described in docs/design.md ("The run record").
+Units in files: accuracy is a fraction in [0, 1] everywhere (results.json, report CSVs), distances are fractions
+of the image side (attention/units.py); only what is printed for people shows percent or `stats.units`. The
+layout of the record is described in docs/design.md ("The run record").
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ class RunRecord:
 
     @property
     def stats_units(self) -> str:
+        """The units the record's distances are stored in: `unit` for every run written today (its `stats.units` is
+        `display_units`, how its logs showed them); an older record's own `stats.units` until it is converted."""
         return str((self.final_attention.get("settings") or {}).get("units", "unit"))
 
     @property
