@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback, RichProgressBar, TQDMProgressBar
-from omegaconf import DictConfig
 from vit_locality.callbacks.attention_stats import AttentionStatsCallback
 from vit_locality.callbacks.checkpointing import IdentityStamp, InterruptCheckpoint, last_checkpoint_callback
 from vit_locality.callbacks.epoch_log import EpochLineProgress, EpochLogCallback
@@ -18,6 +17,7 @@ from vit_locality.callbacks.seeding import EpochReseed
 
 from vit_locality.attention.probe import ProbeSettings
 from vit_locality.config.identity import identity_hash
+from vit_locality.config.settings import RunSettings
 
 
 def progress_display(style: str, terminal: bool | None = None) -> Callback:
@@ -33,21 +33,20 @@ def progress_display(style: str, terminal: bool | None = None) -> Callback:
     return EpochLogCallback()
 
 
-def build_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
+def build_callbacks(settings: RunSettings, run_dir: Path) -> list[Callback]:
     """Everything a cell's Trainer gets besides loggers: progress display, attention statistics (unless
     `stats.enabled=false`), per-epoch reseeding, the cell's identity in every checkpoint, `last.ckpt` every
     `callbacks.checkpoint_every_n_epochs` epochs, and `interrupted.ckpt` on SIGTERM/SIGINT."""
-    chosen: list[Callback] = [progress_display(cfg.callbacks.progress_bar)]
-    if cfg.stats.enabled:
-        settings = ProbeSettings.from_mapping(cfg.stats)
-        chosen.append(
-            AttentionStatsCallback(run_dir, int(cfg.stats.every_n_epochs), settings, bool(cfg.stats.pictures))
-        )
+    chosen: list[Callback] = [progress_display(str(settings.callbacks.progress_bar))]
+    stats = settings.stats
+    if stats.enabled:
+        probe = ProbeSettings.from_mapping(vars(stats))
+        chosen.append(AttentionStatsCallback(run_dir, stats.every_n_epochs, probe, stats.pictures))
     chosen += [
-        EpochReseed(int(cfg.seed)),
-        IdentityStamp(identity_hash(cfg)),
+        EpochReseed(settings.seed),
+        IdentityStamp(identity_hash(settings)),
         InterruptCheckpoint(run_dir),
-        last_checkpoint_callback(run_dir, int(cfg.callbacks.checkpoint_every_n_epochs)),
+        last_checkpoint_callback(run_dir, settings.callbacks.checkpoint_every_n_epochs),
     ]
     return chosen
 

@@ -10,10 +10,11 @@ import pytest
 import torch
 from helpers import compose_config
 
+from vit_locality.config.settings import typed_section
 from vit_locality.errors import ConfigError
 from vit_locality.model.classifier import OptimSettings, ViTClassifier, adamw_with_decay_groups
 from vit_locality.model.vit import ModelConfig, VisionTransformer
-from vit_locality.protocol import Protocol
+from vit_locality.protocol import AugConfig, Protocol
 
 # A record's protocol section as train.py wrote it before this type existed (no mixup key at all).
 OLD_RECORD = {
@@ -75,12 +76,15 @@ def test_settings_at_the_edges_of_their_ranges_pass(override: str) -> None:
     Protocol.from_cfg(_cfg(override))
 
 
-def test_validate_checks_the_flags_and_the_ranges_of_a_built_protocol() -> None:
+def test_the_aug_section_checks_its_flags_ranges_and_one_mixer() -> None:
+    """The fields' ranges and the rule across them, declared on the typed `aug` section itself."""
     with pytest.raises(ConfigError, match=r"^aug.cutmix=1 is not allowed: true or false$"):
-        Protocol(cutmix=1).validate()
-    with pytest.raises(ConfigError, match=r"^aug.cutmix_alpha=-1.0 is not allowed"):
-        Protocol(cutmix_alpha=-1.0).validate()
-    Protocol().validate()
+        typed_section(AugConfig, {"cutmix": 1}, "aug")
+    with pytest.raises(ConfigError, match=r"^aug.cutmix_alpha=-1.0 is not allowed: > 0, finite$"):
+        typed_section(AugConfig, {"cutmix_alpha": -1.0}, "aug")
+    with pytest.raises(ConfigError, match=r"^aug.mixup=True is not allowed: false when aug.cutmix=true"):
+        typed_section(AugConfig, {"cutmix": True, "mixup": True}, "aug")
+    assert typed_section(AugConfig, {"mixup_alpha": 2}, "aug").mixup_alpha == 2.0  # an int is taken as a float
 
 
 def test_colorjitter_cannot_run_batched() -> None:

@@ -1,29 +1,28 @@
 """The training protocol as one typed value: what augments a batch and what softens its targets.
 
-Every place that needs to know the protocol (the module's batch mixing, the run record, the one-line description,
-the cell name, the W&B tags, the report's grouping) reads it from `Protocol`, so a new knob is added here, in the
-mixing code and in one YAML file. Importable without torch: the config checks run before torch loads.
+Its settings are the config's `aug` and `loss` sections, declared here as frozen stdlib dataclasses with each
+field's range beside it (validated by pydantic's TypeAdapter with the rest of the config: config/settings.py).
+`Protocol` is built once per cell from the validated sections (`RunSettings.protocol`), or from a record
+(`from_record`); the module's batch mixing, the run record, the one-line description, the cell name, the W&B tags
+and the report's grouping all read it, so a new knob is a field with its rule here, its use in the mixing code and
+its line in one YAML file. Importable without torch: the config checks run before torch loads.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
+from vit_locality.catalog import CELL_NAMES, COLORJITTER, resolve_policy
+from vit_locality.config.value_rules import Flag, Number, StrChoice, check
 
-from vit_locality.catalog import AUGMENT_POLICIES, CELL_NAMES, COLORJITTER, resolve_policy
-from vit_locality.errors import ConfigError
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
-class Policy(str, Enum):
-    """`aug.policy`: `auto` is the data set's own (catalog.DATASET_DEFAULT_POLICY). Prints as its value."""
-
-    __str__ = str.__str__
-    __format__ = str.__format__
+class Policy(StrChoice):
+    """`aug.policy`: `auto` is the data set's own (catalog.DATASET_DEFAULT_POLICY)."""
 
     auto = "auto"
     cifar10 = "cifar10"
@@ -32,72 +31,62 @@ class Policy(str, Enum):
     colorjitter = "colorjitter"
 
 
-class AugDevice(str, Enum):
+class AugDevice(StrChoice):
     """`aug.device`: where AutoAugment runs, per sample in the data workers or batched on the training device."""
-
-    __str__ = str.__str__
-    __format__ = str.__format__
 
     cpu = "cpu"
     gpu = "gpu"
 
 
-@dataclass
-class AugConfig:
-    """Schema of the `aug` config group (conf/aug/default.yaml)."""
+ALPHA_RULE = "> 0, finite"
 
-    autoaug: bool = False
+
+@dataclass(frozen=True)
+class AugConfig:
+    """The `aug` section (conf/aug/default.yaml)."""
+
+    autoaug: Flag() = False
     policy: Policy = Policy.auto
     device: AugDevice = AugDevice.cpu
-    cutmix: bool = False
-    cutmix_alpha: float = 1.0
-    cutmix_prob: float = 1.0
-    mixup: bool = False
-    mixup_alpha: float = 1.0
+    cutmix: Flag() = False
+    cutmix_alpha: Number(ALPHA_RULE, gt=0) = 1.0
+    cutmix_prob: Number("a number in [0, 1]", ge=0, le=1) = 1.0
+    mixup: Flag() = False
+    mixup_alpha: Number(ALPHA_RULE, gt=0) = 1.0
+
+    def __post_init__(self) -> None:
+        # One batch mixer at a time: MixUp is CutMix's spatially global control, not an addition to it.
+        check(not (self.mixup and self.cutmix), "aug.mixup", self.mixup, "false when aug.cutmix=true (one mixer)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LossConfig:
-    """Schema of the `loss` config group (conf/loss/default.yaml)."""
+    """The `loss` section (conf/loss/default.yaml)."""
 
-    ls: float = 0.0
+    ls: Number("a number in [0, 1)", ge=0, lt=1) = 0.0
+
+
+def check_policy_device(aug: AugConfig, data_name: str) -> None:
+    """Batched AutoAugment has the policies' operations; ColorJitter (Tiny-ImageNet's) runs per sample only."""
+    if aug.autoaug and aug.device == AugDevice.gpu:
+        resolved = resolve_policy(str(aug.policy), data_name)
+        check(resolved != COLORJITTER, "aug.device", "gpu", "cpu when the policy is colorjitter (Tiny-ImageNet)")
 
 
 # The protocol's fields are all in the record; these are the ones a report groups runs by (the others, such as
 # the CutMix alpha, are settings whose differences inside a cell the report notes).
 GROUPED_FIELDS = ("autoaug", "cutmix", "ls", "mixup")
-# Where AutoAugment runs: per sample in the workers, batched in the module, or batched by the on-device data.
-AUTOAUG_DEVICES = ("cpu", "gpu", "data_on_device")
 WHERE_SHOWN = {"gpu": ", batched on gpu", "data_on_device": ", batched on the device"}  # in the description
-POLICY_CHOICES = ("auto", *AUGMENT_POLICIES)
-
-
-def _plain(value: Any) -> Any:
-    """A structured config's enum member as its value (`Policy.auto` -> "auto"); anything else as it is."""
-    return value.value if isinstance(value, Enum) else value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_finite(value: Any) -> bool:
-    return _is_number(value) and math.isfinite(value)
-
-
-def _check(condition: bool, key: str, value: Any, allowed: str) -> None:
-    """The config checks' one-line message: `aug.cutmix_alpha=0 is not allowed: > 0, finite`."""
-    if not condition:
-        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
 
 
 @dataclass(frozen=True)
 class Protocol:
-    """One cell's protocol. Built from the composed config (`from_cfg`, checked) or from a record (`from_record`);
-    the module, the record, the description, the cell name, the W&B tags and the report's grouping all read it.
+    """One cell's protocol. Built once from the cell's validated settings (`RunSettings.protocol`, through
+    `from_sections`) or from a record (`from_record`); the module, the record, the description, the cell name,
+    the W&B tags and the report's grouping all read it.
 
     `policy` is the resolved policy (`auto` already replaced by the data set's own; None in a record of a run
-    without AutoAugment); `autoaug_device` is where AutoAugment runs (AUTOAUG_DEVICES)."""
+    without AutoAugment); `autoaug_device` is where AutoAugment runs (cpu, gpu or data_on_device)."""
 
     autoaug: bool = False
     policy: str | None = None
@@ -110,30 +99,33 @@ class Protocol:
     mixup_alpha: float = 1.0
 
     @classmethod
-    def from_cfg(cls, cfg: DictConfig, on_device: bool = False) -> Protocol:
-        """The protocol of a composed config (`aug`, `loss.ls`, `data.name`); `on_device`: the data sit on the
-        training device and augment there (builders.data_on_device). Raises ConfigError on a value out of range."""
-        aug = cfg.aug
-        policy, device = _plain(aug.policy), _plain(aug.device)
-        _check(device in ("cpu", "gpu"), "aug.device", device, "cpu (per sample, in the workers) or gpu (batched)")
-        raw = cls(
+    def from_sections(cls, aug: AugConfig, loss: LossConfig, data_name: str, on_device: bool = False) -> Protocol:
+        """The protocol of validated `aug` and `loss` sections, the policy resolved for `data_name`; `on_device`: the
+        data sit on the training device and augment there (builders.data_on_device)."""
+        return cls(
             autoaug=aug.autoaug,
-            policy=policy,
-            autoaug_device=device,
+            policy=resolve_policy(str(aug.policy), data_name),
+            autoaug_device="data_on_device" if on_device else str(aug.device),
             cutmix=aug.cutmix,
-            cutmix_alpha=aug.cutmix_alpha,
-            cutmix_prob=aug.get("cutmix_prob", 1.0),
-            ls=cfg.loss.ls,
-            mixup=aug.get("mixup", False),
-            mixup_alpha=aug.get("mixup_alpha", 1.0),
+            cutmix_alpha=float(aug.cutmix_alpha),
+            cutmix_prob=float(aug.cutmix_prob),
+            ls=float(loss.ls),
+            mixup=aug.mixup,
+            mixup_alpha=float(aug.mixup_alpha),
         )
-        raw.validate()
-        _check(policy in POLICY_CHOICES, "aug.policy", policy, f"one of {', '.join(POLICY_CHOICES)}")
-        resolved = resolve_policy(policy, cfg.data.name)
-        if device == "gpu" and raw.autoaug:
-            _check(resolved != COLORJITTER, "aug.device", device, "cpu when the policy is colorjitter (Tiny-ImageNet)")
-        where = "data_on_device" if on_device else device
-        return replace(raw.normalized(), policy=resolved, autoaug_device=where)
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig, on_device: bool = False) -> Protocol:
+        """The protocol of a composed config's `aug`, `loss` and `data.name`, its sections validated on the way
+        (ConfigError names a value out of range). A cell takes its protocol from its settings instead."""
+        from omegaconf import OmegaConf
+
+        from vit_locality.config.settings import typed_section
+
+        aug = typed_section(AugConfig, OmegaConf.to_container(cfg.aug, resolve=True), "aug")
+        loss = typed_section(LossConfig, OmegaConf.to_container(cfg.loss, resolve=True), "loss")
+        check_policy_device(aug, str(cfg.data.name))
+        return cls.from_sections(aug, loss, str(cfg.data.name), on_device)
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Protocol:
@@ -154,19 +146,6 @@ class Protocol:
             mixup=bool(record.get("mixup", False)),  # records from before MixUp have no key: off
             mixup_alpha=number("mixup_alpha", 1.0),
         )
-
-    def validate(self) -> None:
-        """Raise ConfigError, naming the config key, on the first field outside its range."""
-        for key, value in (("aug.autoaug", self.autoaug), ("aug.cutmix", self.cutmix), ("aug.mixup", self.mixup)):
-            _check(isinstance(value, bool), key, value, "true or false")
-        _check(self.autoaug_device in AUTOAUG_DEVICES, "aug.device", self.autoaug_device, "cpu or gpu")
-        alpha, prob, ls, mixup_alpha = self.cutmix_alpha, self.cutmix_prob, self.ls, self.mixup_alpha
-        _check(_is_finite(alpha) and alpha > 0, "aug.cutmix_alpha", alpha, "> 0, finite")
-        _check(_is_finite(prob) and 0 <= prob <= 1, "aug.cutmix_prob", prob, "a number in [0, 1]")
-        _check(_is_number(ls) and 0 <= ls < 1, "loss.ls", ls, "a number in [0, 1)")
-        _check(_is_finite(mixup_alpha) and mixup_alpha > 0, "aug.mixup_alpha", mixup_alpha, "> 0, finite")
-        # One batch mixer at a time: MixUp is CutMix's spatially global control, not an addition to it.
-        _check(not (self.mixup and self.cutmix), "aug.mixup", self.mixup, "false when aug.cutmix=true (one mixer)")
 
     def normalized(self) -> Protocol:
         """The same protocol with plain Python types (the config may give an int where a float is meant)."""

@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from vit_locality.config.preflight import check_command
-from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.resolvers import CellNames, register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
@@ -139,11 +139,14 @@ def main(cfg: DictConfig) -> float | None:
 def cli() -> None:
     """`python train.py` and the installed `vit-locality-train`: check every cell, run, give the verdict."""
     counted: list[int] = []  # the pre-check counts the command's cells, saved sweeps (experiment=...) included
-    problems = check_command(sys.argv[1:], CONF_DIR, counted=counted)
+    names = CellNames()  # and names their run directories
+    problems = check_command(sys.argv[1:], CONF_DIR, counted=counted, names=names)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:
         sys.exit(2)
+    if names:  # the jobs' `run_name` looks its name up (a saved cell re-run with -cp keeps the names it was given)
+        names.hand_over()
     register_resolvers()  # before main(): Hydra resolves run_name when it builds the output directory
     register_schemas()  # before main(): the config groups' files name their schemas
     from vit_locality.sweep.verdict import COMMAND_ID_ENV, new_command_id, report_verdict, sweep_dir_of

@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from omegaconf import DictConfig
+from typing import Any
 
 from vit_locality.errors import ConfigError
 
@@ -35,15 +34,16 @@ ARCHIVES = {
 }  # fmt: skip
 
 
-def check_data_present(data: DictConfig) -> None:
-    """ConfigError when download is off and the data set can be neither read nor extracted; nothing is created."""
+def check_data_present(data: Any) -> None:
+    """ConfigError when download is off and the data set can be neither read nor extracted; nothing is created.
+    `data`: the data section (typed, or as composed)."""
     archive = ARCHIVES.get(str(data.name))
-    if archive is None or "root" not in data:
+    if archive is None or getattr(data, "root", None) is None:
         return
     root = Path(os.path.expanduser(str(data.root)))
     if (root / archive.folder).exists() or (root / archive.filename).is_file():
         return  # present (whether it is complete and sound is the data module's to say, naming the file)
     missing = f"{data.name} is not in data.root={root} (no {archive.folder}/ nor {archive.filename})"
     by_hand = f"fetch {archive.url} into {root}/ by hand, or set data.root to where the data set is"
-    if not data.get("download", False):
+    if not getattr(data, "download", False):
         raise ConfigError(f"{missing} and data.download=false; {by_hand}")

@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
 from typing import Any
 
@@ -82,8 +82,10 @@ def _covered(key: str, prefixes: Iterable[str]) -> bool:
     return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
 
 
-def run_identity(cfg: DictConfig) -> dict[str, Any]:
-    """The settings that define the cell, as plain data (dotted key -> value)."""
+def run_identity(cfg: Any) -> dict[str, Any]:
+    """The settings that define the cell, as plain data (dotted key -> value). `cfg`: the composed config, the
+    resolved config as plain data, or the cell's typed settings (read through their plain `config`)."""
+    cfg = _config_of(cfg)
     flat: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -93,10 +95,33 @@ def run_identity(cfg: DictConfig) -> dict[str, Any]:
         elif not _covered(prefix, NOT_IDENTITY):
             flat[prefix] = node
 
+    if not OmegaConf.is_config(cfg):
+        walk({k: v for k, v in cfg.items() if k not in ("hydra", "run_name")}, "")
+        return _stored_units(flat)
     container = OmegaConf.to_container(cfg, resolve=False)
     walk({k: v for k, v in container.items() if k not in ("hydra", "run_name")}, "")
     resolved = {key: OmegaConf.select(cfg, key) for key in flat}  # resolve each kept value only
-    return {key: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for key, v in resolved.items()}
+    return _stored_units(
+        {key: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for key, v in resolved.items()}
+    )
+
+
+STORED_UNITS = "unit"  # the convention every record stores its distances in (attention.units.STORED)
+
+
+def _stored_units(flat: dict[str, Any]) -> dict[str, Any]:
+    """`stats.units` only chooses how logs and pictures show distances; the record stores the unit square whatever
+    it says, so the identity holds the stored convention: cells that differ only in it are one cell, and the hashes
+    of unit-square cells are the ones they always were."""
+    if "stats.units" in flat:
+        flat["stats.units"] = STORED_UNITS
+    return flat
+
+
+def _config_of(cfg: Any) -> Any:
+    """A composed config or a plain mapping as it is; typed settings (config.settings.RunSettings) as their plain
+    resolved config."""
+    return cfg if OmegaConf.is_config(cfg) or isinstance(cfg, Mapping) else cfg.config
 
 
 # What the same settings compute changes with the code's random streams: 2 draws every training batch's CutMix,
@@ -105,12 +130,12 @@ def run_identity(cfg: DictConfig) -> dict[str, Any]:
 RANDOM_STREAM_VERSION = 2
 
 
-def processes(cfg: DictConfig) -> int | str:
+def processes(cfg: Any) -> int | str:
     """How many processes share the cell, as far as the config says (devices x nodes; `auto` and -1 as written).
     Under DDP each process mixes its own share of the batch (CutMix, MixUp), so a cell on 2 devices computes other
     numbers than the cell on 1: the count is part of the identity, though `trainer.devices` itself is not (a list
     of device indices and a count of the same size are one cell)."""
-    trainer = cfg.get("trainer") or {}
+    trainer = _config_of(cfg).get("trainer") or {}
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
     if OmegaConf.is_list(devices) or isinstance(devices, list):
         devices = len(devices)
@@ -123,9 +148,10 @@ RESUME_MODE = "resume"  # ckpt_mode that continues the checkpoint's own cell; an
 CONTENT_HASH_CHARS = 16
 
 
-def start_checkpoint(cfg: DictConfig) -> str | None:
+def start_checkpoint(cfg: Any) -> str | None:
     """The checkpoint whose weights start this cell (`ckpt_path` with `ckpt_mode=weights`), or None: a cell from
     scratch, or one that resumes its own checkpoint (`ckpt_mode=resume`, the same cell)."""
+    cfg = _config_of(cfg)
     path = cfg.get("ckpt_path")
     return None if path in (None, "") or str(cfg.get("ckpt_mode")) == RESUME_MODE else str(path)
 
@@ -176,7 +202,7 @@ def _content_hash(path: str, inode: int, size: int, mtime_ns: int, ctime_ns: int
     return digest.hexdigest()[:CONTENT_HASH_CHARS]
 
 
-def identity_hash(cfg: DictConfig) -> str:
+def identity_hash(cfg: Any) -> str:
     """The cell's identity: its settings (run_identity), its process count, this version of the random streams and,
     for a cell started from a checkpoint's weights, that checkpoint's content hash (never a from-scratch cell's)."""
     identity = {"settings": run_identity(cfg), "processes": processes(cfg), "random_stream": RANDOM_STREAM_VERSION}
@@ -353,7 +379,7 @@ DELETED = "deleted"  # the value a name shows for an identity setting the config
 REFERENCE_GROUPS = ("data", "model")  # the group choices the base of a name shows; the reference is composed from them
 
 
-def identity_settings(cfg: DictConfig, reference: DictConfig) -> dict[str, str]:
+def identity_settings(cfg: Any, reference: Any) -> dict[str, str]:
     """The settings a directory name shows beyond its base, key -> canonical text, sorted by key: every identity
     setting (run_identity) whose value differs from `reference`'s (the config of the cell's data and model choices
     alone), its process count where that differs, and the content hash of a checkpoint whose weights start it.

@@ -1,5 +1,5 @@
-"""Applying one cell's values to its composed config, and refusing a `+key` that nothing reads: the pre-check's
-view of what an override does to the config."""
+"""The two rules the pre-check adds to what Hydra's composition refuses: a `+key` that nothing reads, and a flag given
+something other than true or false. Both read plain containers of composed configs (public OmegaConf API only)."""
 
 from __future__ import annotations
 
@@ -8,95 +8,68 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from hydra.core.override_parser.types import Override
-from omegaconf import BooleanNode, DictConfig, OmegaConf, open_dict
-from omegaconf.errors import (
-    ConfigAttributeError,
-    ConfigKeyError,
-    ConfigTypeError,
-)
+from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.config.refusals import SPELLING_HINT, no_such_setting
+from vit_locality.config.refusals import SPELLING_HINT
 from vit_locality.errors import ConfigError
 
 # The one section whose new keys something reads: any Trainer argument (checked against the installed Trainer).
 OPEN_SECTIONS = ("trainer",)
-
-
 MAX_LISTED = 24  # keys of a section a refusal lists when none is close to the one typed
+_ABSENT = object()
 
 
-def apply_value(cfg: DictConfig, override: Override) -> None:
-    """A value override as Hydra's config loader applies it after composition; in struct mode, so a key that is not
-    in the config fails unless `+`/`++` adds it."""
-    key, value = override.key_or_group, override.value()
-    if override.is_delete():
-        _delete(cfg, key, value)
-    elif override.is_add() and OmegaConf.select(cfg, key, throw_on_missing=False) is not None:
-        if not isinstance(value, dict | list):
-            raise ConfigError(f"+{key}: {key} is set already; drop the + to change it, or use ++{key}= either way")
-        OmegaConf.update(cfg, key, value, merge=True, force_add=True)
-    elif override.is_add() or override.is_force_add():
-        OmegaConf.update(cfg, key, value, merge=True, force_add=True)
-    else:
-        _refuse_non_flag(cfg, key, value)
-        try:
-            OmegaConf.update(cfg, key, value, merge=True)
-        except (ConfigAttributeError, ConfigKeyError):
-            raise ConfigError(no_such_setting(key)) from None
+def plain(cfg: DictConfig) -> dict[str, Any]:
+    """The config as nested dicts, unresolved: every key it has, null sections and `???` values included."""
+    return OmegaConf.to_container(cfg, resolve=False)
 
 
-def _refuse_non_flag(cfg: DictConfig, key: str, value: Any) -> None:
-    """A flag (a schema's bool) takes true or false (or null where it may be unset): OmegaConf would read `2`, `yes`
-    or `on` as true."""
-    node = _node(cfg, key)
-    if isinstance(node, BooleanNode) and value is not None and not isinstance(value, bool):
-        raise ConfigError(f"{key}={value!r} is not allowed: true or false")
-
-
-def _node(cfg: DictConfig, key: str) -> Any:
-    """The config node at the dotted `key`, or None where there is none."""
-    node: Any = cfg
+def _found(tree: Any, key: str) -> Any:
+    """The value at the dotted `key` of a plain tree, or _ABSENT where the tree has no such key."""
     for part in key.split("."):
-        if not isinstance(node, DictConfig) or node._is_none() or node._is_missing():
-            return None
-        node = node._get_node(part, validate_access=False, throw_on_missing_key=False)
-        if node is None:
-            return None
-    return node
+        if not isinstance(tree, dict) or part not in tree:
+            return _ABSENT
+        tree = tree[part]
+    return tree
 
 
-def _has_key(cfg: DictConfig, key: str) -> bool:
-    """Whether the dotted `key` is in the config, whatever its value (null and ??? included)."""
-    return _node(cfg, key) is not None
+def may_create_keys(override: Override) -> bool:
+    """Whether a `+`/`++` value override might add a key something must read (a Trainer argument need not)."""
+    if not (override.is_add() or override.is_force_add()):
+        return False
+    section = override.key_or_group.rpartition(".")[0]
+    return section not in OPEN_SECTIONS
 
 
-def new_keys(cfg: DictConfig, key: str, value: Any) -> list[str]:
-    """The dotted keys `+key=value` creates: the key itself, or for a mapping merged onto an existing section, each
-    of the mapping's keys that the section lacks."""
-    if not _has_key(cfg, key):
+def new_keys(before: dict[str, Any], key: str, value: Any) -> list[str]:
+    """The dotted keys `+key=value` creates in the plain config `before` it: the key itself, or for a mapping merged
+    onto an existing section, each of the mapping's keys that the section lacks."""
+    found = _found(before, key)
+    if found is _ABSENT:
         return [key]
-    if isinstance(value, dict) and isinstance(OmegaConf.select(cfg, key), DictConfig):
-        return [new for name, item in value.items() for new in new_keys(cfg, f"{key}.{name}", item)]
+    if isinstance(value, dict) and isinstance(found, dict):
+        return [new for name, item in value.items() for new in new_keys(before, f"{key}.{name}", item)]
     return []
 
 
-def _dotted_keys(node: Any, prefix: str = "") -> Iterator[str]:
-    if isinstance(node, DictConfig) and not node._is_none() and not node._is_missing():
-        for name in node:
+def _dotted_keys(tree: Any, prefix: str = "") -> Iterator[str]:
+    if isinstance(tree, dict):
+        for name, item in tree.items():
             key = f"{prefix}.{name}" if prefix else str(name)
             yield key
-            yield from _dotted_keys(node._get_node(name, validate_access=False), key)
+            yield from _dotted_keys(item, key)
 
 
-def check_unread_settings(cfg: DictConfig, added: Iterable[str]) -> None:
+def check_unread_settings(before: dict[str, Any], added: Iterable[str]) -> None:
     """A `+key` that no code reads would train the plain run under a name that claims the setting: refused, naming
-    the nearest real key. Only a Trainer argument may be added (trainer_options checks it against the Trainer)."""
+    the nearest real key of the config `before` the additions. Only a Trainer argument may be added (trainer_options
+    checks it against the Trainer)."""
     added = list(added)
     for key in added:
         section, _, name = key.rpartition(".")
         if section in OPEN_SECTIONS and name:
             continue
-        real = [k for k in _dotted_keys(cfg) if k not in added and k != "hydra" and not k.startswith("hydra.")]
+        real = [k for k in _dotted_keys(before) if k not in added and k != "hydra" and not k.startswith("hydra.")]
         siblings = [k for k in real if k.rpartition(".")[0] == section] or real
         nearest = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
         if nearest:
@@ -108,16 +81,15 @@ def check_unread_settings(cfg: DictConfig, added: Iterable[str]) -> None:
         raise ConfigError(f"+{key}: no such setting, and nothing would read it ({hint})")
 
 
-def _delete(cfg: DictConfig, key: str, value: Any) -> None:
-    """`~key` deletes the key; `~key=value` only if it holds that value. A setting a schema declares cannot be
-    deleted (Hydra refuses it too)."""
-    current = OmegaConf.select(cfg, key, throw_on_missing=False)
-    if current is None or (value is not None and value != current):
-        raise ConfigError(f"~{key}: nothing to delete ({key} is {current!r})")
-    parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    try:
-        with open_dict(cfg):  # as Hydra's config loader: a schema's own flags still hold below
-            del node[leaf]
-    except ConfigTypeError:
-        raise ConfigError(f"~{key} is not allowed: a setting the schema declares (set it instead)") from None
+def refuse_non_flags(cfg: DictConfig, overrides: Iterable[Override]) -> None:
+    """A flag (a schema's bool) takes true or false (or null where it may be unset): OmegaConf reads `2`, `yes` or
+    `on` as true, so a value that was not a bool on the command line but is one in the composed config was coerced."""
+    for override in overrides:
+        value = override.value()
+        if override.is_delete() or value is None or isinstance(value, bool | dict | list):
+            continue
+        if isinstance(value, str) and "${" in value:  # an interpolation: what it points at decides
+            continue
+        composed = OmegaConf.select(cfg, override.key_or_group, default=None, throw_on_resolution_failure=False)
+        if isinstance(composed, bool):
+            raise ConfigError(f"{override.key_or_group}={value!r} is not allowed: true or false")

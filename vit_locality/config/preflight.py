@@ -2,25 +2,21 @@
 
 Left to Hydra, an unknown config option or a mistyped key is a multi-line error, and a sweep with a bad value in
 its fifth cell would train four cells first. This module expands the command line (and the sweep saved in an
-experiment config) into its cells and checks every one of them, and the output directory, so a typo costs a second.
-It belongs to the entry points, which are the only code that imports Hydra; the command line is parsed with
-Hydra's own parser (`upstream.hydra_args_parser`), so the cells checked are the cells Hydra would run.
-
-Composing a cell with Hydra takes 30-50 ms, too slow for a sweep of hundreds of cells. Cells differ mostly in plain
-values (`optim.lr=...`, `seed=...`), so Hydra composes each distinct combination of config-group choices once
-(`data=`, `model=`, `experiment=` ...) and each cell applies its values to a copy the way Hydra's config loader does
-(`key=value` only onto an existing key, `+key=` only a new one, `++key=` either, `~key` deletes).
+experiment config) into its cells with Hydra's own parser and sweep expansion, composes each cell with Hydra's public
+compose API, and checks it and the output directory, so a typo costs a second. Hydra's refusals are turned into one
+line (refusals.explain); the pre-check adds two rules of its own (override_values). It also names every cell's run
+directory, and hands the names to the jobs (resolvers.CellNames), so `run_name` needs no composition of its own.
+It belongs to the entry points, which are the only code that imports Hydra.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 import re
 import shlex
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +36,7 @@ from vit_locality.config.checks import validate, validate_analysis
 from vit_locality.config.file_access import check_directory
 from vit_locality.config.identity import (
     ABSENT,
+    RESUME_MODE,
     canonical_value,
     covered_by_not_identity,
     fitted_name,
@@ -47,17 +44,34 @@ from vit_locality.config.identity import (
     identity_settings,
     reference_choices,
 )
-from vit_locality.config.override_values import apply_value, check_unread_settings, new_keys
+from vit_locality.config.override_values import (
+    check_unread_settings,
+    may_create_keys,
+    new_keys,
+    plain,
+    refuse_non_flags,
+)
 from vit_locality.config.refusals import _group_options, explain, no_such_setting
-from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.resolvers import CellNames, register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError
 from vit_locality.upstream import hydra_args_parser
 
 INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}
+COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, AssertionError)  # OmegaConf asserts on a null parent
+
+
+def _check_train(cfg: DictConfig, remote: bool) -> None:
+    validate(cfg, check_devices=not remote)
+    if str(cfg.get("ckpt_mode")) == RESUME_MODE:  # the checkpoint's identity (torch loads only for a resume)
+        from vit_locality.config.start_check import check_start
+
+        check_start(cfg)
+
+
 # What each entry point's config must satisfy; `remote` (a SLURM submission) skips comparing devices with this host.
 CHECKS: dict[str, Callable[[DictConfig, bool], None]] = {
-    "train": lambda cfg, remote: validate(cfg, check_devices=not remote),
+    "train": _check_train,
     "analyze": lambda cfg, remote: validate_analysis(cfg),
 }
 # Entry points that never write into Hydra's output directory (analyze writes beside the checkpoint, or to out_dir).
@@ -65,92 +79,78 @@ NO_OUTPUT_DIR = {"analyze"}
 INTERPOLATION = re.compile(r"\$\{([\w.]+)\}")
 
 Cell = tuple[str, ...]  # one override string per axis of the sweep
+MANY_CELLS = 50  # a sweep whose pre-check takes long enough (about 0.1-0.25 s a cell) to say what it is doing
 
 
 class Composer:
-    """Cells' configs, each group combination composed by Hydra once; parsed overrides cached by their text."""
+    """Cells' configs as Hydra composes them, with the refusals Hydra's composition lacks; the reference configs
+    run directories are named against, once per data and model choice."""
 
     def __init__(self, conf_dir: Path, config_name: str) -> None:
         self.conf_dir = conf_dir
         self.config_name = config_name
         self.parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())  # for glob()
-        self._parsed: dict[str, Override] = {}
-        self._composed: dict[Cell, tuple[DictConfig, DictConfig] | Exception] = {}
-        self._references: dict[Cell, DictConfig] = {}
-        self.added: list[str] = []  # the keys the current cell's `+`/`++` overrides created
+        self.names = CellNames()
+        self._references: dict[tuple[str, ...], DictConfig] = {}
+        self._last: tuple[Cell, tuple[DictConfig, DictConfig]] | None = None
 
     def parse(self, text: str) -> Override:
-        if text not in self._parsed:
-            self._parsed[text] = self.parser.parse_overrides([text])[0]
-        return self._parsed[text]
+        return self.parser.parse_overrides([text])[0]
 
     def is_group(self, override: Override) -> bool:
         """Hydra picks a config file for a group (a folder of conf/) and sets a value for any other key."""
         key = override.key_or_group
         return override.package is not None or "/" in key or (self.conf_dir / key).is_dir()
 
-    def composed(self, groups: Cell) -> tuple[DictConfig, DictConfig]:
-        """(job config, hydra config) for these group choices; a composition error is raised again for each cell."""
-        if groups not in self._composed:
-            try:
-                cfg = compose(config_name=self.config_name, overrides=list(groups), return_hydra_config=True)
-                with open_dict(cfg):
-                    hydra_cfg = cfg.pop("hydra")
-                self._composed[groups] = (cfg, hydra_cfg)
-            except (HydraException, OmegaConfBaseException) as error:
-                self._composed[groups] = error
-        found = self._composed[groups]
-        if isinstance(found, Exception):
-            raise found
-        return found
+    def _compose(self, overrides: Iterable[str]) -> tuple[DictConfig, DictConfig]:
+        """(job config, hydra config) as Hydra composes them for these overrides."""
+        cfg = compose(config_name=self.config_name, overrides=list(overrides), return_hydra_config=True)
+        with open_dict(cfg):
+            hydra_cfg = cfg.pop("hydra")
+        return cfg, hydra_cfg
+
+    def cell(self, cell: Iterable[str]) -> tuple[DictConfig, DictConfig]:
+        """The cell's job config and hydra config; ConfigError for a `+key` nothing reads or a flag given a value
+        other than true or false, Hydra's own error for anything its composition refuses. The last cell's are kept
+        (a single run's cell is asked for twice)."""
+        cell = tuple(cell)
+        if self._last is not None and self._last[0] == cell:
+            return self._last[1]
+        parsed = ((text, self.parse(text)) for text in cell)
+        values = [(text, override) for text, override in parsed if not self.is_group(override)]
+        try:
+            composed = self._compose(cell)
+        except COMPOSITION_ERRORS:
+            self._refuse_unread(cell, values)  # a key below a null section cannot be set: nothing would read it
+            raise
+        self._refuse_unread(cell, values)
+        refuse_non_flags(composed[0], [override for _, override in values])
+        self._last = (cell, composed)
+        return composed
+
+    def _refuse_unread(self, cell: Cell, values: list[tuple[str, Override]]) -> None:
+        """ConfigError for a `+`/`++` key the config lacks without it (which no code would read), found by composing
+        the cell without its additions; nothing to compose where it adds none (or only Trainer arguments)."""
+        adding = [(text, override) for text, override in values if may_create_keys(override)]
+        if not adding:
+            return
+        added_texts = {text for text, _ in adding}
+        try:
+            before = plain(self._compose(text for text in cell if text not in added_texts)[0])
+        except COMPOSITION_ERRORS:  # the cell fails without its additions too: that error is the one to tell
+            return
+        created = [key for _, o in adding for key in new_keys(before, o.key_or_group, o.value())]
+        if created:
+            check_unread_settings(before, created)
 
     def reference(self, hydra_cfg: DictConfig) -> DictConfig:
         """The config of a cell's data and model choices alone, which its run directory's name is told apart from
-        (identity.identity_settings); a copy of its own, never one a cell's values are applied to."""
+        (identity.identity_settings); composed once per choice and handed to the jobs with the names."""
         choices = reference_choices(hydra_cfg.runtime.choices)
         if choices not in self._references:
             self._references[choices] = compose(config_name=self.config_name, overrides=list(choices))
+            self.names.add_reference(choices, self._references[choices])
         return self._references[choices]
-
-    @contextmanager
-    def config(self, cell: Iterable[str]) -> Iterator[tuple[DictConfig, DictConfig]]:
-        """The cell's job config and its hydra config, for reading inside the `with` block only: the values are set
-        on the group combination's shared config and the sections they touched put back afterwards (copying a whole
-        config per cell would cost more than checking it)."""
-        overrides = [self.parse(text) for text in cell]
-        groups = tuple(o.input_line for o in overrides if self.is_group(o))
-        values = [o for o in overrides if o.input_line not in groups]
-        cfg, hydra_cfg = self.composed(groups)
-        tops = {o.key_or_group.split(".")[0] for o in values}
-        saved = {top: copy.deepcopy(cfg._get_node(top)) for top in tops if top in cfg}  # typed nodes stay typed
-        self.added = []
-        try:
-            for override in values:
-                self._apply(cfg, override)
-            yield cfg, hydra_cfg
-        finally:
-            with open_dict(cfg):
-                for top in tops:
-                    if top in saved:
-                        cfg[top] = saved[top]  # the node itself: interpolations and its schema stay
-                    else:
-                        cfg.pop(top, None)
-
-    def _apply(self, cfg: DictConfig, override: Override) -> None:
-        """Apply one value, noting the keys a `+`/`++` creates; one below a null section (`+logger.wandb.x=1`
-        without logger=wandb) cannot be set at all, and is refused as a setting nothing reads."""
-        if not (override.is_add() or override.is_force_add()):
-            apply_value(cfg, override)
-            return
-        created = new_keys(cfg, override.key_or_group, override.value())
-        self.added.extend(created)
-        try:
-            apply_value(cfg, override)
-        except (AssertionError, OmegaConfBaseException):
-            if not created:
-                raise
-            check_unread_settings(cfg, created)
-            raise
 
 
 def _axes(overrides: Iterable[Override], search: bool = False) -> dict[str, list[str]]:
@@ -255,22 +255,23 @@ class Plan:
         fixed = [o for o in job if not o.is_sweep_override()]
         self.sweep_problem: str | None = None
         search, saved = False, {}
-        groups = [o.input_line for o in fixed if composer.is_group(o)]
-        if hydra_values or not multirun:
-            with composer.config(groups) as (_, hydra_cfg):
-                _check_hydra_keys(composer, hydra_values, hydra_cfg)
-                if not multirun:
-                    _refuse_saved_sweep_without_m(texts, hydra_cfg)
-        if multirun:  # the sweep's own config: the fixed overrides (Hydra leaves the swept ones to the cells)
-            with composer.config([o.input_line for o in fixed]) as (cfg, hydra_cfg):
-                self.sweep_problem = self._output_problem("hydra.sweep.dir", cfg, hydra_cfg)
-                params = hydra_cfg.sweeper.get("params")  # a sweep saved in an experiment config adds its axes
-                saved = OmegaConf.to_container(params) if params else {}
-                search = "BasicSweeper" not in str(hydra_cfg.sweeper.get("_target_", "BasicSweeper"))
+        # The command's own config: the whole cell of a single run; a sweep's fixed overrides (Hydra leaves the swept
+        # ones to the cells).
+        cfg, hydra_cfg = composer.cell(o.input_line for o in fixed)
+        _check_hydra_keys(composer, hydra_values, hydra_cfg)
+        if not multirun:
+            _refuse_saved_sweep_without_m(texts, hydra_cfg)
+        else:
+            self.sweep_problem = self._output_problem("hydra.sweep.dir", cfg, hydra_cfg)
+            params = hydra_cfg.sweeper.get("params")  # a sweep saved in an experiment config adds its axes
+            saved = OmegaConf.to_container(params) if params else {}
+            search = "BasicSweeper" not in str(hydra_cfg.sweeper.get("_target_", "BasicSweeper"))
         axes = _axes(job, search)
         saved_axes = _axes((composer.parse(f"{k}={v}") for k, v in saved.items() if k not in axes), search)
         axes = {**saved_axes, **axes}
-        self.cells: Iterable[Cell] = itertools.product(*axes.values())
+        # A single run is the command line as typed (Hydra runs it so); a sweep's cells as Hydra's sweeper lists them.
+        single: Iterable[Cell] = [tuple(o.input_line for o in job)]
+        self.cells: Iterable[Cell] = itertools.product(*axes.values()) if multirun else single
         # How many cells the command runs (a search sweeper decides its own count): the sweep's "cell k of N".
         self.cell_count = math.prod(len(values) for values in axes.values()) if multirun and not search else None
         self.directories: dict[str, str] = {}  # run directory name -> the first cell that writes there
@@ -302,19 +303,35 @@ class Plan:
     def _cell_problem(self, cell: Cell) -> str | None:
         check = CHECKS.get(self.composer.config_name)
         try:
-            with self.composer.config(cell) as (cfg, hydra_cfg):
-                check_unread_settings(cfg, self.composer.added)
-                if check:
-                    check(cfg, self.remote)
-                if self.multirun:
-                    return self._shared_directory(cell, cfg, self.composer.reference(hydra_cfg))
-                return self._output_problem("hydra.run.dir", cfg, hydra_cfg)
+            cfg, hydra_cfg = self.composer.cell(cell)
+            if check:
+                check(cfg, self.remote)
+            named = self._name(cfg, hydra_cfg)
+            if self.multirun:
+                return self._shared_directory(cell, *named) if named is not None else None
+            return self._output_problem("hydra.run.dir", cfg, hydra_cfg)
         except ConfigError as error:
             return str(error)
         except (ConfigAttributeError, ConfigKeyError) as error:  # the values are in: a setting the run reads is gone
             return f"{error.full_key}: missing, and the run needs it (deleted with ~{error.full_key}?)"
-        except (HydraException, OmegaConfBaseException) as error:
+        except COMPOSITION_ERRORS as error:
             return explain(error, self.composer.conf_dir)
+
+    def _name(self, cfg: DictConfig, hydra_cfg: DictConfig) -> tuple[str, str | None] | None:
+        """The cell's run directory name, as the job's `${cell_name:...}` gives it (identity.identity_settings against
+        the reference config, fitted by identity.fitted_name), and its identity hash, under which the name is noted
+        for the jobs. None where the config has no run_name, or a value only the job resolves (an environment
+        variable); the identity None where only the job can compute it."""
+        if "run_name" not in cfg:
+            return None
+        try:
+            name = fitted_name(str(cfg.run_name), identity_settings(cfg, self.composer.reference(hydra_cfg)))
+        except Exception:  # a value only the job resolves: the job names the cell itself
+            return None
+        identity = _identity_or_none(cfg)
+        if identity is not None:
+            self.composer.names.add_name(identity, name)
+        return name, identity
 
     def _differ_outside_identity(self, first: str, second: str) -> bool:
         """Whether two cells' settings differ, after canonical spelling, only in keys that cannot change a result
@@ -330,22 +347,16 @@ class Plan:
         differing = {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
         return bool(differing) and all(covered_by_not_identity(key) for key in differing)
 
-    def _shared_directory(self, cell: Cell, cfg: DictConfig, reference: DictConfig) -> str | None:
-        """Two cells of one sweep must never write into one run directory (the name the job's `${cell_name:...}`
-        gives: identity.identity_settings and fitted_name). Where the two are one cell (values spelled apart, or equal
-        to their defaults), Hydra would still run it twice, side by side under a parallel launcher: refused too."""
-        if "run_name" not in cfg:
-            return None
-        try:
-            name = fitted_name(str(cfg.run_name), identity_settings(cfg, reference))
-        except Exception:  # a value only the job resolves (an environment variable): the job's name is its own
-            return None
+    def _shared_directory(self, cell: Cell, name: str, identity: str | None) -> str | None:
+        """Two cells of one sweep must never write into one run directory (`name`, the cell's: Plan._name). Where the
+        two are one cell (values spelled apart, or equal to their defaults), Hydra would still run it twice, side by
+        side under a parallel launcher: refused too."""
         shown, seen = " ".join(cell), name in self.directories
         first = self.directories.setdefault(name, shown)
-        identity = self.identities.setdefault(name, _identity_or_none(cfg))
+        first_identity = self.identities.setdefault(name, identity)
         if not seen:
             return None
-        same = first == shown or (identity is not None and identity == _identity_or_none(cfg))
+        same = first == shown or (first_identity is not None and first_identity == identity)
         if same and not self._differ_outside_identity(first, shown):
             return (
                 f"{first!r} and {shown!r} are one cell (equal values, spelled apart or equal to the default), which "
@@ -365,10 +376,15 @@ def _identity_or_none(cfg: DictConfig) -> str | None:
 
 
 def check_command(
-    argv: list[str], conf_dir: Path, config_name: str = "train", counted: list[int] | None = None
+    argv: list[str],
+    conf_dir: Path,
+    config_name: str = "train",
+    counted: list[int] | None = None,
+    names: CellNames | None = None,
 ) -> list[str]:
     """Problems found in the command's cells, as one-line messages (empty when every cell is fine). `counted`, when
-    given, receives the number of cells a `-m` command runs (nothing for a single run or a search)."""
+    given, receives the number of cells a `-m` command runs (nothing for a single run or a search); `names`, the run
+    directory name of every cell and the reference configs they were named against (for the jobs)."""
     if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
         return []
     unprintable = next((arg for arg in argv if not arg.isprintable()), None)
@@ -387,9 +403,13 @@ def check_command(
             plan = Plan(composer, args.overrides, args.multirun, remote)
         except ConfigError as error:
             return [str(error)]
-        except (HydraException, OmegaConfBaseException, ValueError) as error:
+        except (*COMPOSITION_ERRORS, ValueError) as error:
             return [explain(error, conf_dir)]
+        if (plan.cell_count or 0) >= MANY_CELLS:  # Hydra composes each cell: say why the first one waits
+            print(f"checking the {plan.cell_count} cells of this sweep before the first starts", file=sys.stderr)
         problems = plan.problems()
         if counted is not None and plan.cell_count:
             counted.append(plan.cell_count)
+        if names is not None:
+            names.update(composer.names)
         return problems

@@ -1,12 +1,17 @@
-"""Config -> objects: the datamodule, the LightningModule, the loggers and the Trainer of one cell.
+"""Settings -> objects: the datamodule, the LightningModule, the loggers and the Trainer of one cell.
 
 Pure construction, no run semantics: the cell runner (cell.py), `analyze` and the benchmarks all build through
-these functions, so a benchmark times what a user runs and an analysis sees the data a run saw.
+these functions, so a benchmark times what a user runs and an analysis sees the data a run saw. Each takes the
+cell's typed settings (config.settings.RunSettings) and reads the parts it needs, the protocol built once there;
+a composed DictConfig is accepted too and validated into its settings first (`as_settings`). The datamodule alone is
+also built from a recorded config (an analysis or a report rebuilds a finished run's data), read as it stands.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -17,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.augment.per_sample import build_train_transform
 from vit_locality.config.identity import identity_hash
+from vit_locality.config.settings import RunSettings, as_settings
 from vit_locality.config.trainer_options import trainer_arguments
 from vit_locality.data import ImageDataModule, datamodule_class
 from vit_locality.data.on_device import BatchAugment, resolve_on_device
@@ -40,73 +46,87 @@ def resolve_precision(requested: str, accelerator: str) -> str:
     return "bf16-mixed" if uses_cuda(accelerator) else "32-true"
 
 
-def compile_wanted(cfg: DictConfig) -> bool:
+def plain(section: Any) -> dict[str, Any]:
+    """A section as plain data: a typed section's fields, or a composed one resolved."""
+    if dataclasses.is_dataclass(section):
+        return {field.name: getattr(section, field.name) for field in dataclasses.fields(section)}
+    return OmegaConf.to_container(section, resolve=True)
+
+
+def compile_wanted(cfg: RunSettings | DictConfig) -> bool:
     """`model.compile=auto`: on for CUDA, off on CPU (where it gained about 4% after a 47 s compile)."""
-    setting = cfg.model.get("compile", "auto")
-    return uses_cuda(cfg.trainer.accelerator) if setting == "auto" else bool(setting)
+    settings = as_settings(cfg)
+    setting = settings.model.compile
+    return uses_cuda(settings.trainer.accelerator) if setting == "auto" else bool(setting)
 
 
-def build_datamodule(cfg: DictConfig) -> ImageDataModule:
+def build_datamodule(cfg: RunSettings | DictConfig) -> ImageDataModule:
     """The configured datamodule with the protocol's per-sample transform.
 
     With `aug.device=gpu` the workers only crop and flip; AutoAugment then runs batched in the LightningModule.
     With on-device data (`data.on_device`, auto: on CUDA) there are no workers: the datamodule augments whole
     batches on the device, AutoAugment or ColorJitter included, whatever `aug.device` says."""
-    cls = datamodule_class(cfg.data.name)
-    kwargs = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "name"}
-    kwargs["on_device"] = data_on_device(cfg)
-    datamodule = cls(**kwargs, seed=int(cfg.seed))  # the training draws derive from the run's seed
-    protocol = Protocol.from_cfg(cfg, kwargs["on_device"])
+    on_device = data_on_device(cfg)
+    protocol = cfg.protocol if isinstance(cfg, RunSettings) else Protocol.from_cfg(cfg, on_device)
+    kwargs = {k: v for k, v in plain(cfg.data).items() if k != "name"}
+    datamodule = datamodule_class(cfg.data.name)(**kwargs | {"on_device": on_device}, seed=int(cfg.seed))
     policy = protocol.policy
     datamodule.train_transform = build_train_transform(datamodule.image_size, protocol.per_sample_autoaugment, policy)
     datamodule.batch_augment = BatchAugment(datamodule.image_size, protocol.autoaug, policy)
     return datamodule
 
 
-def data_on_device(cfg: DictConfig) -> bool:
-    """`data.on_device`: auto is on when the cell trains on CUDA."""
-    return resolve_on_device(cfg.data.get("on_device", False), uses_cuda(cfg.trainer.accelerator))
+def data_on_device(cfg: RunSettings | DictConfig) -> bool:
+    """`data.on_device`: auto is on when the cell trains on CUDA (a recorded config without the key: off)."""
+    return resolve_on_device(getattr(cfg.data, "on_device", False), uses_cuda(cfg.trainer.accelerator))
 
 
-def build_module(cfg: DictConfig, datamodule: ImageDataModule) -> ViTClassifier:
-    """The cell's LightningModule: the model, the protocol and the optimiser settings of `cfg`."""
+def build_module(cfg: RunSettings | DictConfig, datamodule: ImageDataModule) -> ViTClassifier:
+    """The cell's LightningModule: the model, the protocol and the optimiser settings of the cell."""
+    settings = as_settings(cfg)
     return ViTClassifier(
         num_classes=datamodule.num_classes,
         image_size=datamodule.image_size,
         mean=list(datamodule.mean),
         std=list(datamodule.std),
-        model=ModelConfig.from_mapping(OmegaConf.to_container(cfg.model, resolve=True)),
-        protocol=Protocol.from_cfg(cfg, data_on_device(cfg)),
-        optim=OptimSettings.from_mapping(OmegaConf.to_container(cfg.optim, resolve=True)),
+        model=ModelConfig.from_mapping(plain(settings.model)),
+        protocol=settings.protocol,
+        optim=OptimSettings.from_mapping(plain(settings.optim)),
         # Checking the loss costs a device sync: every step on CPU (free), every 25 steps on a GPU.
-        nonfinite_check_every=25 if uses_cuda(cfg.trainer.accelerator) else 1,
-        compile_model=compile_wanted(cfg),
+        nonfinite_check_every=25 if uses_cuda(settings.trainer.accelerator) else 1,
+        compile_model=compile_wanted(settings),
     )
 
 
-def build_loggers(cfg: DictConfig, run_dir: Path, wandb_id: str | None = None) -> list[Logger]:
+def build_loggers(cfg: RunSettings | DictConfig, run_dir: Path, wandb_id: str | None = None) -> list[Logger]:
     """The CSV log always (the offline record beside results.json), W&B on top when `logger=wandb` (mode, group
     and tags: wandb_run.py). Both resume with the run: the CSV keeps earlier attempts' rows, W&B continues the run
     `wandb_id` names (the cell's record's: wandb_run.cell_run_id), by default a first start's."""
+    settings = as_settings(cfg)
     loggers: list[Logger] = [ResumableCSVLogger(save_dir=str(run_dir), name="", version="csv")]
-    if cfg.logger.get("wandb"):
-        loggers.append(wandb_logger(cfg, run_dir, wandb_id or wandb_run_id(cfg, run_dir)))
+    if settings.logger.wandb:
+        loggers.append(wandb_logger(settings, run_dir, wandb_id or wandb_run_id(settings, run_dir)))
     return loggers
 
 
-def wandb_run_id(cfg: DictConfig, run_dir: Path) -> str:
+def wandb_run_id(cfg: RunSettings | DictConfig, run_dir: Path) -> str:
     """The W&B run id of the cell's first start in `run_dir` (wandb_run.first_run_id)."""
     return first_run_id(identity_hash(cfg), run_dir)
 
 
 def build_trainer(
-    cfg: DictConfig, run_dir: Path, loggers: list[Logger], callbacks: list[Callback], sanity_check: bool = True
+    cfg: RunSettings | DictConfig,
+    run_dir: Path,
+    loggers: list[Logger],
+    callbacks: list[Callback],
+    sanity_check: bool = True,
 ) -> L.Trainer:
-    """Every `trainer.*` setting reaches the Trainer as given (config.py checked each against the installed
+    """Every `trainer.*` setting reaches the Trainer as given (the settings checked each against the installed
     Trainer); the cell adds what follows from other settings: run directory, loggers, callbacks, progress display
     and the atomic checkpoint plugin. `sanity_check=False` (a resumed cell) skips the sanity validation."""
-    arguments = trainer_arguments(OmegaConf.to_container(cfg.trainer, resolve=True))
-    arguments["precision"] = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
+    settings = as_settings(cfg)
+    arguments = trainer_arguments(settings.trainer_arguments())
+    arguments["precision"] = resolve_precision(settings.trainer.precision, settings.trainer.accelerator)
     arguments.setdefault("enable_model_summary", False)
     if not sanity_check:
         arguments["num_sanity_val_steps"] = 0
@@ -116,7 +136,7 @@ def build_trainer(
         default_root_dir=str(run_dir),
         logger=loggers,
         callbacks=callbacks,
-        enable_progress_bar=cfg.callbacks.progress_bar != "none",
+        enable_progress_bar=settings.callbacks.progress_bar != "none",
         plugins=[AtomicCheckpointIO(), *slurm_environment()],  # checkpoints written whole or not at all
     )
 
@@ -127,7 +147,7 @@ def slurm_environment() -> list[SLURMEnvironment]:
     return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
 
-def trainer_world_size(cfg: DictConfig) -> int:
+def trainer_world_size(cfg: RunSettings | DictConfig) -> int:
     """Processes that share one cell: devices x nodes (devices -1/auto count what the accelerator sees)."""
     devices = cfg.trainer.devices
     if isinstance(devices, int) and devices > 0:

@@ -25,21 +25,20 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.settings import RunSettings, as_settings
 from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError, VitLocalityError
-from vit_locality.protocol import Protocol
 from vit_locality.run.advice import another_directory
 from vit_locality.run.builders import (
     build_datamodule,
     build_loggers,
     build_module,
     build_trainer,
-    data_on_device,
     split_global_batch,
     trainer_world_size,
 )
@@ -60,7 +59,7 @@ from vit_locality.run.threads import apply_thread_count
 from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, finish_wandb, publish_run_files, recorded_run_id
 
 log = logging.getLogger("vit_locality")
-CallbackFactory = Callable[[DictConfig, Path], list[Callback]]
+CallbackFactory = Callable[[RunSettings, Path], list[Callback]]
 PREVIOUS_ATTEMPTS = "previous_attempts"
 # What a run leaves in its directory besides Hydra's files: moved together when an attempt is set aside.
 RUN_OUTPUTS = (RESULTS_FILE, "checkpoints", "csv", "wandb", "attention_stats.csv", "*.png")
@@ -113,9 +112,9 @@ def set_aside_attempt(run_dir: Path) -> Path:
     return aside
 
 
-def protocol_record(cfg: DictConfig) -> dict[str, Any]:
+def protocol_record(cfg: RunSettings | DictConfig) -> dict[str, Any]:
     """The record's `protocol` section (Protocol.record)."""
-    return Protocol.from_cfg(cfg, data_on_device(cfg)).record()
+    return as_settings(cfg).protocol.record()
 
 
 def is_rank_zero() -> bool:
@@ -125,31 +124,34 @@ def is_rank_zero() -> bool:
 def run_cell(cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory) -> dict[str, Any]:
     """Train and test one cell into `run_dir`; return its record (an existing one if complete).
 
-    `make_callbacks(cfg, run_dir)` gives everything the Trainer gets besides loggers (callbacks.build_callbacks):
-    progress display, statistics, checkpointing and per-epoch reseeding, on which resume and its exactness depend."""
+    `make_callbacks(settings, run_dir)` gives everything the Trainer gets besides loggers (callbacks.build_callbacks):
+    progress display, statistics, checkpointing and per-epoch reseeding, on which resume and its exactness depend.
+    The cell's settings are validated here once (the pre-check's, when it ran in this process) and every part is
+    built from them."""
     register_resolvers()
-    validate(cfg)
-    apply_thread_count(cfg.get("threads"))  # before anything is built: the count sets the float sums' order
+    settings = validate(cfg)
+    apply_thread_count(settings.threads)  # before anything is built: the count sets the float sums' order
     run_dir = Path(run_dir)
     # `ckpt_path` is read once: the identity, the name and the weights all come from these bytes (start.py).
     start_file = read_start_file(cfg, run_dir)
     with pinned_start(start_file):
-        identity = identity_hash(cfg)
+        identity = identity_hash(settings)
     # One process per run directory: DDP ranks > 0 (and other nodes) share rank 0's directory, and its lock.
     holds_lock = is_rank_zero() and os.environ.get("NODE_RANK", "0") == "0"
     try:
         with RunLock(run_dir) if holds_lock else nullcontext(), sigterm_raises() as gate, pinned_start(start_file):
             try:
-                return _run_locked(cfg, run_dir, make_callbacks, identity, gate, start_file)
+                return _run_locked(cfg, settings, run_dir, make_callbacks, identity, gate, start_file)
             except (KeyboardInterrupt, SIGTERMException) as stop:  # before the cell recorded anything
-                raise _interruption(cfg, gate, stop) from stop
+                raise _interruption(settings, gate, stop) from stop
     except CellInterrupted:
-        requeue_after_time_limit(gate, str(cfg.run_name))  # SIGUSR2 under submitit: requeued, or a line saying why not
+        requeue_after_time_limit(gate, settings.run_name)  # SIGUSR2 under submitit: requeued, or a line saying why not
         raise
 
 
 def _run_locked(
     cfg: DictConfig,
+    settings: RunSettings,
     run_dir: Path,
     make_callbacks: CallbackFactory,
     identity: str,
@@ -157,21 +159,21 @@ def _run_locked(
     start_file: StartFile | None = None,
 ) -> dict[str, Any]:
     candidate = existing_record(run_dir, identity)
-    record = identity_sections(cfg, identity)
-    record.update(recorded_run_id(cfg, run_dir, identity))  # the W&B run id, kept from the cell's first start on
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    datamodule = build_datamodule(cfg)
+    record = identity_sections(settings, identity)
+    record.update(recorded_run_id(settings, run_dir, identity))  # the W&B run id, kept from the cell's first start on
+    L.seed_everything(settings.seed, workers=True, verbose=False)
+    datamodule = build_datamodule(settings)
     if candidate is not None:
-        return _skip_or_refuse(cfg, run_dir, candidate, datamodule)
+        return _skip_or_refuse(settings, run_dir, candidate, datamodule)
     # Before anything is recorded: a checkpoint of another config is refused without writing over its directory,
     # and so is a ckpt_path that is damaged or (ckpt_mode=resume) another cell's.
     start = start_point(cfg, run_dir, identity, start_file)
     if start.section:
         record["start"] = start.section
     try:
-        return _train_and_test(cfg, run_dir, make_callbacks, record, datamodule, gate, start)
+        return _train_and_test(settings, run_dir, make_callbacks, record, datamodule, gate, start)
     except (KeyboardInterrupt, SIGTERMException, SystemExit) as stop:
-        interruption = _interruption(cfg, gate, stop)
+        interruption = _interruption(settings, gate, stop)
         if is_rank_zero():
             error = interruption.signal_name if interruption.exit_code != 130 else "interrupted"
             write_record(run_dir, {**record, "error": error}, status="interrupted")
@@ -182,17 +184,21 @@ def _run_locked(
         raise
 
 
-def _interruption(cfg: DictConfig, gate: SigtermGate, stop: BaseException) -> CellInterrupted:
+def _interruption(settings: RunSettings, gate: SigtermGate, stop: BaseException) -> CellInterrupted:
     """What stopped the cell, as the exception that ends it: SIGTERM, SIGUSR2 (the time limit) or SIGINT."""
     sigterm = isinstance(stop, SIGTERMException) and not gate.sigint_received  # a first Ctrl-C stops this way
     signal_name = "SIGUSR2 (time limit)" if sigterm and gate.time_limit else "SIGTERM" if sigterm else "SIGINT"
     code = (140 if gate.time_limit else 143) if sigterm else 130
-    interruption = CellInterrupted(f"{cfg.run_name} interrupted ({signal_name}); run the same command to resume", code)
+    interruption = CellInterrupted(
+        f"{settings.run_name} interrupted ({signal_name}); run the same command to resume", code
+    )
     interruption.signal_name = signal_name
     return interruption
 
 
-def _skip_or_refuse(cfg: DictConfig, run_dir: Path, record: RunRecord, datamodule: ImageDataModule) -> dict[str, Any]:
+def _skip_or_refuse(
+    settings: RunSettings, run_dir: Path, record: RunRecord, datamodule: ImageDataModule
+) -> dict[str, Any]:
     """A complete record of this identity is reused only if it was measured on the same data."""
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -202,16 +208,16 @@ def _skip_or_refuse(cfg: DictConfig, run_dir: Path, record: RunRecord, datamodul
             f"run directory {run_dir} holds a complete run of this config measured on other data ({change}); "
             f"{another_directory(run_dir)}"
         )
-    updated = add_labels(cfg, run_dir, record) if is_rank_zero() else None
+    updated = add_labels(settings, run_dir, record) if is_rank_zero() else None
     if updated is None:
-        log.info("%s is complete already: skipped (results in %s)", cfg.run_name, run_dir)
+        log.info("%s is complete already: skipped (results in %s)", settings.run_name, run_dir)
         return record.data
-    log.info("%s is complete already, not retrained: %s", cfg.run_name, updated.summary)
+    log.info("%s is complete already, not retrained: %s", settings.run_name, updated.summary)
     return updated.data
 
 
 def _train_and_test(
-    cfg: DictConfig,
+    settings: RunSettings,
     run_dir: Path,
     make_callbacks: CallbackFactory,
     record: dict[str, Any],
@@ -222,26 +228,26 @@ def _train_and_test(
     started = time.perf_counter()
     datamodule.prepare_data()
     datamodule.setup("fit")
-    module = build_module(cfg, datamodule)
+    module = build_module(settings, datamodule)
     if start.weights is not None:
-        load_start_weights(module, start.weights, str(cfg.ckpt_path))
-    record.update(setup_sections(cfg, datamodule, module.model, protocol_record(cfg)))
-    log.info("%s | protocol: %s", cfg.run_name, record["protocol"]["description"])
+        load_start_weights(module, start.weights, str(settings.ckpt_path))
+    record.update(setup_sections(settings, datamodule, module.model))
+    log.info("%s | protocol: %s", settings.run_name, record["protocol"]["description"])
     parameters = f"{record['model']['num_params']:,}"
-    log.info("model %s: %s parameters, patch %d", cfg.model.name, parameters, module.model.patch_size)
+    log.info("model %s: %s parameters, patch %d", settings.model.name, parameters, module.model.patch_size)
 
-    world_size = trainer_world_size(cfg)
+    world_size = trainer_world_size(settings)
     global_batch = datamodule.batch_size
     split_global_batch(datamodule, world_size)
     record.update(batch_section(global_batch, datamodule.batch_size, world_size))
     resume, start_epoch = start.resume, start.epochs
-    loggers = build_loggers(cfg, run_dir, record.get(RUN_ID_ENTRY))
+    loggers = build_loggers(settings, run_dir, record.get(RUN_ID_ENTRY))
     # A resumed run skips the sanity-check validation: the run was checked when it first started.
-    trainer = build_trainer(cfg, run_dir, loggers, make_callbacks(cfg, run_dir), sanity_check=resume is None)
+    trainer = build_trainer(settings, run_dir, loggers, make_callbacks(settings, run_dir), sanity_check=resume is None)
     if trainer.is_global_zero:
         write_record(run_dir, record, status="running")
     if resume:
-        log.info("resuming %s from %s (%d epochs done)", cfg.run_name, resume, start_epoch)
+        log.info("resuming %s from %s (%d epochs done)", settings.run_name, resume, start_epoch)
     finished = False
     try:
         fit_start = time.perf_counter()
@@ -260,16 +266,19 @@ def _train_and_test(
 
         timings = {"fit_s": fit_seconds, "test_s": test_seconds, "total_s": time.perf_counter() - started}
         test_metrics = {k: float(v) for k, v in test_metrics.items()}
-        record.update(result_sections(cfg, trainer, datamodule, val_metrics, test_metrics, timings))
+        record.update(result_sections(settings, trainer, datamodule, val_metrics, test_metrics, timings))
         for callback in trainer.callbacks:
             if isinstance(callback, RecordSection):
                 record.update(callback.record_section())
         if trainer.is_global_zero:
             path = write_record(run_dir, record, status="complete")
             discard_interrupted(run_dir)  # superseded by the finished run
-            log.info("%s: test acc1 %.4f -> %s", cfg.run_name, record["metrics"].get("test/acc1", float("nan")), path)
+            log.info(
+                "%s: test acc1 %.4f -> %s", settings.run_name, record["metrics"].get("test/acc1", float("nan")), path
+            )
             # The W&B run gets the complete record, statistics, pictures (and checkpoint) before it is finished.
-            publish_run_files(loggers, run_dir, bool(OmegaConf.select(cfg, "logger.wandb.log_model", default=False)))
+            wandb = settings.logger.wandb
+            publish_run_files(loggers, run_dir, bool(wandb and wandb.log_model))
         finished = True
     finally:
         finish_wandb(loggers, failed=not finished)

@@ -14,8 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
+from vit_locality.config.settings import RunSettings
 from vit_locality.run.record import RESULTS_FILE, RunRecord, write_record
 
 log = logging.getLogger("vit_locality")
@@ -30,17 +29,17 @@ class LabelUpdate:
     summary: str
 
 
-def new_tags(cfg: DictConfig, record: RunRecord) -> list[str]:
+def new_tags(settings: RunSettings, record: RunRecord) -> list[str]:
     """The command's tags that the record lacks, in the command's order."""
     have = {str(tag) for tag in record.data.get("tags") or []}
-    wanted = [str(tag) for tag in cfg.get("tags") or []]
+    wanted = [str(tag) for tag in settings.tags]
     return [tag for tag in dict.fromkeys(wanted) if tag not in have]
 
 
-def add_labels(cfg: DictConfig, run_dir: Path, record: RunRecord) -> LabelUpdate | None:
+def add_labels(settings: RunSettings, run_dir: Path, record: RunRecord) -> LabelUpdate | None:
     """Merge the command's new tags into the complete `record` (and the cell's W&B run when `logger=wandb`); None
     when there is nothing new. Called under the run directory's lock, after the data were found to be the same."""
-    added = new_tags(cfg, record)
+    added = new_tags(settings, record)
     if not added:
         return None
     data = {key: value for key, value in record.data.items() if key != "status"}
@@ -48,16 +47,16 @@ def add_labels(cfg: DictConfig, run_dir: Path, record: RunRecord) -> LabelUpdate
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     data[LABEL_UPDATES] = [*(data.get(LABEL_UPDATES) or []), {"at": when, "tags_added": added}]
     write_record(run_dir, data, status="complete")
-    parts = [f"tags {', '.join(added)} added to {RESULTS_FILE}", _update_wandb(cfg, Path(run_dir), data)]
+    parts = [f"tags {', '.join(added)} added to {RESULTS_FILE}", _update_wandb(settings, Path(run_dir), data)]
     return LabelUpdate({**data, "status": "complete"}, "; ".join(part for part in parts if part))
 
 
-def _update_wandb(cfg: DictConfig, run_dir: Path, record: dict[str, Any]) -> str:
+def _update_wandb(settings: RunSettings, run_dir: Path, record: dict[str, Any]) -> str:
     """The W&B half: the cell's run (the id its record holds, wherever the directory now lies) gets the record's
     tags besides its own; what happened, in a few words. A failed update leaves the record updated (W&B is a
     dashboard, never the record)."""
     had_run = (run_dir / "wandb").is_dir()
-    if not cfg.logger.get("wandb"):
+    if not settings.logger.wandb:
         return "its W&B run not updated (logger=wandb is off)" if had_run else ""
     if not had_run:
         return "no W&B run of this cell to tag (it ran without logger=wandb)"
@@ -65,7 +64,7 @@ def _update_wandb(cfg: DictConfig, run_dir: Path, record: dict[str, Any]) -> str
 
     run_id = cell_run_id(str(record.get("identity_hash")), run_dir, record)
     try:
-        return retag_wandb_run(cfg, run_dir, run_id, [*run_tags(cfg), *record["tags"]])
+        return retag_wandb_run(settings, run_dir, run_id, [*run_tags(settings), *record["tags"]])
     except Exception as error:
         log.warning("W&B tag update failed (%s: %s); the record has the tags", type(error).__name__, error)
         return "W&B run not updated (see the warning)"

@@ -12,9 +12,9 @@ from typing import Any
 
 import lightning as L
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.config.identity import data_difference
+from vit_locality.config.settings import RunSettings
 from vit_locality.data import ImageDataModule
 from vit_locality.model.vit import count_parameters
 from vit_locality.run.record import RunRecord
@@ -24,14 +24,14 @@ log = logging.getLogger("vit_locality")
 RECORD_VERSION = 1
 
 
-def identity_sections(cfg: DictConfig, identity: str) -> dict[str, Any]:
+def identity_sections(settings: RunSettings, identity: str) -> dict[str, Any]:
     """What every record holds from its first write on, whatever the cell's fate: which cell, under which config."""
     return {
         "record_version": RECORD_VERSION,
-        "run_name": cfg.run_name,
+        "run_name": settings.run_name,
         "identity_hash": identity,
-        "seed": int(cfg.seed),
-        "tags": [str(tag) for tag in cfg.get("tags") or []],  # labels only, outside the identity
+        "seed": settings.seed,
+        "tags": [str(tag) for tag in settings.tags],  # labels only, outside the identity
     }
 
 
@@ -55,26 +55,25 @@ def same_data(record: RunRecord, datamodule: ImageDataModule) -> bool:
     return data_change(record, datamodule) is None
 
 
-def setup_sections(
-    cfg: DictConfig, datamodule: ImageDataModule, model: Any, protocol: dict[str, Any]
-) -> dict[str, Any]:
-    """What the cell is about to train, known once data and model are built: data, protocol, model, config."""
+def setup_sections(settings: RunSettings, datamodule: ImageDataModule, model: Any) -> dict[str, Any]:
+    """What the cell is about to train, known once data and model are built: data, protocol, model, config (the
+    resolved config as plain data)."""
     return {
         "data": {
-            "name": cfg.data.name,
+            "name": settings.data.name,
             "num_classes": datamodule.num_classes,
             "image_size": datamodule.image_size,
             "num_train": datamodule.num_train,
-            "eval_split": "val" if cfg.data.val_size else "test",
+            "eval_split": "val" if settings.data.val_size else "test",
         },
         "data_fingerprint": fingerprint_of(datamodule),
-        "protocol": protocol,
+        "protocol": settings.protocol.record(),
         "model": {
-            **OmegaConf.to_container(cfg.model, resolve=True),
+            **settings.config["model"],
             "patch_size": model.patch_size,
             "num_params": count_parameters(model),
         },
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": settings.config,
         "versions": environment_versions(),
         "threads": torch.get_num_threads(),  # the count this cell computed with (run/threads.py), set or default
     }
@@ -84,21 +83,21 @@ def batch_section(global_batch: int, per_device: int, world_size: int) -> dict[s
     return {"batch": {"global": global_batch, "per_device": per_device, "world_size": world_size}}
 
 
-def measured_on(cfg: DictConfig, datamodule: ImageDataModule) -> dict[str, Any]:
+def measured_on(settings: RunSettings, datamodule: ImageDataModule) -> dict[str, Any]:
     """How many images the figures beside it come from: val/* and test/* accuracy, and the attention statistics."""
     arrays = datamodule.arrays
     assert arrays is not None
     evaluated = len(datamodule.eval_split()[1])
     return {
-        "eval_split": "val" if cfg.data.val_size else "test",
+        "eval_split": "val" if settings.data.val_size else "test",
         "eval_images": evaluated,
         "test_images": len(arrays.test_labels),
-        "probe_images": min(int(cfg.stats.probe_size), evaluated) if cfg.stats.enabled else 0,
+        "probe_images": min(settings.stats.probe_size, evaluated) if settings.stats.enabled else 0,
     }
 
 
 def result_sections(
-    cfg: DictConfig,
+    settings: RunSettings,
     trainer: L.Trainer,
     datamodule: ImageDataModule,
     val_metrics: dict[str, float],
@@ -108,7 +107,7 @@ def result_sections(
     """What a finished cell measured: metrics (accuracy as fractions), on how many images, how long it trained."""
     return {
         "metrics": {**val_metrics, **test_metrics},
-        "measured_on": measured_on(cfg, datamodule),
+        "measured_on": measured_on(settings, datamodule),
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,
         "precision": str(trainer.precision),

@@ -19,9 +19,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lightning.pytorch.loggers import Logger, WandbLogger
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from vit_locality.protocol import Protocol
+from vit_locality.config.settings import RunSettings, as_settings
 from vit_locality.run.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT
 from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
 from vit_locality.tracking.quiet import quiet_wandb
@@ -101,38 +101,39 @@ def resolve_mode(setting: str, environ: Mapping[str, str] | None = None) -> str:
     return "online" if api_key_source(environ) else "offline"
 
 
-def run_group(cfg: DictConfig) -> str:
+def run_group(cfg: RunSettings | DictConfig) -> str:
     """The cell without its seed (its run name less `_s<seed>`): W&B's grouped charts then average the seeds of one
     cell and keep the 8 cells (and any other swept setting) apart. `logger.wandb.group` overrides it."""
-    chosen = cfg.logger.wandb.get("group")
-    if chosen:
-        return str(chosen)
-    return re.sub(rf"_s{int(cfg.seed)}(?=_|$)", "", str(cfg.run_name), count=1)
+    settings = as_settings(cfg)
+    if settings.logger.wandb.group:
+        return str(settings.logger.wandb.group)
+    return re.sub(rf"_s{settings.seed}(?=_|$)", "", str(settings.run_name), count=1)
 
 
-def run_tags(cfg: DictConfig) -> list[str]:
+def run_tags(cfg: RunSettings | DictConfig) -> list[str]:
     """The cell's paper name and flags, data set, model, `sweep:<sweep_name>`, then the user's `tags`."""
-    tags = Protocol.from_cfg(cfg).tags()
-    tags += [str(cfg.data.name), str(cfg.model.name), f"sweep:{cfg.sweep_name}", *map(str, cfg.get("tags") or [])]
+    settings = as_settings(cfg)
+    tags = settings.protocol.tags()
+    tags += [settings.data.name, settings.model.name, f"sweep:{settings.sweep_name}", *map(str, settings.tags)]
     return list(dict.fromkeys(tag[:MAX_TAG] for tag in tags))
 
 
-def wandb_logger(cfg: DictConfig, run_dir: Path, run_id: str) -> ConfigWandbLogger:
+def wandb_logger(settings: RunSettings, run_dir: Path, run_id: str) -> ConfigWandbLogger:
     """The cell's W&B logger: one run per cell and directory (`run_id`), grouped by cell, typed by data set."""
-    settings = cfg.logger.wandb
+    wandb = settings.logger.wandb
     quiet_wandb()
     return ConfigWandbLogger(
-        project=settings.project,
-        entity=settings.entity,
-        group=run_group(cfg),
-        job_type=settings.job_type or str(cfg.data.name),
-        name=cfg.run_name,
-        tags=run_tags(cfg),
+        project=wandb.project,
+        entity=wandb.entity,
+        group=run_group(settings),
+        job_type=wandb.job_type or settings.data.name,
+        name=settings.run_name,
+        tags=run_tags(settings),
         save_dir=str(run_dir),
         id=run_id,
         resume="allow",
-        mode=resolve_mode(settings.mode),
-        config=OmegaConf.to_container(cfg, resolve=True),
+        mode=resolve_mode(str(wandb.mode)),
+        config=settings.config,
     )
 
 
@@ -170,10 +171,10 @@ def run_ids_in(run_dir: Path) -> set[str]:
     return {match.group(1) for match in found if match}
 
 
-def recorded_run_id(cfg: DictConfig, run_dir: Path, identity: str) -> dict[str, str]:
+def recorded_run_id(settings: RunSettings, run_dir: Path, identity: str) -> dict[str, str]:
     """The record's W&B section for a cell about to run (`{}` without `logger=wandb`): the id its earlier attempt
     recorded (an unfinished record of the same identity), else one from `cell_run_id`."""
-    if not cfg.logger.get("wandb"):
+    if not settings.logger.wandb:
         return {}
     try:
         earlier = read_record(run_dir)
@@ -228,21 +229,21 @@ def finish_wandb(loggers: Iterable[Logger], failed: bool = False) -> None:
         log.info("W&B run saved offline in %s; upload it with: wandb sync %s", run_path, run_path)
 
 
-def retag_wandb_run(cfg: DictConfig, run_dir: Path, run_id: str, tags: list[str]) -> str:
+def retag_wandb_run(settings: RunSettings, run_dir: Path, run_id: str, tags: list[str]) -> str:
     """Give a finished cell's W&B run (`run_id`, kept under `run_dir`) these tags, without logging anything else:
     the run is resumed, its tags set, and finished. Offline, the resumed run is a new `offline-run-*` directory
     with the same id, which `wandb sync` merges into the run. Returns what was done, for the cell's one line."""
     import wandb
 
-    settings = cfg.logger.wandb
-    mode = resolve_mode(settings.mode)
+    chosen_run = settings.logger.wandb
+    mode = resolve_mode(str(chosen_run.mode))
     if mode == "disabled":
         return "W&B run not updated (logger.wandb.mode=disabled)"
     quiet_wandb()
     chosen = list(dict.fromkeys(tag[:MAX_TAG] for tag in tags))
     run = wandb.init(
-        project=settings.project,
-        entity=settings.entity,
+        project=chosen_run.project,
+        entity=chosen_run.entity,
         id=run_id,
         resume="allow",
         dir=str(run_dir),

@@ -1,0 +1,107 @@
+"""A varied set of cells whose identity hashes and run directory names are saved in tests/data/saved_names.json, so
+that a change to how either is computed shows up as a test failure (tests/test_saved_names.py).
+
+`python tests/saved_names.py` rewrites the file from the current code: only when a change of names is intended.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
+from omegaconf import DictConfig  # noqa: E402
+
+from vit_locality.config.identity import fitted_name, identity_hash, identity_settings, reference_choices  # noqa: E402
+from vit_locality.config.resolvers import register_resolvers  # noqa: E402
+from vit_locality.config.schema import register_schemas  # noqa: E402
+from vit_locality.config.settings import settings_of  # noqa: E402
+from vit_locality.paths import CONF_DIR  # noqa: E402
+
+SAVED = Path(__file__).parent / "data" / "saved_names.json"
+TINY = ["data=synthetic", "model=vit_tiny"]
+CELLS: list[list[str]] = [
+    [],
+    ["data=synthetic"],
+    ["data=glyphs"],
+    ["data=cifar10"],
+    ["data=synthetic", "model=vit_tiny"],
+    ["data=glyphs", "model=vit_tiny_sincos"],
+    ["data=cifar10", "model=vit_convstem"],
+    ["data=synthetic", "model=vit_convstem"],
+    ["experiment=demo"],
+    ["experiment=demo", "aug.cutmix=true", "loss.ls=0.1"],
+    ["experiment=demo_textures"],
+    [*TINY, "protocol=baseline"],
+    [*TINY, "optim.lr=3e-3"],
+    [*TINY, "optim.lr=0.003"],
+    [*TINY, "model.mlp_ratio=2"],
+    [*TINY, "model.mlp_ratio=2.0"],
+    [*TINY, "model.mlp_ratio=3"],
+    [*TINY, "trainer.devices=2"],
+    [*TINY, "trainer.limit_train_batches=1"],
+    [*TINY, "trainer.limit_train_batches=0.5"],
+    [*TINY, "protocol=baseline", "aug.mixup=true", "aug.cutmix=false"],
+    [*TINY, "stats.units=grid"],  # display only: the same identity and name as the unit-square cell
+    [*TINY, "loss.ls=0.10"],
+    [*TINY, "seed=3", "tags=[a,b]", "threads=2"],
+    [*TINY, "data.num_workers=0", "trainer.accelerator=cpu", "logger=wandb"],
+    [*TINY, "aug.policy=cifar10", "aug.cutmix_alpha=0.8", "aug.cutmix_prob=0.5", "optim.betas=[0.9,0.95]"],
+    [*TINY, "data.val_size=500", "optimized_metric=val/acc1"],
+    [*TINY, "+trainer.max_steps=10", "trainer.gradient_clip_val=1.0"],
+    [
+        *TINY,
+        "optim.lr=0.002",
+        "optim.weight_decay=0.1",
+        "optim.warmup_epochs=2",
+        "optim.min_lr_ratio=0.01",
+        "aug.cutmix_alpha=0.8",
+        "data.noise=0.1",
+        "data.split_seed=1",
+        "trainer.max_epochs=3",
+    ],
+    ["data=glyphs", "model=vit_tiny_sincos", "model.pos_init=learned", "data.clutter=2", "stats.early_layers=1"],
+]
+
+
+def composed(overrides: list[str]) -> DictConfig:
+    """The cell's config with Hydra's own section (which the identity leaves out), as a Hydra job sees it."""
+    register_resolvers()
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides, return_hydra_config=True)
+
+
+@functools.lru_cache(maxsize=16)
+def reference(choices: tuple[str, ...]) -> DictConfig:
+    """The config of a cell's data and model choices alone, as the `run_name` resolver composes it."""
+    return composed(list(choices))
+
+
+def cell_names(overrides: list[str], typed: bool = False) -> dict[str, str]:
+    """A cell's identity hash and its run directory's name, as a Hydra job of these overrides computes them; `typed`:
+    from the cell's typed settings (and its reference's) instead of the composed configs."""
+    cfg = composed(overrides)
+    base = reference(reference_choices(cfg.hydra.runtime.choices))
+    mine, theirs = (
+        (settings_of(cfg, check_devices=False), settings_of(base, check_devices=False)) if typed else (cfg, base)
+    )
+    return {
+        "identity_hash": identity_hash(mine),
+        "name": fitted_name(str(cfg.run_name), identity_settings(mine, theirs)),
+    }
+
+
+def saved() -> list[dict[str, Any]]:
+    return json.loads(SAVED.read_text())
+
+
+if __name__ == "__main__":
+    rows = [{"overrides": cell, **cell_names(cell)} for cell in CELLS]
+    SAVED.write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"{len(rows)} cells -> {SAVED}")
