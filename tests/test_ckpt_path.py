@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,8 +18,10 @@ from helpers import CONF, QUICK, compose_config, run_cell_as_train, run_train
 
 from vit_locality.config.identity import file_content_hash, identity_hash
 from vit_locality.config.preflight import check_command
+from vit_locality.config.start_check import check_start
 from vit_locality.errors import ConfigError
 from vit_locality.run import cell
+from vit_locality.run.advice import settings_that_differ
 from vit_locality.run.checkpoints import DamagedCheckpoint, ForeignCheckpoint
 
 CELL = [*QUICK, "stats.enabled=false"]
@@ -93,6 +96,68 @@ def test_resume_continues_only_the_cell_that_wrote_the_checkpoint(
     message = str(refused.value)
     assert "the settings that differ: seed 0 there, 1 here" in message and "\n" not in message  # not two hashes
     assert not (tmp_path / "b" / "results.json").exists()  # refused before anything was recorded
+
+
+def _hash_like(line: str) -> list[str]:
+    """Words of `line` that look like an identity hash (16 hex digits)."""
+    return [word for word in re.findall(r"[0-9a-f]{16}", line) if not word.isalpha()]
+
+
+def test_a_resume_of_another_cells_checkpoint_is_refused_by_the_pre_check(
+    source: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """check_start (config/start_check.py): the checkpoint's own cell passes; another config is one ConfigError
+    naming the settings that differ (never two hashes); weights mode is not its concern."""
+    checkpoint, _ = source
+    resume = [f"ckpt_path={checkpoint}", "ckpt_mode=resume"]
+    check_start(compose_config([*CELL, *resume]))  # the cell that wrote it
+    check_start(compose_config([*CELL, f"ckpt_path={checkpoint}", "seed=1"]))  # a new cell from its weights
+    with pytest.raises(ConfigError) as refused:
+        check_start(compose_config([*CELL, *resume, "seed=1", "optim.lr=0.003"]))
+    line = str(refused.value)
+    assert line == (
+        f"ckpt_path={str(checkpoint)!r} with ckpt_mode=resume: the checkpoint is another cell's; the settings that "
+        "differ: optim.lr 0.001 there, 0.003 here, seed 0 there, 1 here; resume only continues the cell that wrote it "
+        "(ckpt_mode=weights starts a new cell from its weights)"
+    )
+    assert refused.value.exit_code == 2 and _hash_like(line) == []
+
+    lonely = tmp_path / "lonely.ckpt"  # no record beside it to name the settings
+    shutil.copy(checkpoint, lonely)
+    with pytest.raises(ConfigError) as refused:
+        check_start(compose_config([*CELL, f"ckpt_path={lonely}", "ckpt_mode=resume", "seed=1"]))
+    assert f"another cell's (no record of it at {tmp_path.parent / 'results.json'}" in str(refused.value)
+    assert _hash_like(str(refused.value)) == []
+
+
+def test_a_refused_resume_names_a_start_from_weights(source: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """A cell started from weights has the file in its identity: resuming its checkpoint under a from-scratch config
+    names that start, rather than calling the settings the same."""
+    checkpoint, _ = source
+    cell_dir = tmp_path / "started"
+    shutil.copytree(checkpoint.parents[1], cell_dir)
+    record = json.loads((cell_dir / "results.json").read_text())
+    record["config"].update(ckpt_path="/elsewhere/first.ckpt", ckpt_mode="weights")
+    (cell_dir / "results.json").write_text(json.dumps(record))
+    copied = cell_dir / "checkpoints" / "last.ckpt"
+    cfg = compose_config([*CELL, f"ckpt_path={copied}", "ckpt_mode=resume"])
+    assert settings_that_differ(cfg, copied) == (
+        "; the settings that differ: start weights of /elsewhere/first.ckpt there, scratch here"
+    )
+
+
+def test_the_pre_check_refuses_a_checkpoint_without_identity_or_not_a_checkpoint(tmp_path: Path) -> None:
+    unstamped = tmp_path / "unstamped.ckpt"
+    torch.save({"global_step": 3, "state_dict": {"w": torch.zeros(2)}}, unstamped)
+    with pytest.raises(ConfigError, match="the checkpoint records no config .a cell of this project did not write it."):
+        check_start(compose_config([*CELL, f"ckpt_path={unstamped}", "ckpt_mode=resume"]))
+    damaged = tmp_path / "damaged.ckpt"
+    damaged.write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError) as refused:
+        check_start(compose_config([*CELL, f"ckpt_path={damaged}", "ckpt_mode=resume"]))
+    assert str(refused.value).startswith(f"ckpt_path={str(damaged)!r} is not allowed: a readable checkpoint file (")
+    assert "\n" not in str(refused.value)
+    check_start(compose_config([*CELL, f"ckpt_path={damaged}"]))  # weights mode: the cell names the damage
 
 
 def test_a_damaged_checkpoint_is_refused_before_training(tmp_path: Path) -> None:
@@ -191,6 +256,7 @@ def test_a_checkpoint_replaced_after_the_identity_is_built_is_not_what_the_cell_
 REPLACED_AFTER_NAMING = """
 import os, sys
 from vit_locality.run import cell
+from vit_locality.run.advice import settings_that_differ
 staged, target = sys.argv[1], sys.argv[2]
 real = cell.run_cell
 def replaced_then_run(*args, **kwargs):

@@ -251,6 +251,35 @@ def test_make_demo_ends_with_the_table() -> None:
     assert all("> " in line or ">> " in line for line in recipe if "vit_locality.report " in line)
 
 
+def test_the_summary_make_demo_ends_with_prints_the_table_last(tmp_path: Path) -> None:
+    """The demo's last command, run as the Makefile runs it on a finished 8-cell sweep: exit 0, nothing on stderr,
+    and the table (header, rule, one row per cell in the paper's order) ends the output, followed only by its one
+    line of units."""
+    from test_report import ORDER, write_run
+
+    from vit_locality.report.record_units import UNITS_NOTE
+
+    recipe = (REPO / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert recipe[-1].strip() == "@$(PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo"
+    sweep = tmp_path / "multirun" / "demo"
+    for cell in ORDER:
+        write_run(sweep, "glyphs", cell, 0, 50.0, 0.3, 0.8, model="vit_tiny")
+    done = subprocess.run(
+        [sys.executable, "-m", "vit_locality.report.summary", str(sweep)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(ORDER) + 3 and lines[-1] == f"min MAD early: {UNITS_NOTE}"
+    table = lines[:-1]
+    assert table[0].startswith("| cell ") and set(table[1]) <= {"|", "-", " "}
+    assert [row.split("|")[1].strip() for row in table[2:]] == list(ORDER)
+    assert all(row.startswith("| ") and row.endswith(" |") for row in table)
+
+
 @pytest.mark.slow
 def test_a_step_limited_run_logs_its_loss_and_reads_right_in_the_report(tmp_path: Path) -> None:
     run_dir = tmp_path / "steps"
@@ -279,9 +308,13 @@ def test_a_refused_resume_names_the_settings_and_leaves_no_run_directory(tmp_pat
     assert first.returncode == 0, first.stderr[-3000:]
     (cell,) = (tmp_path / "outputs").iterdir()
     resume = [f"ckpt_path={cell / 'checkpoints' / 'last.ckpt'}", "ckpt_mode=resume"]
-    refused = run_train([*args, "optim.lr=0.003", *resume], cwd=tmp_path)
+    refused = run_train([*args, "optim.lr=0.003", *resume, "startup.print_config=true"], cwd=tmp_path)
     assert refused.returncode == 2
-    (line,) = [line for line in (refused.stdout + refused.stderr).splitlines() if "ckpt_mode=resume:" in line]
-    assert "the settings that differ: optim.lr 0.001 there, 0.003 here" in line
+    # The pre-check's one line (config/start_check.py), before Hydra makes a directory or prints the config.
+    assert refused.stdout == "" and refused.stderr.startswith("error: ckpt_path="), refused.stderr[-3000:]
+    (line,) = refused.stderr.splitlines()
+    assert "with ckpt_mode=resume: the checkpoint is another cell's; the settings that differ: optim.lr 0.001" in line
     assert not any(part for part in line.split() if len(part) == 16 and part.isalnum() and not part.isalpha())
-    assert list((tmp_path / "outputs").iterdir()) == [cell]  # the refused cell's directory is gone
+    assert list((tmp_path / "outputs").iterdir()) == [cell]  # no run directory for the refused command
+    resumed = run_train([*args, *resume], cwd=tmp_path)  # its own cell passes the pre-check and continues
+    assert resumed.returncode == 0, resumed.stderr[-3000:]

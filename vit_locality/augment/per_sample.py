@@ -1,7 +1,8 @@
 """Per-sample training transforms of the protocol, on uint8 (3, H, W) tensors inside the data workers.
 
-Crop + flip are always on; `autoaug` adds AutoAugment (one sub-policy drawn per image, because the
-transform is called per sample) or ColorJitter, whichever policy `catalog.resolve_policy` chose for the run.
+Crop + flip are always on (but while Lightning overfits a few batches: fixed_batches.py); `autoaug` adds
+AutoAugment (one sub-policy drawn per image, because the transform is called per sample) or ColorJitter, whichever
+policy `catalog.resolve_policy` chose for the run.
 The protocol's one-line description is `protocol.Protocol.describe`.
 """
 

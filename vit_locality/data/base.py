@@ -22,8 +22,9 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
+from vit_locality.augment.fixed_batches import FIXED_BATCHES_LINE, fixed_batches
 from vit_locality.catalog import DATASET_DEFAULT_POLICY
 from vit_locality.config.identity import data_fingerprint
 from vit_locality.data.on_device import (
@@ -325,16 +326,33 @@ class ImageDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader | DeviceTrainLoader:
         """The training loader; a resumed fit's first one starts where the stopped fit's epoch was (the sampler
-        skips the positions of the batches all processes trained: batches x per-process batch x processes)."""
+        skips the positions of the batches all processes trained: batches x per-process batch x processes).
+        While Lightning overfits (`trainer.overfit_batches`), every epoch gets the same images in data set order,
+        unaugmented (augment/fixed_batches.py)."""
         _, world_size, rank = self._placement()
         done, self.start_batches = self.start_batches, 0  # a loader built later starts its epoch whole
+        fixed = fixed_batches(self.trainer)
+        if fixed:
+            log.info(FIXED_BATCHES_LINE, self.trainer.overfit_batches)
         if self.on_device:
             images, labels = self.device_arrays().train
+            augment = None if fixed else self.batch_augment
             loader = DeviceTrainLoader(
-                images, labels, self.batch_size, self.seed, self.batch_augment, self.start_epoch, world_size, rank
+                images,
+                labels,
+                self.batch_size,
+                self.seed,
+                augment,
+                self.start_epoch,
+                world_size,
+                rank,
+                shuffle=not fixed,
             )
             loader.resume_from(self.start_epoch, done)
             return loader
+        if fixed:  # Lightning shards a sequential sampler itself under DDP, in order
+            dataset = UInt8ImageDataset(*self._train_split())
+            return self._loader(dataset, self.batch_size, SequentialSampler(dataset))
         dataset = UInt8ImageDataset(*self._train_split(), self.train_transform)
         sampler = EpochShardSampler(dataset, self.seed, self.start_epoch, num_replicas=world_size, rank=rank)
         sampler.resume_from(self.start_epoch, done * self.batch_size * world_size)

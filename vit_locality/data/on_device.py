@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from torch.utils.data import SequentialSampler
 
 from vit_locality.augment.batched_autoaugment import AutoAugmentDraws
 from vit_locality.augment.batched_autoaugment import apply as apply_autoaugment
@@ -167,7 +168,8 @@ class DeviceTrainLoader(ResumableEpoch):
     """What Lightning iterates as the training loader: full per-process batches of augmented uint8 images and their
     labels, already on the device. Lightning tells a loader's `sampler` the epoch at each epoch start; this loader is
     its own sampler, with the worker path's order and resume rule (ResumableEpoch); `resume_from(epoch, steps)`
-    counts the steps all processes completed."""
+    counts the steps all processes completed. `shuffle=False` (Lightning overfitting) gives every epoch the data set
+    order, sharded as a sequential sampler under DDP, and says so to Lightning with a SequentialSampler."""
 
     def __init__(
         self,
@@ -179,11 +181,13 @@ class DeviceTrainLoader(ResumableEpoch):
         epoch: int = 0,
         world: int = 1,
         rank: int = 0,
+        shuffle: bool = True,
     ) -> None:
         self.images, self.labels = images, labels
         self.batch_size, self.seed, self.augment = batch_size, seed, augment
         self.epoch, self.num_replicas, self.rank = epoch, world, rank
-        self.sampler = self
+        self.shuffle = shuffle
+        self.sampler: ResumableEpoch | SequentialSampler = self if shuffle else SequentialSampler(range(len(labels)))
 
     def resume_from(self, epoch: int, steps: int) -> None:
         """Start at step `steps` the next time epoch `epoch` is iterated."""
@@ -194,7 +198,13 @@ class DeviceTrainLoader(ResumableEpoch):
 
     def __iter__(self) -> Iterator[Batch]:
         device = self.images.device
-        skipped, order = self.next_shard(len(self.labels))
+        if self.shuffle:
+            skipped, order = self.next_shard(len(self.labels))
+        else:
+            skipped, order = (
+                0,
+                torch.arange(len(self) * self.batch_size * self.num_replicas)[self.rank :: self.num_replicas],
+            )
         order = order.to(device)
         first = skipped // (self.batch_size * self.num_replicas)
         generator = torch.Generator(device=device)

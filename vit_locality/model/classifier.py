@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
+from vit_locality.augment.fixed_batches import fixed_batches
 from vit_locality.augment.mixing import mix_batch
 from vit_locality.errors import VitLocalityError
 from vit_locality.metric_names import TEST, eval_prefix
@@ -188,8 +189,11 @@ class ViTClassifier(L.LightningModule):
         Returns the loss, the logits and the labels accuracy is measured against: the dominant label of a mixed
         batch (logged as `train/acc1` in every cell).
         """
+        trainer = self._trainer
+        if fixed_batches(trainer):  # Lightning overfits: the same images every epoch, neither augmented nor mixed
+            logits = self(images)
+            return F.cross_entropy(logits, labels, label_smoothing=self.protocol.ls), logits, labels
         if self.device_autoaugment is not None:  # under DDP each rank takes its rows of the global batch's draws
-            trainer = self._trainer
             world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
             images = self.device_autoaugment(images, world, rank)
         images, targets, reference = mix_batch(images, labels, self.num_classes, self.protocol)

@@ -34,7 +34,7 @@ from vit_locality.config.identity import (
     pinned_content_hash,
 )
 from vit_locality.errors import ConfigError, VitLocalityError
-from vit_locality.run.advice import settings_that_differ
+from vit_locality.run.advice import refused_resume
 from vit_locality.run.checkpoints import (
     CheckpointInfo,
     ForeignCheckpoint,
@@ -135,16 +135,7 @@ def start_point(cfg: DictConfig, run_dir: Path, identity: str, start: StartFile 
     path = start.path
     section = {"ckpt_path": str(path.resolve()), "ckpt_mode": RESUME_MODE, "ckpt_sha256": start.sha256}
     if str(cfg.get("ckpt_mode")) == RESUME_MODE:
-        try:
-            return _resume_from(start, identity, run_dir, own, section)
-        except ForeignCheckpoint as refusal:
-            differ = settings_that_differ(cfg, path)  # the settings, where the checkpoint's record says them
-            if not differ:
-                raise
-            raise ForeignCheckpoint(
-                f"ckpt_path={str(path)!r} with ckpt_mode=resume: the checkpoint is another cell's{differ}; resume "
-                "only continues the cell that wrote it (ckpt_mode=weights starts a new cell from its weights)"
-            ) from refusal
+        return _resume_from(cfg, start, identity, run_dir, own, section)
     checkpoint = load_checkpoint_bytes(start.take(), path, needs=("state_dict",))
     section.update(ckpt_mode="weights", ckpt_identity=checkpoint_identity(checkpoint))
     if own is not None:
@@ -155,20 +146,17 @@ def start_point(cfg: DictConfig, run_dir: Path, identity: str, start: StartFile 
 
 
 def _resume_from(
-    start: StartFile, identity: str, run_dir: Path, own: CheckpointInfo | None, section: dict
+    cfg: DictConfig, start: StartFile, identity: str, run_dir: Path, own: CheckpointInfo | None, section: dict
 ) -> StartPoint:
     """`ckpt_mode=resume`: the file continues this cell only if this cell wrote it; the furthest of it and the run
     directory's own checkpoints wins, so running the same command again after a preemption loses nothing. The file's
-    bytes become the run directory's last.ckpt, and its earlier statistics come along (resume_elsewhere.py)."""
+    bytes become the run directory's last.ckpt, and its earlier statistics come along (resume_elsewhere.py).
+    Another cell's checkpoint is refused before the command starts (config/start_check.py); refused here too, for
+    a file replaced since (ForeignCheckpoint, the same line)."""
     data = start.take()
     info = checkpoint_info(load_checkpoint_bytes(data, start.path, needs=("global_step",)), start.path)
     if info.identity != identity:
-        written_by = f"config {info.identity}" if info.identity else "an unknown config (it records no identity)"
-        raise ForeignCheckpoint(
-            f"ckpt_path={str(start.path)!r} with ckpt_mode=resume: the checkpoint was written by {written_by}, this "
-            f"run is config {identity}; resume only continues the cell that wrote it (ckpt_mode=weights starts a new "
-            "cell from its weights)"
-        )
+        raise ForeignCheckpoint(refused_resume(cfg, start.path, info.identity))
     if own is not None and own.global_step >= info.global_step:
         return StartPoint(own.path, own.epochs, None, section, own.fit_metrics)
     section["history_from"] = carry_history(run_dir, info, identity)
