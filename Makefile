@@ -29,9 +29,11 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed ## create .venv if missing and install the package with its dev extras
 
-# Two pytest workers, one torch thread each: most slow tests are training subprocesses, which on 2 cores run
-# faster this way than with two threads each (measured: the CLI and paper-sweep tests, 105 s against 118 s).
-TEST_ARGS ?= -n 2 --durations=15
+# Two pytest workers, one torch thread each, in the training subprocesses too (tests/helpers.py passes
+# OMP_NUM_THREADS on): two threads each would put four on 2 cores (measured: the 8-cell multirun, 100 s of CPU against
+# 37 s). loadfile: each test file on one worker, so a module's shared runs are trained once and the SLURM cluster
+# tests run one after another; tests/conftest.py puts the long files first.
+TEST_ARGS ?= -n 2 --dist loadfile --durations=15
 test: install ## run the whole CPU test suite (pytest, two workers)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(TEST_ARGS)
 

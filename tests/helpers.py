@@ -19,6 +19,9 @@ from vit_locality.paths import CONF_DIR
 from vit_locality.run.cell import run_cell
 
 REPO = Path(__file__).resolve().parents[1]
+# torch threads of the train.py subprocesses: the caller's OMP_NUM_THREADS (make test: 1, one per pytest worker, so
+# two workers never run four threads on two cores), else 2.
+TRAIN_THREADS = os.environ.get("OMP_NUM_THREADS", "2")
 CONF = CONF_DIR
 
 # Small and fast settings for runs in tests: a tiny model on a small synthetic set, no progress bars.
@@ -46,7 +49,7 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
 
 def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run train.py as a user would; the environment keeps W&B offline and threads modest."""
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "2", "HYDRA_FULL_ERROR": "0"}
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": TRAIN_THREADS, "HYDRA_FULL_ERROR": "0"}
     env.pop("WANDB_API_KEY", None)
     return subprocess.run(
         [sys.executable, str(REPO / "train.py"), *args],
@@ -66,7 +69,7 @@ def run_cell_as_train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 def start_train(args: list[str], cwd: Path, log: Path, own_group: bool = False) -> subprocess.Popen:
     """train.py in the background, output to `log`; `own_group` gives it a process group of its own (and its data
     workers), as `timeout` or a batch system starts it, so a test can signal the whole group."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "WANDB_MODE": "offline"}  # as run_train: the same float sums
+    env = {**os.environ, "OMP_NUM_THREADS": TRAIN_THREADS, "WANDB_MODE": "offline"}  # as run_train: the same float sums
     return subprocess.Popen(
         [sys.executable, str(REPO / "train.py"), *args],
         cwd=cwd,
@@ -109,7 +112,7 @@ cli()
 def start_paced_train(args: list[str], cwd: Path, log: Path, progress: Path, pause_s: float) -> subprocess.Popen:
     """train.py in a process group of its own (as start_train with `own_group`), writing its global step to
     `progress` after every training batch and then pausing `pause_s` seconds, so a signal lands after a known step."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "WANDB_MODE": "offline"}  # as run_train: the same float sums
+    env = {**os.environ, "OMP_NUM_THREADS": TRAIN_THREADS, "WANDB_MODE": "offline"}  # as run_train: the same float sums
     return subprocess.Popen(
         [sys.executable, "-c", PACED_TRAIN, str(progress), str(pause_s), *args],
         cwd=cwd,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, REPO, run_train
+from helpers import QUICK, QUICK_NAME, REPO, run_train
 
 from vit_locality.run.record import scan_records
 
@@ -20,11 +21,25 @@ def run_report(args: list[str]) -> subprocess.CompletedProcess:
 
 
 def test_ablation_experiment_renders_the_paper_table(tmp_path: Path) -> None:
+    """The 8-cell grid: one run directory per cell, named by its flags, then the report; no pictures per run (the
+    report does not read them; test_train_cli.py checks them)."""
     sweep = tmp_path / "ablation"
-    proc = run_train(["-m", "experiment=ablation", *QUICK, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
+    args = ["-m", "experiment=ablation", *QUICK, "stats.pictures=false", f"hydra.sweep.dir={sweep}"]
+    proc = run_train(args, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = scan_records([sweep]).complete
     assert len(runs) == 8 and all(run.config["sweep_name"] == "ablation" for run in runs)
+    run_dirs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert len(run_dirs) == 8
+    seen = set()
+    for run_dir in run_dirs:
+        record = json.loads((run_dir / "results.json").read_text())
+        flags = record["protocol"]
+        aa, cm, ls = int(flags["autoaug"]), int(flags["cutmix"]), flags["ls"]
+        assert run_dir.name == f"synthetic_vit_tiny_aa{aa}_cm{cm}_ls{ls:g}_s0{QUICK_NAME}"
+        assert record["status"] == "complete"
+        seen.add((aa, cm, ls))
+    assert seen == {(a, c, s) for a in (0, 1) for c in (0, 1) for s in (0.0, 0.1)}
 
     out = tmp_path / "reports"
     report = run_report(["all", str(sweep), "--out", str(out)])
@@ -38,7 +53,7 @@ def test_ablation_experiment_renders_the_paper_table(tmp_path: Path) -> None:
             assert files and all(f.stat().st_size > 1000 for f in files), (stem, suffix)
 
     # Running the same sweep again trains nothing: every cell is complete with the same config.
-    again = run_train(["-m", "experiment=ablation", *QUICK, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    again = run_train(args, cwd=tmp_path)
     assert again.returncode == 0 and (again.stdout + again.stderr).count("complete already") == 8
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, REPO, run_train
+from helpers import QUICK, REPO, TRAIN_THREADS, run_train
 
 from vit_locality.config.identity import fitted_name
 from vit_locality.report.aggregate import aggregate
@@ -36,7 +36,7 @@ def test_ddp_cell_splits_the_batch_and_measures_like_one_process(tmp_path: Path)
     assert list(tmp_path.rglob("results.json")) == [run_dir / "results.json"]  # rank 1 wrote nothing of its own
 
     # The same weights measured by one process (analyze) give the statistics the DDP run recorded.
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    env = {**os.environ, "OMP_NUM_THREADS": TRAIN_THREADS}
     cmd = [sys.executable, "-m", "vit_locality.analyze", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"]
     single = subprocess.run([*cmd, "stats.probe_size=64"], cwd=REPO, env=env, capture_output=True, text=True)
     assert single.returncode == 0, single.stderr[-3000:]

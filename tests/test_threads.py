@@ -74,11 +74,11 @@ def test_a_cell_builds_its_model_at_the_set_count_and_records_it(
 
 @pytest.mark.slow
 def test_joblib_workers_use_the_set_count(tmp_path: Path) -> None:
-    """Cells in joblib's worker processes (started with OMP_NUM_THREADS=2 by run_train) compute with `threads`."""
+    """Cells in joblib's worker processes (started with one thread under make test) compute with `threads`."""
     sweep = tmp_path / "sweep"
-    args = ["-m", "loss.ls=0,0.1", *CELL, "threads=1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    args = ["-m", "loss.ls=0,0.1", *CELL, "threads=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
     proc = run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(path.read_text()) for path in sorted(sweep.rglob("results.json"))]
-    assert len(records) == 2 and all(record["threads"] == 1 for record in records)
+    assert len(records) == 2 and all(record["threads"] == 2 for record in records)
     assert all("threads" not in path.parent.name for path in sweep.rglob("results.json"))

@@ -1,4 +1,5 @@
-"""train.py as a user runs it, in a subprocess: one short run, the 8-cell multirun, skip and refusal."""
+"""train.py as a user runs it, in a subprocess: one short run, skip and refusal. The 8-cell multirun, each cell named by
+its flags: test_paper_sweeps.py (experiment=ablation)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, QUICK_NAME, run_train
-
-from vit_locality.run.record import scan_records
+from helpers import QUICK, run_train
 
 pytestmark = pytest.mark.slow
 
@@ -57,32 +56,6 @@ def test_single_run_writes_a_complete_record(tmp_path: Path) -> None:
     clash = run_train([*QUICK, "protocol=modern", "optim.lr=0.01", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert clash.returncode == 2 and "different config" in clash.stdout + clash.stderr
     assert (run_dir / "results.json").read_text() == before
-
-
-def test_eight_cell_multirun(tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    args = [
-        "-m",
-        "aug.cutmix=true,false",
-        "aug.autoaug=true,false",
-        "loss.ls=0,0.1",
-        *QUICK,
-        f"hydra.sweep.dir={sweep}",
-    ]
-    proc = run_train(args, cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dirs = sorted(p for p in sweep.iterdir() if p.is_dir())
-    assert len(run_dirs) == 8
-    seen = set()
-    for run_dir in run_dirs:
-        record = _results(run_dir)
-        flags = record["protocol"]
-        aa, cm, ls = int(flags["autoaug"]), int(flags["cutmix"]), flags["ls"]
-        assert run_dir.name == f"synthetic_vit_tiny_aa{aa}_cm{cm}_ls{ls:g}_s0{QUICK_NAME}"
-        assert record["status"] == "complete"
-        seen.add((aa, cm, ls))
-    assert seen == {(a, c, s) for a in (0, 1) for c in (0, 1) for s in (0.0, 0.1)}
-    assert len(scan_records([sweep]).complete) == 8
 
 
 def test_bad_value_fails_before_any_run_directory(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUICK, compose_config, run_cell_as_train, run_train, start_train, wait_for
+from helpers import QUICK, compose_config, run_cell_as_train, run_train, start_paced_train, wait_for_step
 
 from vit_locality.model.classifier import NonFiniteLossError, ViTClassifier
 from vit_locality.run.record import scan_records
@@ -43,15 +43,15 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monk
     assert scan_records([tmp_path]).complete == []
 
 
-# Long enough epochs (64 steps) that a signal sent just after the first checkpoint lands in epoch 2.
+# 8 steps per epoch; the first run pauses after every batch (start_paced_train), so the signal lands mid-epoch 2.
 RESUMABLE = [
-    *[a for a in QUICK if not a.startswith(("data.train_size", "trainer.max_epochs", "data.batch_size"))],
-    "data.train_size=2048",
+    *[a for a in QUICK if not a.startswith(("trainer.max_epochs", "data.batch_size"))],
     "data.batch_size=32",
     "trainer.max_epochs=3",
     "trainer.deterministic=true",
     "stats.pictures=false",
 ]
+STEPS_PER_EPOCH = 256 // 32
 
 
 # SIGINT, and SIGKILL then the same command, are held to the unbroken run's weights in test_exact_resume.py and
@@ -60,8 +60,9 @@ RESUMABLE = [
 def test_signal_saves_a_resumable_checkpoint(sig: signal.Signals, code: int, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
-    proc = start_train(args, tmp_path, tmp_path / "first.log")
-    wait_for(run_dir / "checkpoints" / "last.ckpt", proc)
+    proc = start_paced_train(args, tmp_path, tmp_path / "first.log", tmp_path / "step", pause_s=0.3)
+    wait_for_step(tmp_path / "step", STEPS_PER_EPOCH + 3, proc)  # in epoch 2, after the first epoch's last.ckpt
+    assert (run_dir / "checkpoints" / "last.ckpt").exists()
     proc.send_signal(sig)
     assert proc.wait(timeout=120) == code, (tmp_path / "first.log").read_text()[-2000:]
     assert _record(run_dir)["status"] == "interrupted"
@@ -69,9 +70,9 @@ def test_signal_saves_a_resumable_checkpoint(sig: signal.Signals, code: int, tmp
 
     again = run_train(args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "resuming" in again.stdout + again.stderr
+    assert "resuming epoch 2" in again.stdout + again.stderr
     record = _record(run_dir)
-    assert record["status"] == "complete" and record["steps"] == 3 * 64
+    assert record["status"] == "complete" and record["steps"] == 3 * STEPS_PER_EPOCH
     assert not (run_dir / "checkpoints" / "interrupted.ckpt").exists()
     epochs = [int(line.split(",")[0]) for line in (run_dir / "attention_stats.csv").read_text().splitlines()[1:]]
     assert sorted(set(epochs)) == [0, 1, 2, 3] and all(epochs.count(e) == 16 for e in set(epochs))

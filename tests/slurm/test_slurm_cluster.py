@@ -5,9 +5,11 @@ a real reason. Who handles which signal: vit_locality/run/interrupts.py.
 
 SLURM holds a requeued job for two minutes before it may start again (its begin time); the tests move that begin
 time to now (`scontrol update StartTime=now`), which changes nothing else about the requeue.
-Each job asks for one CPU; the node advertises this machine's cores. Measured on 2 cores shared with other test
-runs (load 5-7): grid 3 min 34 s, preemption 1 min 48 s, time limit 2 min 46 s, scancel 1 min 18 s, DDP 1 min 37 s,
-failure 24 s; the unbroken reference of the preemption, time-limit and scancel tests, 31 s, runs once.
+Each job asks for one CPU; the node advertises this machine's cores. The unbroken runs (one per cell, shared) train
+while the time-limit test's first attempt sleeps, which is why that test comes first; `make test` runs this file on
+one worker (--dist loadfile), so each is trained once. Measured on 2 cores shared with other test runs (load 8-14):
+time limit 6 min 10 s with the three unbroken runs, grid 3 min 2 s, preemption 2 min 6 s, scancel 2 min 4 s, DDP
+1 min 31 s, failure 35 s.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -161,15 +164,60 @@ def unbroken_run(args: list[str], tmp_path: Path) -> Path:
     return run_dir
 
 
-@pytest.fixture(scope="module")
+GRID_CELL = [*with_epochs(1), "data.train_size=64", "data.test_size=32"]  # the grid's Modern cell
+DDP_CELL = [*with_epochs(2), "trainer=ddp_cpu"]
+_UNBROKEN: dict[tuple[str, ...], Path] = {}
+
+
+def unbroken(args: list[str], factory: pytest.TempPathFactory) -> Path:
+    """The unbroken run of a cell outside SLURM, trained once per module (several tests compare with the same)."""
+    key = tuple(args)
+    if key not in _UNBROKEN:
+        _UNBROKEN[key] = unbroken_run(args, factory.mktemp("unbroken"))
+    return _UNBROKEN[key]
+
+
+def test_a_time_limit_mid_training_requeues_once_and_resumes_bit_exactly(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A 3-minute limit with SIGUSR2 60 s before it; SLURM's timer sends it up to a minute early, so it
+    lands 60-120 s into the job, while the paced first attempt trains (24 steps of 5 s pauses). The main process
+    finishes its batch, writes interrupted.ckpt, and submitit requeues the job once; the data workers ignore the
+    signal. The requeued attempt trains at full speed and completes. While the first attempt sleeps, this worker
+    trains the unbroken runs the module's tests compare with (first in the module for that reason)."""
+    args = with_epochs(3)
+    limit = ["hydra.launcher.timeout_min=3", "hydra.launcher.signal_delay_s=60"]
+    sweep_dir, log, progress = tmp_path / "sweep", tmp_path / "sweep.log", tmp_path / "step"
+    proc = start_sweep([*args, *limit], sweep_dir, log, pace=(progress, 5.0))  # 2 minutes of pauses
+    with ThreadPoolExecutor(1) as pool:  # the unbroken runs train while finish() lets the requeued job start
+        ready = pool.submit(lambda: [unbroken(cell, tmp_path_factory) for cell in (args, GRID_CELL, DDP_CELL)])
+        out = finish(proc, log)
+        ready.result()
+    assert proc.returncode == 0, out[-3000:]
+    (job,) = job_ids(log)
+    requeues = out.count(f"job {job} requeued: time limit (SIGUSR2)")
+    assert requeues >= 1 and out.count("requeued:") == requeues, out[-3000:]
+    jobs = job_log(sweep_dir)
+    events = submitit_events(sweep_dir)  # one handler call and one requeue per signal: none from the data workers
+    assert len([e for e in events if "Caught signal SIGUSR2" in e]) == requeues, events
+    assert len([e for e in events if "Requeued job" in e]) == requeues, events
+    assert "stopped for the time limit and checkpointed" in jobs and "DataLoader worker" not in jobs
+    assert "Bypassing SIGTERM" not in jobs and "auto-requeue" not in jobs  # Lightning's requeue is off
+    assert "resuming epoch" in jobs
+    run_dir = cell_dir(sweep_dir)
+    assert record(run_dir)["status"] == "complete"
+    assert_same_as_unbroken(run_dir, unbroken(args, tmp_path_factory))
+
+
+@pytest.fixture
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference of the preemption, time-limit and scancel tests: one run of their cell outside SLURM."""
-    return unbroken_run(with_epochs(3), tmp_path_factory.mktemp("reference"))
+    return unbroken(with_epochs(3), tmp_path_factory)
 
 
-def test_the_8_cell_grid_runs_as_an_array_job(tmp_path: Path) -> None:
+def test_the_8_cell_grid_runs_as_an_array_job(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """8 one-epoch cells as one array job, two at a time; the Modern cell against a run outside SLURM."""
-    args = [*with_epochs(1), "data.train_size=64", "data.test_size=32"]
+    args = GRID_CELL
     sweep_dir, log = tmp_path / "grid", tmp_path / "grid.log"
     proc = start_sweep([*args, "aug.cutmix=true,false", "aug.autoaug=true,false", "loss.ls=0,0.1"], sweep_dir, log)
     out = finish(proc, log)
@@ -181,7 +229,7 @@ def test_the_8_cell_grid_runs_as_an_array_job(tmp_path: Path) -> None:
     verdict = json.loads((sweep_dir / "verdict.json").read_text())
     assert [cell["status"] for cell in verdict["cells"]] == ["complete"] * 8
     modern = next(Path(cell["run"]) for cell in verdict["cells"] if "_aa1_cm1_ls0.1_" in cell["run"])
-    assert_same_as_unbroken(modern, unbroken_run(args, tmp_path))
+    assert_same_as_unbroken(modern, unbroken(args, tmp_path_factory))
 
 
 def test_a_preempted_job_is_requeued_and_resumes_bit_exactly(tmp_path: Path, reference: Path) -> None:
@@ -201,32 +249,6 @@ def test_a_preempted_job_is_requeued_and_resumes_bit_exactly(tmp_path: Path, ref
     assert record(run_dir)["status"] == "complete"
     jobs = job_log(sweep_dir)
     assert "resuming epoch 2 after its batch" in jobs and "DataLoader worker" not in jobs
-    assert_same_as_unbroken(run_dir, reference)
-
-
-def test_a_time_limit_mid_training_requeues_once_and_resumes_bit_exactly(tmp_path: Path, reference: Path) -> None:
-    """A 3-minute limit with SIGUSR2 60 s before it; SLURM's timer sends it up to a minute early, so it
-    lands 60-120 s into the job, while the paced first attempt trains (24 steps of 5 s pauses). The main process
-    finishes its batch, writes interrupted.ckpt, and submitit requeues the job once; the data workers ignore the
-    signal. The requeued attempt trains at full speed and completes."""
-    args = with_epochs(3)
-    limit = ["hydra.launcher.timeout_min=3", "hydra.launcher.signal_delay_s=60"]
-    sweep_dir, log, progress = tmp_path / "sweep", tmp_path / "sweep.log", tmp_path / "step"
-    proc = start_sweep([*args, *limit], sweep_dir, log, pace=(progress, 5.0))  # 2 minutes of pauses
-    out = finish(proc, log)
-    assert proc.returncode == 0, out[-3000:]
-    (job,) = job_ids(log)
-    requeues = out.count(f"job {job} requeued: time limit (SIGUSR2)")
-    assert requeues >= 1 and out.count("requeued:") == requeues, out[-3000:]
-    jobs = job_log(sweep_dir)
-    events = submitit_events(sweep_dir)  # one handler call and one requeue per signal: none from the data workers
-    assert len([e for e in events if "Caught signal SIGUSR2" in e]) == requeues, events
-    assert len([e for e in events if "Requeued job" in e]) == requeues, events
-    assert "stopped for the time limit and checkpointed" in jobs and "DataLoader worker" not in jobs
-    assert "Bypassing SIGTERM" not in jobs and "auto-requeue" not in jobs  # Lightning's requeue is off
-    assert "resuming epoch" in jobs
-    run_dir = cell_dir(sweep_dir)
-    assert record(run_dir)["status"] == "complete"
     assert_same_as_unbroken(run_dir, reference)
 
 
@@ -252,10 +274,10 @@ def test_scancel_mid_epoch_is_interrupted_and_the_same_command_resumes(tmp_path:
     assert_same_as_unbroken(run_dir, reference)
 
 
-def test_ddp_on_a_node_takes_its_ranks_from_slurm(tmp_path: Path) -> None:
+def test_ddp_on_a_node_takes_its_ranks_from_slurm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """`hydra/launcher=slurm_node` with 2 tasks (srun starts both ranks; Lightning reads them from
     SLURM's variables, it starts no process itself): the weights of trainer=ddp_cpu outside SLURM."""
-    args = [*with_epochs(2), "trainer=ddp_cpu"]
+    args = DDP_CELL
     node = ["hydra/launcher=slurm_node", "hydra.launcher.tasks_per_node=2"]
     code, out = sweep([*node, *args], tmp_path / "sweep", tmp_path / "sweep.log")
     assert code == 0, out[-3000:]
@@ -264,7 +286,7 @@ def test_ddp_on_a_node_takes_its_ranks_from_slurm(tmp_path: Path) -> None:
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in logs[1].read_text()
     run_dir = cell_dir(tmp_path / "sweep")
     assert record(run_dir)["batch"]["world_size"] == 2
-    assert_same_as_unbroken(run_dir, unbroken_run(args, tmp_path))
+    assert_same_as_unbroken(run_dir, unbroken(args, tmp_path_factory))
 
 
 def test_a_cell_failing_for_a_real_reason_is_failed_and_not_requeued(tmp_path: Path) -> None:
