@@ -31,8 +31,8 @@ from vit_locality.run.record import RunRecord
 SHOWN = STORED  # the one convention every report shows distances in
 SHOWN_NAME = "fractions of the image side (unit square)"
 UNITS_NOTE = (
-    f"MAD in {SHOWN_NAME}: each run converted from its own record's stats.units (grid / grid side, pixels / image"
-    " size, diagonal x sqrt 2)"
+    f"MAD in {SHOWN_NAME}, as every record stores it (a record stored in another stats.units is converted once on"
+    " reading: grid / grid side, pixels / image size, diagonal x sqrt 2)"
 )
 CONVERTED = "converted"  # key under attention.final: what was done ({"from", "factor", "note"})
 UNCONVERTIBLE = "unconvertible"  # key under attention.final: why the run's distances were dropped
