@@ -1,7 +1,8 @@
-"""A varied set of cells whose identity hashes and run directory names are saved in tests/data/saved_names.json, so
+"""A varied set of cells whose identity hashes and run directory names are saved in tests/saved_names_expected.py, so
 that a change to how either is computed shows up as a test failure (tests/test_saved_names.py).
 
-`python tests/saved_names.py` rewrites the file from the current code: only when a change of names is intended.
+`python tests/saved_names.py` rewrites the file from the current code (then `ruff format` it): only when a change of
+names is intended.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from vit_locality.config.schema import register_schemas  # noqa: E402
 from vit_locality.config.settings import settings_of  # noqa: E402
 from vit_locality.paths import CONF_DIR  # noqa: E402
 
-SAVED = Path(__file__).parent / "data" / "saved_names.json"
+SAVED = Path(__file__).parent / "saved_names_expected.py"
 TINY = ["data=synthetic", "model=vit_tiny"]
 CELLS: list[list[str]] = [
     [],
@@ -98,10 +99,13 @@ def cell_names(overrides: list[str], typed: bool = False) -> dict[str, str]:
 
 
 def saved() -> list[dict[str, Any]]:
-    return json.loads(SAVED.read_text())
+    from saved_names_expected import SAVED as rows
+
+    return rows
 
 
 if __name__ == "__main__":
     rows = [{"overrides": cell, **cell_names(cell)} for cell in CELLS]
-    SAVED.write_text(json.dumps(rows, indent=1) + "\n")
+    header = SAVED.read_text().split("SAVED = ", 1)[0]
+    SAVED.write_text(f"{header}SAVED = {json.dumps(rows, indent=4)}\n")
     print(f"{len(rows)} cells -> {SAVED}")
