@@ -73,3 +73,20 @@ def test_a_value_out_of_its_range_is_one_line_naming_the_setting(overrides: list
     with pytest.raises(ConfigError) as caught:
         settings_of(cfg)
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_the_settings_outside_the_identity_are_the_fields_marked_so() -> None:
+    """The identity leaves out exactly the marked fields (and Hydra's section, and undeclared Trainer arguments that
+    change no number): removing a mark, or marking a setting that changes a result, changes this set."""
+    from vit_locality.config.identity import NOT_IDENTITY, run_identity
+
+    assert set(NOT_IDENTITY) == {
+        *("hydra", "run_name", "sweep_name", "sweep", "tags", "logger", "callbacks", "startup", "threads"),
+        *("optimized_metric", "ckpt_path", "ckpt_mode", "model.compile", "stats.pictures", "stats.batch_size"),
+        *("data.root", "data.num_workers", "data.download", "data.verify", "data.eval_batch_size"),
+        *("trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy"),
+        *("trainer.log_every_n_steps", "trainer.profiler", "trainer.enable_model_summary", "trainer.detect_anomaly"),
+    }
+    identity = run_identity(compose_config(TINY))
+    assert "data.batch_size" in identity and "stats.every_n_epochs" in identity and "seed" in identity
+    assert not any(key.startswith(("logger", "data.num_workers", "trainer.devices")) for key in identity)

@@ -1,10 +1,11 @@
 """What makes two cells the same cell: the run identity, the data fingerprint, and the settings a directory name
 must show.
 
-The identity is the whole config minus an explicit list of settings that cannot change a result (paths, worker
-counts, loggers, progress display, device placement), so a new setting is part of it unless someone decides
-otherwise: a quick check (`trainer.limit_train_batches=1`) is never mistaken for a full run, and a checkpoint is
-resumed only under the config that wrote it. The fingerprint covers what the config cannot: the data actually read.
+The identity is the whole config minus the settings that cannot change a result (paths, worker counts, loggers,
+progress display, device placement), each marked so on its field in the schema, so a new setting is part of it
+unless someone decides otherwise: a quick check (`trainer.limit_train_batches=1`) is never mistaken for a full run,
+and a checkpoint is resumed only under the config that wrote it. The fingerprint covers what the config cannot:
+the data actually read.
 """
 
 from __future__ import annotations
@@ -21,40 +22,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-# Settings that do not change what a cell computes (dotted keys; a key covers everything below it).
-NOT_IDENTITY = (
-    "hydra",
-    "run_name",
-    "sweep_name",
-    "sweep",
-    "tags",  # labels for W&B and the record
-    "logger",
-    "callbacks",
-    "startup",  # what a cell shows when it starts
-    # The torch thread count changes the order of float sums, hence the last bits and, over many steps, a cell's
-    # numbers, as `trainer.accelerator` and `model.compile` do; like them it is how a cell is computed, not which
-    # cell it is: recorded with the run facts (results.json `threads`), never part of its name or identity.
-    "threads",
-    "optimized_metric",
-    "ckpt_path",  # a start from weights enters as the file's content hash (start_weights), not as its path
-    "ckpt_mode",
-    "data.root",
-    "data.num_workers",
-    "data.download",
-    "data.verify",
-    "data.eval_batch_size",
-    "model.compile",  # the same maths, compiled or not
-    "stats.pictures",
-    "stats.batch_size",  # the probe's statistics do not depend on how its images are batched
-    "trainer.accelerator",
-    "trainer.devices",  # data.batch_size is the global batch whatever the device count
-    "trainer.num_nodes",
-    "trainer.strategy",
-    "trainer.log_every_n_steps",
-    "trainer.profiler",  # measuring where the time goes changes no number
-    "trainer.enable_model_summary",
-    "trainer.detect_anomaly",
-)
+from vit_locality.config.settings import outside_identity_keys
+
+# Settings that do not change what a cell computes (dotted keys; a key covers everything below it): the fields the
+# schema marks OUTSIDE_IDENTITY, and the few keys it does not declare.
+NOT_IDENTITY = outside_identity_keys()
 # Keys (exact) the base of a run directory's name already shows (`<data>_<model>_aa<0|1>_cm<0|1>_ls<eps>_s<seed>`):
 # the data and model choices, the three flags and their presets, the seed; and config groups that only hold settings
 # outside the identity.

@@ -21,7 +21,18 @@ from pydantic import Field
 
 from vit_locality.catalog import DATASETS, GRID_SIZE, POSITION_INITS
 from vit_locality.config.trainer_checks import ACCELERATORS, PRECISIONS, STRATEGIES, limit_allowed, limit_ok
-from vit_locality.config.value_rules import Flag, Int, Number, OneOf, Rule, SafeName, check, is_finite, is_int
+from vit_locality.config.value_rules import (
+    Flag,
+    Int,
+    Number,
+    OneOf,
+    Rule,
+    SafeName,
+    check,
+    is_finite,
+    is_int,
+    outside_identity,
+)
 from vit_locality.protocol import AugConfig, LossConfig, StrChoice
 
 # OmegaConf reads the annotations at runtime and knows `Optional[X]`, not `X | None` on Python 3.10.
@@ -81,12 +92,14 @@ class DataConfig:
 
     name: OneOf(DATASETS) = MISSING
     batch_size: Int(1) = 128
-    eval_batch_size: Rule(
-        lambda v: v is None or (is_int(v) and v >= 1),
-        "an integer >= 1, or null (the training batch size)",
-        Optional[int],
+    eval_batch_size: outside_identity(
+        Rule(
+            lambda v: v is None or (is_int(v) and v >= 1),
+            "an integer >= 1, or null (the training batch size)",
+            Optional[int],
+        )
     ) = 512
-    num_workers: Int(0) = 4  # per-sample workers; unused with on-device data
+    num_workers: outside_identity(Int(0)) = 4  # per-sample workers; unused with on-device data
     # auto (on with CUDA) | true | false: the uint8 splits live on the training device and batches are augmented
     # there (crop, flip, AutoAugment/ColorJitter), no workers.
     on_device: OneOf(ON_OFF_AUTO, "auto (on with CUDA), true or false", Any) = "auto"
@@ -118,9 +131,9 @@ class DataConfig:
 class DownloadableDataConfig(DataConfig):
     """The data sets fetched from an official archive."""
 
-    root: Rule(lambda v: v != "", "a directory path", str) = "${oc.env:VIT_LOCALITY_DATA,data}"  # downloaded here
-    download: Flag() = True
-    verify: Flag() = True  # the official checksums (per file on CIFAR, the archive on Tiny-ImageNet)
+    root: outside_identity(Rule(lambda v: v != "", "a directory path", str)) = "${oc.env:VIT_LOCALITY_DATA,data}"
+    download: outside_identity(Flag()) = True
+    verify: outside_identity(Flag()) = True  # the official checksums (per file on CIFAR, the archive on Tiny-ImageNet)
 
     def __post_init__(self) -> None:
         check(self.name in TRAIN_SIZES, "data.name", self.name, f"one of {', '.join(TRAIN_SIZES)} (an archive's)")
@@ -182,7 +195,7 @@ class ModelConfig:
     dim: Int(1, MAX_DIM) = MISSING
     heads: Int(1) = MISSING
     mlp_ratio: Number("> 0, finite", gt=0) = MISSING
-    compile: OneOf(ON_OFF_AUTO, "auto, true or false", Any) = "auto"
+    compile: outside_identity(OneOf(ON_OFF_AUTO, "auto, true or false", Any)) = "auto"  # the same maths either way
 
     def __post_init__(self) -> None:
         check(self.dim % self.heads == 0, "model.dim", self.dim, f"a multiple of model.heads={self.heads}")
@@ -237,14 +250,17 @@ class TrainerConfig:
     other Trainer argument may be set, by the command line or a debug config; the typed config holds those apart
     (RunSettings.trainer_options), checked against the installed Trainer."""
 
-    accelerator: OneOf(ACCELERATORS) = MISSING
-    devices: Rule(_devices, "an integer >= 1, -1 or auto (every device), or a list of device indices") = MISSING
-    num_nodes: Int(1) = MISSING
-    strategy: OneOf(STRATEGIES) = MISSING
+    accelerator: outside_identity(OneOf(ACCELERATORS)) = MISSING
+    # data.batch_size is the global batch whatever the device count; the process count enters the identity apart
+    devices: outside_identity(
+        Rule(_devices, "an integer >= 1, -1 or auto (every device), or a list of device indices")
+    ) = MISSING
+    num_nodes: outside_identity(Int(1)) = MISSING
+    strategy: outside_identity(OneOf(STRATEGIES)) = MISSING
     max_epochs: Int(1) = MISSING
     # auto, a name (bf16-mixed) or a number (16)
     precision: Rule(lambda v: (str(v) if is_int(v) else v) in PRECISIONS, f"one of {', '.join(PRECISIONS)}") = MISSING
-    log_every_n_steps: Int(1) = MISSING
+    log_every_n_steps: outside_identity(Int(1)) = MISSING
     deterministic: OneOf((True, False, "warn"), DETERMINISTIC_RULE, Any) = MISSING
     check_val_every_n_epoch: Int(1) = MISSING
     gradient_clip_val: Rule(
@@ -309,14 +325,14 @@ class CallbacksConfig:
 class StatsConfig:
     enabled: Flag() = MISSING
     probe_size: Int(1) = MISSING
-    batch_size: Int(1) = MISSING
+    batch_size: outside_identity(Int(1)) = MISSING  # statistics do not depend on how probe images are batched
     every_n_epochs: Int(1) = MISSING
     early_layers: Annotated[int, Field(strict=True)] = (
         MISSING  # in [1, model.depth]: checked with the model (settings.early_layers_rule)
     )
     renormalize: Flag() = MISSING
     units: Units = MISSING
-    pictures: Flag() = MISSING
+    pictures: outside_identity(Flag()) = MISSING
 
 
 @dataclass(frozen=True)
@@ -324,9 +340,9 @@ class TrainRunConfig:
     """The top-level keys of conf/train.yaml typed while composing: where a cell starts from, its thread count. The
     others are typed in the cell's settings (settings.RunSettings)."""
 
-    ckpt_path: Optional[str] = None
-    ckpt_mode: CkptMode = CkptMode.weights
-    threads: Optional[int] = None  # torch's thread count in every cell; null: torch's default (run/threads.py)
+    ckpt_path: outside_identity(Optional[str]) = None
+    ckpt_mode: outside_identity(CkptMode) = CkptMode.weights
+    threads: outside_identity(Optional[int]) = None  # torch's thread count in every cell; null: torch's default
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from vit_locality.config.trainer_checks import (
     validate_devices,
 )
 from vit_locality.config.value_rules import (
+    OUTSIDE_IDENTITY,
     SAFE_NAME_RULE,
     Allowed,
     Flag,
@@ -57,6 +58,7 @@ from vit_locality.config.value_rules import (
     SafeName,
     check,
     integer_rule,
+    outside_identity,
     safe_name,
 )
 from vit_locality.errors import ConfigError
@@ -181,18 +183,21 @@ class RunSettings:
     trainer: Annotated[TrainerConfig, AfterValidator(_on_this_machine)]
     trainer_options: Annotated[dict[str, Any], AfterValidator(check_trainer_options)]
     stats: StatsConfig
-    callbacks: CallbacksConfig
-    logger: LoggerConfig
-    startup: StartupConfig
+    callbacks: outside_identity(CallbacksConfig)
+    logger: outside_identity(LoggerConfig)
+    startup: outside_identity(StartupConfig)  # what a cell shows when it starts
     seed: Int(0, MAX_SEED)
-    sweep: SweepConfig
-    sweep_name: SafeName(Any)
-    run_name: SafeName(Any)
-    threads: Int(1, MAX_THREADS, nullable=True) = None  # torch threads in every cell; null: torch's default
-    tags: Rule(_tags, TAGS_RULE, Any) = ()
-    optimized_metric: Rule(lambda m: m is None or m in RECORD_METRICS, METRIC_RULE, Any) = None
-    ckpt_path: Optional[str] = None
-    ckpt_mode: CkptMode = CkptMode.weights
+    sweep: outside_identity(SweepConfig)
+    sweep_name: outside_identity(SafeName(Any))
+    run_name: outside_identity(SafeName(Any))
+    # The thread count changes the order of float sums, hence a cell's last bits (as the accelerator and
+    # model.compile do): how a cell is computed, recorded with the run facts, not which cell it is.
+    threads: outside_identity(Int(1, MAX_THREADS, nullable=True)) = None  # null: torch's default
+    tags: outside_identity(Rule(_tags, TAGS_RULE, Any)) = ()  # labels for W&B and the record
+    optimized_metric: outside_identity(Rule(lambda m: m is None or m in RECORD_METRICS, METRIC_RULE, Any)) = None
+    # A start from weights enters the identity as the file's content hash (identity.start_checkpoint), not its path.
+    ckpt_path: outside_identity(Optional[str]) = None
+    ckpt_mode: outside_identity(CkptMode) = CkptMode.weights
     # The resolved config as plain data, as composed: the record's `config`, W&B's config, the identity's source.
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -320,3 +325,27 @@ def as_settings(cfg: RunSettings | DictConfig) -> RunSettings:
     """The cell's settings: given, or validated from a composed config (once per process: settings_of), without
     the checks of this machine (a config composed to build or inspect a part, not to start a cell)."""
     return cfg if isinstance(cfg, RunSettings) else settings_of(cfg, check_devices=False)
+
+
+# Keys the schema cannot mark: Hydra's own section, and Trainer arguments it does not declare that change no number.
+UNDECLARED_OUTSIDE_IDENTITY = ("hydra", "trainer.profiler", "trainer.enable_model_summary", "trainer.detect_anomaly")
+
+
+def outside_identity_keys() -> tuple[str, ...]:
+    """Every dotted key marked OUTSIDE_IDENTITY in the schema (a marked section covers its keys), then the
+    undeclared ones: what identity.NOT_IDENTITY holds."""
+    keys: list[str] = []
+
+    def walk(cls: Any, prefix: str) -> None:
+        for name, hint in typing.get_type_hints(cls, include_extras=True).items():
+            key = f"{prefix}{name}"
+            if OUTSIDE_IDENTITY in getattr(hint, "__metadata__", ()):
+                keys.append(key)
+                continue
+            args = (hint, *typing.get_args(hint))
+            sections = [t for t in args if isinstance(t, type) and dataclasses.is_dataclass(t)]
+            for section in VARIANTS.get(key, sections):
+                walk(section, key + ".")
+
+    walk(RunSettings, "")
+    return tuple(dict.fromkeys([*keys, *UNDECLARED_OUTSIDE_IDENTITY]))

@@ -34,6 +34,23 @@ class Allowed:
     below: str | None = None
 
 
+class OutsideIdentity:
+    """Marks a field whose value cannot change what a cell computes (a path, a worker count, a display or logging
+    choice, device placement): the run identity and the directory name leave it out (identity.NOT_IDENTITY is read
+    from these marks). A field without the mark is part of the identity, so a new setting is unless marked."""
+
+    def __repr__(self) -> str:
+        return "OUTSIDE_IDENTITY"
+
+
+OUTSIDE_IDENTITY = OutsideIdentity()
+
+
+def outside_identity(hint: Any) -> Any:
+    """`hint` with the OUTSIDE_IDENTITY mark (`root: outside_identity(str)`)."""
+    return Annotated[hint, OUTSIDE_IDENTITY]
+
+
 class StrChoice(str, Enum):
     """A closed set of names: each member equals its string, and prints and formats as it (`f"{units}"` gives
     `grid`, not `Units.grid`), so code comparing or formatting the setting as a string works unchanged."""
