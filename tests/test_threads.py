@@ -68,6 +68,7 @@ def test_a_cell_builds_its_model_at_the_set_count_and_records_it(
     monkeypatch.setattr(cell, "build_module", counting_build)
     record = run_cell_as_train(compose_config([*CELL, "threads=1"]), tmp_path / "run")
     assert seen == [1] and record["threads"] == 1
+    assert record["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
     assert on_disk["status"] == "complete" and on_disk["threads"] == 1 and on_disk["config"]["threads"] == 1
 
@@ -82,3 +83,14 @@ def test_joblib_workers_use_the_set_count(tmp_path: Path) -> None:
     records = [json.loads(path.read_text()) for path in sorted(sweep.rglob("results.json"))]
     assert len(records) == 2 and all(record["threads"] == 2 for record in records)
     assert all("threads" not in path.parent.name for path in sweep.rglob("results.json"))
+
+
+def test_the_kernels_vector_instructions_are_recorded_as_pinned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ATEN_CPU_CAPABILITY` (what make demo pins to avx2) chooses torch's kernels, and with them the rounding of a
+    cell's numbers: the record says which it computed with."""
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")  # the plain kernels every x86-64 and ARM machine has
+    proc = run_train([*CELL, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["cpu_capability"] == "DEFAULT"

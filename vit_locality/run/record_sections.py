@@ -35,24 +35,14 @@ def identity_sections(settings: RunSettings, identity: str) -> dict[str, Any]:
     }
 
 
-def fingerprint_of(datamodule: ImageDataModule) -> dict[str, Any]:
-    """The data a cell reads: pixels and labels of its training, evaluation and test splits."""
-    return datamodule.fingerprint()
-
-
 def data_change(record: RunRecord, datamodule: ImageDataModule) -> str | None:
     """What differs between the data a complete record was measured on and this data (`the train split's pixels`),
     or None when they are the same. A record without a fingerprint cannot say it was measured on this data."""
     recorded = record.data.get("data_fingerprint")
-    change = data_difference(recorded, fingerprint_of(datamodule))
+    change = data_difference(recorded, datamodule.fingerprint())
     if change is None and "sha256" not in recorded:
         log.warning("%s: its record predates pixel hashes: only its data's sizes and labels compared", record.run_dir)
     return change
-
-
-def same_data(record: RunRecord, datamodule: ImageDataModule) -> bool:
-    """Whether a complete record was measured on this data (`data_change` finds nothing)."""
-    return data_change(record, datamodule) is None
 
 
 def setup_sections(settings: RunSettings, datamodule: ImageDataModule, model: Any) -> dict[str, Any]:
@@ -66,7 +56,7 @@ def setup_sections(settings: RunSettings, datamodule: ImageDataModule, model: An
             "num_train": datamodule.num_train,
             "eval_split": "val" if settings.data.val_size else "test",
         },
-        "data_fingerprint": fingerprint_of(datamodule),
+        "data_fingerprint": datamodule.fingerprint(),
         "protocol": settings.protocol.record(),
         "model": {
             **settings.config["model"],
@@ -76,23 +66,9 @@ def setup_sections(settings: RunSettings, datamodule: ImageDataModule, model: An
         "config": settings.config,
         "versions": environment_versions(),
         "threads": torch.get_num_threads(),  # the count this cell computed with (run/threads.py), set or default
-    }
-
-
-def batch_section(global_batch: int, per_device: int, world_size: int) -> dict[str, Any]:
-    return {"batch": {"global": global_batch, "per_device": per_device, "world_size": world_size}}
-
-
-def measured_on(settings: RunSettings, datamodule: ImageDataModule) -> dict[str, Any]:
-    """How many images the figures beside it come from: val/* and test/* accuracy, and the attention statistics."""
-    arrays = datamodule.arrays
-    assert arrays is not None
-    evaluated = len(datamodule.eval_split()[1])
-    return {
-        "eval_split": "val" if settings.data.val_size else "test",
-        "eval_images": evaluated,
-        "test_images": len(arrays.test_labels),
-        "probe_images": min(settings.stats.probe_size, evaluated) if settings.stats.enabled else 0,
+        # The vector instructions torch's kernels use (AVX2, AVX512, ...): other kernels round differently, so a cell
+        # reproduces bit for bit only at the same capability (ATEN_CPU_CAPABILITY pins it; make demo sets avx2).
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
 
 
@@ -104,10 +80,19 @@ def result_sections(
     test_metrics: dict[str, float],
     timings: dict[str, float],
 ) -> dict[str, Any]:
-    """What a finished cell measured: metrics (accuracy as fractions), on how many images, how long it trained."""
+    """What a finished cell measured: metrics (accuracy as fractions), on how many images (val/* and test/*
+    accuracy, and the attention statistics), how long it trained."""
+    arrays = datamodule.arrays
+    assert arrays is not None
+    evaluated = len(datamodule.eval_split()[1])
     return {
         "metrics": {**val_metrics, **test_metrics},
-        "measured_on": measured_on(settings, datamodule),
+        "measured_on": {
+            "eval_split": "val" if settings.data.val_size else "test",
+            "eval_images": evaluated,
+            "test_images": len(arrays.test_labels),
+            "probe_images": min(settings.stats.probe_size, evaluated) if settings.stats.enabled else 0,
+        },
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,
         "precision": str(trainer.precision),
