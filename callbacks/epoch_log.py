@@ -24,14 +24,6 @@ def epochs_left(trainer: L.Trainer) -> int:
     return left
 
 
-def progress_text(trainer: L.Trainer) -> str:
-    """`epoch 3/200`, and with a step limit the steps done (`epoch 1/200, step 3/3`): what ends the fit."""
-    text = f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
-    if trainer.max_steps and trainer.max_steps > 0:
-        text += f", step {trainer.global_step}/{trainer.max_steps}"
-    return text
-
-
 class EpochLogCallback(Callback):
     def __init__(self) -> None:
         self._started = 0.0
@@ -54,7 +46,10 @@ class EpochLogCallback(Callback):
         shown = ", ".join(f"{k} {float(metrics[k]):.4f}" for k in SHOWN if k in metrics) or "no figures logged"
         left = epochs_left(trainer)
         eta = f", about {duration_text(left * sum(self._seconds) / len(self._seconds))} left" if left else ""
-        log.info("%s (%.1f s%s): %s", progress_text(trainer), now - self._started, eta, shown)
+        progress = f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
+        if trainer.max_steps and trainer.max_steps > 0:  # a step limit: the steps done, as they may end the fit
+            progress += f", step {trainer.global_step}/{trainer.max_steps}"
+        log.info("%s (%.1f s%s): %s", progress, now - self._started, eta, shown)
 
 
 class EpochLineProgress(EpochLogCallback, ProgressBar):

@@ -1,12 +1,10 @@
 """Per-sample AutoAugment for a whole uint8 batch on its own device, distributed exactly like torchvision.
 
 `v2.AutoAugment` draws one sub-policy per call, so a per-sample protocol has to call it image by image in the
-data workers. Here a batch draws its per-image choices at once (`draw`) and `apply` runs each (op, magnitude,
-sign) the policy holds on the whole batch and lets every image take the result of the one it drew (`torch.where`),
-first op then second op: no host reads, so a GPU never waits on the host for it. On a CPU, where host reads cost
-nothing, the default is `grouping="grouped"`: one call per drawn group on just its images, less arithmetic.
-The policy tables, magnitude bins and op dispatch are torchvision's own (`v2.AutoAugment`), called, not copied,
-so the batched path cannot drift from the per-sample one; they are private there, hence reached through `upstream`.
+data workers. Here a batch draws its per-image choices at once (`draw`) and `apply` runs them on the whole batch,
+first op then second op, without host reads on a GPU. The policy tables, magnitude bins and op dispatch are
+torchvision's own (`v2.AutoAugment`, private there, hence reached through `upstream`), called, not copied, so the
+batched path cannot drift from the per-sample one.
 
 Draw order. Per image torchvision calls `torch.randint(n_sub, ())`, then for each of the two ops
 `torch.rand(()) <= p` (skip the op when false) and, only for an applied signed op, `torch.rand(()) <= 0.5`
@@ -71,26 +69,38 @@ class _Table:
     op_id: torch.Tensor  # (P, 2) int64
     prob: torch.Tensor  # (P, 2) float32, compared in float32 like torchvision's `torch.rand(()) <= p`
     signed: torch.Tensor  # (P, 2) bool
+    # Per op slot, every key (op id x 2 + negative) it can draw: signed ops with both signs. Python numbers, so
+    # `select` reads nothing from a device to know them.
+    slot_keys: tuple[tuple[int, ...], ...]
+
+    def run(self, key: int, images: torch.Tensor) -> torch.Tensor:
+        """The op of `key` (op id x 2 + negative) on `images`, through torchvision."""
+        name, bin_ = self.specs[key // 2]
+        magnitude = _magnitude(name, bin_, bool(key % 2), *images.shape[-2:])
+        return apply_autoaugment_op(self.augment, images, name, magnitude)
 
 
 @cache
 def _table(policy: str, device: str) -> _Table:
     """Built once per policy and device from torchvision's own sub-policy list and augmentation space."""
     augment = v2.AutoAugment(autoaugment_policy(policy))
-    sub_policies = autoaugment_sub_policies(augment)
     space = autoaugment_space()
     specs: dict[tuple[str, int | None], int] = {}
     op_id, prob, signed = [], [], []
-    for sub in sub_policies:
+    slot_keys: list[set[int]] = [set() for _ in range(_NUM_OPS)]
+    for sub in autoaugment_sub_policies(augment):
         op_id.append([specs.setdefault((name, bin_), len(specs)) for name, _, bin_ in sub])
         prob.append([p for _, p, _ in sub])
         signed.append([space[name][1] for name, _, _ in sub])
+        for keys, id_, sign in zip(slot_keys, op_id[-1], signed[-1], strict=True):
+            keys.update((id_ * 2, id_ * 2 + 1) if sign else (id_ * 2,))
     return _Table(
         augment=augment,
         specs=tuple(specs),
         op_id=torch.tensor(op_id, dtype=torch.int64, device=device),
         prob=torch.tensor(prob, dtype=torch.float32, device=device),
         signed=torch.tensor(signed, dtype=torch.bool, device=device),
+        slot_keys=tuple(tuple(sorted(keys)) for keys in slot_keys),
     )
 
 
@@ -134,21 +144,6 @@ def _magnitude(name: str, bin_: int | None, negative: bool, height: int, width: 
     return -magnitude if signed and negative else magnitude
 
 
-@cache
-def _slot_keys(policy: str, slot: int) -> tuple[int, ...]:
-    """Every key (op id x 2 + negative) the policy's op `slot` can draw: signed ops with both signs. From the policy's
-    Python lists, not the table's tensors: nothing here is read from a device."""
-    ids: dict[tuple[str, int | None], int] = {}
-    space, keys = autoaugment_space(), set()
-    for sub in autoaugment_sub_policies(v2.AutoAugment(autoaugment_policy(policy))):
-        for name, _, bin_ in sub:
-            op_id = ids.setdefault((name, bin_), len(ids))  # the ids `_table` gives, in the same order
-        name, _, bin_ = sub[slot]
-        op_id = ids[name, bin_]
-        keys.update((op_id * 2, op_id * 2 + 1) if space[name][1] else (op_id * 2,))
-    return tuple(sorted(keys))
-
-
 def _autocontrast(images: torch.Tensor) -> torch.Tensor:
     """torchvision's `autocontrast_image` for uint8 with its arithmetic step for step, but the flat channels' minimum
     and scale replaced by `torch.where` instead of a boolean-mask assignment, which reads the mask's count on the
@@ -164,13 +159,6 @@ def _autocontrast(images: torch.Tensor) -> torch.Tensor:
     return pixels.sub_(minimum).div_(inv_scale).clamp_(0, bound).to(images.dtype)
 
 
-def _op(table: _Table, images: torch.Tensor, name: str, magnitude: float) -> torch.Tensor:
-    """Op `name` through torchvision, but AutoContrast on uint8, whose torchvision kernel syncs (`_autocontrast`)."""
-    if name == "AutoContrast" and images.dtype == torch.uint8:
-        return _autocontrast(images)
-    return apply_autoaugment_op(table.augment, images, name, magnitude)
-
-
 GROUPINGS = ("select", "grouped")
 # The grouping `apply` uses by device type: on a CPU host reads are free and arithmetic is the cost (select did
 # about 11x grouped's work at batch 16), elsewhere (a GPU) a host read stalls the queue: select.
@@ -180,30 +168,24 @@ GROUPING_BY_DEVICE = {"cpu": "grouped"}
 def _grouped(out: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, table: _Table) -> torch.Tensor:
     """One op call per drawn key on the images that drew it: the least work, but the groups' sizes are read by the
     host (`nonzero`, `unique_consecutive`, `tolist`), a sync per call on a GPU."""
-    height, width = out.shape[-2:]
     rows = rows.nonzero().squeeze(1)
     if rows.numel() == 0:
         return out
     keys, order = keys[rows].sort(stable=True)
     group_keys, counts = torch.unique_consecutive(keys, return_counts=True)
     for key, idx in zip(group_keys.tolist(), rows[order].split(counts.tolist()), strict=True):
-        name, bin_ = table.specs[key // 2]
-        out[idx] = apply_autoaugment_op(
-            table.augment, out[idx], name, _magnitude(name, bin_, bool(key % 2), height, width)
-        )
+        out[idx] = table.run(key, out[idx])
     return out
 
 
-def _selected(
-    out: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, table: _Table, slot: int, policy: str
-) -> torch.Tensor:
+def _selected(out: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, table: _Table, slot: int) -> torch.Tensor:
     """Every key the slot can draw applied to the whole batch, each image taking its own key's result with
-    `torch.where`: more arithmetic (one whole-batch call per key), no host read, fixed shapes."""
-    height, width = out.shape[-2:]
+    `torch.where`: more arithmetic (one whole-batch call per key), no host read, fixed shapes. AutoContrast on uint8
+    runs as `_autocontrast`: torchvision's kernel syncs."""
     result = out
-    for key in _slot_keys(policy, slot):
-        name, bin_ = table.specs[key // 2]
-        candidate = _op(table, out, name, _magnitude(name, bin_, bool(key % 2), height, width))
+    for key in table.slot_keys[slot]:
+        autocontrast = table.specs[key // 2][0] == "AutoContrast" and out.dtype == torch.uint8
+        candidate = _autocontrast(out) if autocontrast else table.run(key, out)
         pick = (rows & (keys == key)).view(-1, 1, 1, 1)
         result = torch.where(pick, candidate, result)
     return result
@@ -214,10 +196,8 @@ def apply(images: torch.Tensor, draws: AutoAugmentDraws, grouping: str | None = 
     `torch.where`: no host reads, the GPU path) or `grouped` (one op call per drawn (op, magnitude, sign) group:
     less arithmetic, but host reads); by default the device's (`GROUPING_BY_DEVICE`). The two give the same pixels.
 
-    The ops run with `v2.AutoAugment(policy)`'s own interpolation and fill (nearest, black), the ones the
-    per-sample transform uses, and with autocast off, as in the data workers, so both paths produce the same pixels
-    even when called inside a mixed-precision training step. Images whose op is not applied stay as they are; the
-    input batch is not modified.
+    The ops run with the per-sample transform's interpolation and fill (nearest, black) and with autocast off, so
+    both paths produce the same pixels. Images whose op is not applied stay as they are; the input is not modified.
     """
     if images.ndim != 4:
         raise ValueError(f"expected a (B, C, H, W) batch, got shape {tuple(images.shape)}")
@@ -241,7 +221,7 @@ def apply(images: torch.Tensor, draws: AutoAugmentDraws, grouping: str | None = 
             if grouping == "grouped":
                 out = _grouped(out, draws.applied[:, k], keys, table)
             else:
-                out = _selected(out, draws.applied[:, k], keys, table, k, draws.policy)
+                out = _selected(out, draws.applied[:, k], keys, table, k)
     return out
 
 

@@ -1,23 +1,16 @@
-"""Batch mixing on the device: `mix_batch`, the one entry point the LightningModule calls, does what the
-protocol asks of a batch.
+"""Batch mixing on the device: `mix_batch`, the one entry point the LightningModule calls.
 
-CutMix (Yun et al. 2019), with lambda corrected to the pasted area: one Beta(alpha, alpha) draw per batch sets the
-box; each image's partner is given by a random permutation. The soft targets put (1 - lambda) on the partner's
-label, lambda being the share of the image that is kept.
+CutMix (Yun et al. 2019) pastes into every image one box of its partner (a random permutation), the box's size set
+by one Beta(alpha, alpha) draw per batch; lambda, the share of the image kept, is corrected to the pasted area. MixUp
+(Zhang et al. 2018), CutMix's spatially global control, blends every image whole with its partner: lambda x own +
+(1 - lambda) x partner. The soft targets mix the labels with the same weights. A protocol runs one of the two, never
+both (Protocol.validate refuses it); label smoothing happens once, in the loss. Every draw uses torch's global
+generator of the batch's device, which the run reseeds per epoch (exact resume).
 
-MixUp (Zhang et al. 2018), CutMix's spatially global control: one Beta(alpha, alpha) lambda per batch, each image
-blended whole with its partner (a random permutation), lambda x own + (1 - lambda) x partner, images and targets
-alike. A protocol runs one of the two, never both (Protocol.validate refuses it).
-
-Label smoothing is not applied here: it happens once, in the loss. Every draw uses torch's global generator of the
-batch's device, which the run reseeds per epoch (exact resume).
-
-No host reads. On a GPU a Python number read from a tensor makes the host wait for the device, once per batch: the
-lambdas, boxes, partners and the per-batch CutMix coin (`aug.cutmix_prob`) are drawn on the batch's device and stay
-tensors; a batch the coin leaves unmixed is selected with `torch.where`, not skipped by a Python branch (so with
-`cutmix_prob < 1` every batch draws CutMix's lambda, box and partners, used or not). The results' `lam` and `box`
-read the host only when asked (tests, reports). Lambda is `Beta(alpha, alpha)` drawn as torch's `Beta.sample` draws
-it (the first component of a Dirichlet), so on a CPU a cell with `cutmix_prob=1` keeps the stream it always had.
+No host reads (on a GPU each one stalls the step): the lambdas, boxes, partners and the per-batch CutMix coin
+(`aug.cutmix_prob`) stay tensors on the batch's device, and a batch the coin leaves unmixed is selected with
+`torch.where`, so with `cutmix_prob < 1` every batch draws CutMix's lambda, box and partners, used or not. Lambda is
+drawn as torch's `Beta.sample` draws it, so on a CPU a cell with `cutmix_prob=1` keeps the stream it always had.
 """
 
 from __future__ import annotations
@@ -68,11 +61,7 @@ def cutmix_batch(
     lam: float | torch.Tensor | None = None,
 ) -> CutMixResult:
     """Paste one box from a permuted copy of the batch into every image; return images and soft targets.
-
-    `lam` fixes the drawn lambda (tests); otherwise it is drawn from Beta(alpha, alpha) with torch's global
-    generator, so `seed` makes runs reproducible. Box and partners are drawn on the batch's device; the box is a
-    mask applied with `torch.where`, so nothing here reads the host.
-    """
+    `lam` fixes the drawn lambda (tests)."""
     batch, _, height, width = images.shape
     device = images.device
     drawn = _beta(alpha, device).double() if lam is None else torch.as_tensor(lam, dtype=torch.float64, device=device)
@@ -117,7 +106,7 @@ def mixup_batch(
     """Blend every image with a permuted copy of the batch; return the blended images and soft targets.
 
     The uint8 batch becomes float32 (a blend has fractional values); normalising afterwards is affine, so it commutes
-    with the blend. `lam` fixes the drawn lambda (tests); otherwise it is drawn from Beta(alpha, alpha)."""
+    with the blend. `lam` fixes the drawn lambda (tests)."""
     device = images.device
     wide = _beta(alpha, device).double() if lam is None else torch.as_tensor(lam, dtype=torch.float64, device=device)
     weight, rest = wide.to(torch.float32), (1.0 - wide).to(torch.float32)  # each rounded from float64

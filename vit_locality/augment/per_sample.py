@@ -13,6 +13,8 @@ from torchvision.transforms import v2
 
 from vit_locality.catalog import AUTOAUGMENT_POLICIES, COLORJITTER
 
+COLORJITTER_STRENGTH = 0.4  # brightness, contrast and saturation, on both data paths (data/on_device.py)
+
 
 def autoaugment_policy(name: str) -> v2.AutoAugmentPolicy:
     """torchvision's enum for one of `catalog.AUTOAUGMENT_POLICIES`, whose values are those very names."""
@@ -29,7 +31,8 @@ def build_train_transform(image_size: int, autoaug: bool, policy: str) -> v2.Com
     ]
     if autoaug:
         if policy == COLORJITTER:
-            steps.append(v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4))
+            strength = COLORJITTER_STRENGTH
+            steps.append(v2.ColorJitter(brightness=strength, contrast=strength, saturation=strength))
         else:
             steps.append(v2.AutoAugment(autoaugment_policy(policy)))
     return v2.Compose(steps)

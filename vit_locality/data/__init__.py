@@ -29,11 +29,9 @@ def _load(path: str) -> type[ImageDataModule]:
 def datamodule_class(name: str) -> type[ImageDataModule]:
     """The datamodule class `data.name` selects, its module imported now; an unknown name is a ValueError listing
     the known ones."""
-    try:
-        path = DATAMODULES[name]
-    except KeyError:
-        raise ValueError(f"data.name={name!r}: allowed values are {', '.join(DATAMODULES)}") from None
-    return _load(path)
+    if name not in DATAMODULES:
+        raise ValueError(f"data.name={name!r}: allowed values are {', '.join(DATAMODULES)}")
+    return _load(DATAMODULES[name])
 
 
 def __getattr__(attr: str) -> Any:

@@ -233,9 +233,7 @@ class ImageDataModule(L.LightningDataModule):
 
     @property
     def num_train(self) -> int:
-        self._loaded_arrays()
-        assert self._train_index is not None
-        return len(self._train_index)
+        return len(self._loaded_arrays().train_labels) - self.val_size
 
     def eval_split(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Images and labels of the evaluation split (held-out val when `val_size` > 0, else the test set)."""
@@ -329,24 +327,16 @@ class ImageDataModule(L.LightningDataModule):
         skips the positions of the batches all processes trained: batches x per-process batch x processes).
         While Lightning overfits (`trainer.overfit_batches`), every epoch gets the same images in data set order,
         unaugmented (augment/fixed_batches.py)."""
-        _, world_size, rank = self._placement()
+        _, world, rank = self._placement()
         done, self.start_batches = self.start_batches, 0  # a loader built later starts its epoch whole
         fixed = fixed_batches(self.trainer)
         if fixed:
             log.info(FIXED_BATCHES_LINE, self.trainer.overfit_batches)
         if self.on_device:
-            images, labels = self.device_arrays().train
             augment = None if fixed else self.batch_augment
+            train = self.device_arrays().train
             loader = DeviceTrainLoader(
-                images,
-                labels,
-                self.batch_size,
-                self.seed,
-                augment,
-                self.start_epoch,
-                world_size,
-                rank,
-                shuffle=not fixed,
+                *train, self.batch_size, self.seed, augment, self.start_epoch, world, rank, shuffle=not fixed
             )
             loader.resume_from(self.start_epoch, done)
             return loader
@@ -354,15 +344,14 @@ class ImageDataModule(L.LightningDataModule):
             dataset = UInt8ImageDataset(*self._train_split())
             return self._loader(dataset, self.batch_size, SequentialSampler(dataset))
         dataset = UInt8ImageDataset(*self._train_split(), self.train_transform)
-        sampler = EpochShardSampler(dataset, self.seed, self.start_epoch, num_replicas=world_size, rank=rank)
-        sampler.resume_from(self.start_epoch, done * self.batch_size * world_size)
+        sampler = EpochShardSampler(dataset, self.seed, self.start_epoch, num_replicas=world, rank=rank)
+        sampler.resume_from(self.start_epoch, done * self.batch_size * world)
         return self._loader(dataset, self.batch_size, sampler)
 
     def val_dataloader(self) -> DataLoader | DeviceEvalLoader:
         if self.on_device:
             return DeviceEvalLoader(*self.device_arrays().evaluation, self.eval_batch_size, *self._placement()[1:])
-        images, labels = self.eval_split()
-        return self._loader(UInt8ImageDataset(images, labels), self.eval_batch_size)
+        return self._loader(UInt8ImageDataset(*self.eval_split()), self.eval_batch_size)
 
     def test_dataloader(self) -> DataLoader | DeviceEvalLoader:
         if self.on_device:

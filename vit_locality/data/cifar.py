@@ -1,4 +1,4 @@
-"""CIFAR-10 and CIFAR-100 from the official python pickles, without torchvision's loader.
+"""CIFAR-10 and CIFAR-100 from the official python pickles, with torchvision's file lists but not its loader.
 
 torchvision's CIFAR classes unpickle with plain `pickle` and refuse any file whose md5 is not the official
 one, which rules out fake files in tests. Here `verify=True` keeps the md5 checks for real data,
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from torchvision.datasets import CIFAR10, CIFAR100
 
 from vit_locality.data.base import DataError, ImageArrays
-from vit_locality.data.download import ArchiveSpec, check_file
-from vit_locality.data.downloadable import DownloadableDataModule
+from vit_locality.data.download import ArchiveSpec, DownloadableDataModule, check_file
 from vit_locality.data.safe_pickle import load_pickle
 
 _PIXELS = 3 * 32 * 32
@@ -60,21 +60,22 @@ class _CifarDataModule(DownloadableDataModule):
                     hint=f"the file is corrupted or incomplete: {self.redo_hint(path)}",
                 )
         class_names = self._read_names(self.folder / self.layout.meta)
-        train = [self._read_batch(self.folder / name) for name in self.layout.train]
-        test = [self._read_batch(self.folder / name) for name in self.layout.test]
-        return ImageArrays(
-            train_images=torch.from_numpy(np.concatenate([images for images, _ in train])),
-            train_labels=torch.from_numpy(np.concatenate([labels for _, labels in train])),
-            test_images=torch.from_numpy(np.concatenate([images for images, _ in test])),
-            test_labels=torch.from_numpy(np.concatenate([labels for _, labels in test])),
-            class_names=class_names,
-        )
+        train, test = self._read_split(self.layout.train), self._read_split(self.layout.test)
+        return ImageArrays(*train, *test, class_names=class_names)
 
-    def _read_names(self, path: Path) -> list[str]:
+    def _read_split(self, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels = zip(*(self._read_batch(self.folder / name) for name in names), strict=True)
+        return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
+
+    def _load(self, path: Path, kind: str) -> tuple[Any, str]:
+        """The unpickled `kind` file, and the hint that says how to replace it."""
         redo = self.redo_hint(path)
         if not path.is_file():
-            raise DataError(f"{self.name}: meta file {path} is missing; {redo}")
-        meta = load_pickle(path, hint=redo)
+            raise DataError(f"{self.name}: {kind} file {path} is missing; {redo}")
+        return load_pickle(path, hint=redo), redo
+
+    def _read_names(self, path: Path) -> list[str]:
+        meta, redo = self._load(path, "meta")
         key = self.layout.names_key
         names = meta.get(key) if isinstance(meta, dict) else None
         if not isinstance(names, list) or len(names) != self.num_classes:
@@ -89,10 +90,7 @@ class _CifarDataModule(DownloadableDataModule):
 
         A row is the R plane, then G, then B, each 32 x 32 row-major, so a plain reshape gives (3, 32, 32).
         """
-        redo = self.redo_hint(path)
-        if not path.is_file():
-            raise DataError(f"{self.name}: batch file {path} is missing; {redo}")
-        batch = load_pickle(path, hint=redo)
+        batch, redo = self._load(path, "batch")
         key = self.layout.label_key
         if not isinstance(batch, dict) or "data" not in batch or key not in batch:
             raise DataError(f"{path}: expected a dict with 'data' and {key!r}; {redo}")
@@ -116,6 +114,21 @@ class _CifarDataModule(DownloadableDataModule):
         return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 
+def _official(dataset: type[CIFAR10], size: int, label_key: str) -> tuple[ArchiveSpec, CifarLayout]:
+    """The archive and extracted files torchvision's class lists, with their md5s; the archive's size is ours."""
+    meta = dataset.meta
+    archive = ArchiveSpec(dataset.url, dataset.filename, size, dataset.tgz_md5, dataset.base_folder)
+    layout = CifarLayout(
+        train=tuple(name for name, _ in dataset.train_list),
+        test=tuple(name for name, _ in dataset.test_list),
+        meta=meta["filename"],
+        md5=dict(dataset.train_list + dataset.test_list + [[meta["filename"], meta["md5"]]]),
+        label_key=label_key,
+        names_key=meta["key"],
+    )
+    return archive, layout
+
+
 class CIFAR10DataModule(_CifarDataModule):
     """CIFAR-10: 50k train / 10k test, 32 px, 10 classes."""
 
@@ -123,29 +136,7 @@ class CIFAR10DataModule(_CifarDataModule):
     num_classes = 10
     mean = (0.4914, 0.4822, 0.4465)
     std = (0.2470, 0.2435, 0.2616)
-    archive = ArchiveSpec(
-        url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-        filename="cifar-10-python.tar.gz",
-        size=170_498_071,
-        md5="c58f30108f718f92721af3b95e74349a",
-        folder="cifar-10-batches-py",
-    )
-    layout = CifarLayout(
-        train=tuple(f"data_batch_{i}" for i in range(1, 6)),
-        test=("test_batch",),
-        meta="batches.meta",
-        md5={
-            "data_batch_1": "c99cafc152244af753f735de768cd75f",
-            "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
-            "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
-            "data_batch_4": "634d18415352ddfa80567beed471001a",
-            "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
-            "test_batch": "40351d587109b95175f43aff81a1287e",
-            "batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
-        },
-        label_key="labels",
-        names_key="label_names",
-    )
+    archive, layout = _official(CIFAR10, size=170_498_071, label_key="labels")
 
 
 class CIFAR100DataModule(_CifarDataModule):
@@ -155,22 +146,4 @@ class CIFAR100DataModule(_CifarDataModule):
     num_classes = 100
     mean = (0.5071, 0.4865, 0.4409)
     std = (0.2673, 0.2564, 0.2762)
-    archive = ArchiveSpec(
-        url="https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
-        filename="cifar-100-python.tar.gz",
-        size=169_001_437,
-        md5="eb9058c3a382ffc7106e4002c42a8d85",
-        folder="cifar-100-python",
-    )
-    layout = CifarLayout(
-        train=("train",),
-        test=("test",),
-        meta="meta",
-        md5={
-            "train": "16019d7e3df5f24257cddd939b257f8d",
-            "test": "f0ef6b0ae62326f3e7ffdfab6717acfc",
-            "meta": "7973b15100ade9c7d40fb424638fde48",
-        },
-        label_key="fine_labels",
-        names_key="fine_label_names",
-    )
+    archive, layout = _official(CIFAR100, size=169_001_437, label_key="fine_labels")

@@ -1,4 +1,4 @@
-"""Download, verify and safely extract the official data archives.
+"""Download, verify and safely extract the official data archives, for the datamodules built on them.
 
 torchvision fetches (`download_url`) and hashes (`calculate_md5`); this module adds what torchvision lacks:
 - a partial or unverified download never appears under the archive's name (torchvision writes in place);
@@ -21,13 +21,14 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
+from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from torchvision.datasets.utils import calculate_md5, download_url
 
-from vit_locality.data.base import DataError
+from vit_locality.data.base import DataError, ImageDataModule
 from vit_locality.errors import first_line
 
 # tarfile's "data" extraction filter: Python 3.12+, back-ported to 3.8.17, 3.9.17, 3.10.12 and 3.11.4.
@@ -95,38 +96,6 @@ def download_archive(url: str, dest: Path, *, size: int | None = None, md5: str 
         os.replace(fetched, dest)
 
 
-def fetch_and_extract(
-    spec: ArchiveSpec, root: Path, *, dataset: str, download: bool, verify: bool, missing: Path
-) -> None:
-    """Extract the archive into `root`, downloading it first if it is absent and `download` is on.
-
-    `missing` is the file whose absence brought us here; it is named in the error so the user knows what
-    was looked for, next to the URL and where to put the archive when fetching it by hand.
-    """
-    archive = root / spec.filename
-    place = f"place {spec.filename} in {root}/ and re-run"
-    if not archive.is_file():
-        if not download:
-            raise DataError(f"{dataset}: {missing} not found and download is off; fetch {spec.url} by hand, {place}")
-        try:
-            download_archive(spec.url, archive, size=spec.size if verify else None, md5=spec.md5 if verify else None)
-        except DataError:
-            raise
-        except (OSError, ValueError, http.client.HTTPException) as err:
-            raise DataError(
-                f"{dataset}: {missing} not found and downloading {spec.url} failed ({first_line(err)}); "
-                f"fetch it by hand, {place}"
-            ) from None
-    elif verify:
-        check_file(
-            archive,
-            md5=spec.md5,
-            size=spec.size,
-            hint="it is not the official archive: delete it and re-run to download it again",
-        )
-    safe_extract(archive, root)
-
-
 def _refuse(archive: Path, member: str, reason: str) -> NoReturn:
     raise DataError(f"{archive}: refusing to extract member {member!r}: {reason}")
 
@@ -158,16 +127,12 @@ class _UnpackedSize:
         )
 
 
-def _refuse_absolute(archive: Path, name: str) -> None:
+def _check_destination(archive: Path, target: Path, name: str, is_dir: bool) -> None:
+    """Refuse a member whose path is absolute or lands outside `target` (already resolved)."""
     posix = name.replace("\\", "/")
     if posix.startswith("/") or re.match(r"^[A-Za-z]:", posix):
         _refuse(archive, name, "absolute path")
-
-
-def _check_destination(archive: Path, target: Path, name: str, is_dir: bool) -> None:
-    """Refuse a member whose path is absolute or lands outside `target` (already resolved)."""
-    _refuse_absolute(archive, name)
-    dest = (target / name.replace("\\", "/")).resolve()
+    dest = (target / posix).resolve()
     if not (target in dest.parents or (is_dir and dest == target)):
         _refuse(archive, name, f"its path escapes {target}")
 
@@ -194,53 +159,31 @@ def _checked_tar_members(archive: Path, tar: tarfile.TarFile, target: Path) -> l
     return members
 
 
-def _check_zip_member(archive: Path, info: zipfile.ZipInfo) -> None:
-    """Refuse what zipfile would fail on halfway through (encryption, an unknown method) and zip bombs."""
-    if info.flag_bits & _ZIP_ENCRYPTED:
-        _refuse(archive, info.filename, "it is encrypted")
-    if info.compress_type not in _ZIP_METHODS:
-        _refuse(
-            archive,
-            info.filename,
-            f"it uses compression method {info.compress_type}, not one of {', '.join(_ZIP_METHODS.values())}",
-        )
-    if info.file_size > ZIP_RATIO_CHECKED_FROM and info.file_size > MAX_ZIP_RATIO * info.compress_size:
-        _refuse(
-            archive,
-            info.filename,
-            f"it unpacks {info.compress_size} bytes to {info.file_size}, over {MAX_ZIP_RATIO} times as many (the "
-            "limit)",
-        )
-
-
 def _checked_zip_members(archive: Path, zf: zipfile.ZipFile, target: Path) -> list[zipfile.ZipInfo]:
-    """zipfile has no extraction filter: every member, checked here before anything is written."""
+    """zipfile has no extraction filter: every member, checked here before anything is written. Encryption and an
+    unknown method are refused because zipfile would fail on them halfway through."""
     members = []
     unpacked = _UnpackedSize(archive)
     for info in zf.infolist():
         unpacked.add(info.file_size)
-        _check_zip_member(archive, info)
+        name, size, packed = info.filename, info.file_size, info.compress_size
+        if info.flag_bits & _ZIP_ENCRYPTED:
+            _refuse(archive, name, "it is encrypted")
+        if info.compress_type not in _ZIP_METHODS:
+            methods = ", ".join(_ZIP_METHODS.values())
+            _refuse(archive, name, f"it uses compression method {info.compress_type}, not one of {methods}")
+        if size > ZIP_RATIO_CHECKED_FROM and size > MAX_ZIP_RATIO * packed:
+            _refuse(
+                archive, name, f"it unpacks {packed} bytes to {size}, over {MAX_ZIP_RATIO} times as many (the limit)"
+            )
         kind = stat.S_IFMT(info.external_attr >> 16)
         if kind == stat.S_IFLNK:
-            _refuse(archive, info.filename, "it is a symlink")
+            _refuse(archive, name, "it is a symlink")
         if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
-            _refuse(archive, info.filename, "it is a special file")
-        _check_destination(archive, target, info.filename, info.is_dir())
+            _refuse(archive, name, "it is a special file")
+        _check_destination(archive, target, name, info.is_dir())
         members.append(info)
     return members
-
-
-def _extract_zip(archive: Path, target: Path) -> None:
-    with zipfile.ZipFile(archive) as zf:
-        zf.extractall(target, members=_checked_zip_members(archive, zf, target))
-
-
-def _extract_tar(archive: Path, target: Path) -> None:
-    with tarfile.open(archive, "r:*") as tar:
-        members = _checked_tar_members(archive, tar, target)
-        # The data filter also drops setuid and group or other write bits from what it writes.
-        data_only = {"filter": _TAR_DATA_FILTER} if _TAR_DATA_FILTER is not None else {}
-        tar.extractall(target, members=members, **data_only)
 
 
 def safe_extract(archive: Path, target: Path) -> None:
@@ -250,9 +193,14 @@ def safe_extract(archive: Path, target: Path) -> None:
     resolved = target.resolve()
     try:
         if zipfile.is_zipfile(archive):
-            _extract_zip(archive, resolved)
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(resolved, members=_checked_zip_members(archive, zf, resolved))
         elif tarfile.is_tarfile(archive):
-            _extract_tar(archive, resolved)
+            with tarfile.open(archive, "r:*") as tar:
+                members = _checked_tar_members(archive, tar, resolved)
+                # The data filter also drops setuid and group or other write bits from what it writes.
+                data_only = {"filter": _TAR_DATA_FILTER} if _TAR_DATA_FILTER is not None else {}
+                tar.extractall(resolved, members=members, **data_only)
         else:
             raise DataError(f"{archive}: not a tar or zip archive; delete it and re-run to download it again")
     except DataError:
@@ -263,3 +211,91 @@ def safe_extract(archive: Path, target: Path) -> None:
             f"{archive}: extraction into {target} failed ({first_line(err)}); if the archive is corrupted, "
             "delete it and re-run to download it again"
         ) from None
+
+
+class DownloadableDataModule(ImageDataModule):
+    """The base of the data sets that come as one official archive (CIFAR-10/100, Tiny-ImageNet): their files are
+    extracted from `archive` into `<root>/<archive.folder>`; a subclass names its archive and the files it needs.
+
+    `download`: fetch and extract the official archive into `root` when a required file is missing.
+    `verify`: check the archive's size and md5 before extracting it; subclasses may check their files too.
+    With `verify=False` files load as they are, which is how tests load the fake files they write.
+    """
+
+    archive: ClassVar[ArchiveSpec]
+
+    def __init__(self, download: bool = True, verify: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.download = download
+        self.verify = verify
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.root) / self.archive.folder
+
+    @abstractmethod
+    def required_files(self) -> tuple[Path, ...]:
+        """The files whose absence means the archive has to be (fetched and) extracted."""
+
+    def _refuse_linked_folder(self, missing: Path) -> NoReturn:
+        """A symlinked data set folder (`data/cifar-10-batches-py -> /shared/...`) is used as it is, never
+        extracted into: the archive would write through the link into a copy others share, and tarfile's data
+        filter refuses that anyway as a path that escapes `root`. Say which link and which target is wrong."""
+        link, target = self.folder, os.readlink(self.folder)
+        if not self.folder.exists():
+            problem = "which does not exist: mount or restore it"
+        elif not self.folder.is_dir():
+            problem = "which is not a folder: point the link at the data set folder"
+        else:
+            problem = f"which lacks {missing.relative_to(link)}: complete the shared copy"
+        raise DataError(
+            f"{self.name}: {link} is a symlink to {target}, {problem}, or remove the link to have the data set "
+            f"extracted into {self.root}"
+        )
+
+    def redo_hint(self, path: Path | None = None) -> str:
+        """How to get a clean copy: delete `path` (a required file, so it is extracted again) or the folder."""
+        if path is None:
+            return f"delete {self.folder} and re-run to extract or download it again"
+        return f"delete {path} (or all of {self.folder}) and re-run to download it again"
+
+    def prepare_data(self) -> None:
+        """Download and extract once per node (Lightning calls this on one process only)."""
+        self.ensure_extracted()
+
+    def ensure_extracted(self) -> None:
+        """Make sure every required file exists, extracting (and if allowed downloading) the archive otherwise.
+        The error for an absent archive names the first missing file, the URL and where to put the archive."""
+        missing = [path for path in self.required_files() if not path.is_file()]
+        if not missing:
+            return
+        if self.folder.is_symlink():
+            self._refuse_linked_folder(missing[0])
+        spec, root = self.archive, Path(self.root)
+        archive = root / spec.filename
+        place = f"place {spec.filename} in {root}/ and re-run"
+        if not archive.is_file():
+            if not self.download:
+                raise DataError(
+                    f"{self.name}: {missing[0]} not found and download is off; fetch {spec.url} by hand, {place}"
+                )
+            try:
+                official = {"size": spec.size, "md5": spec.md5} if self.verify else {}
+                download_archive(spec.url, archive, **official)
+            except DataError:
+                raise
+            except (OSError, ValueError, http.client.HTTPException) as err:
+                raise DataError(
+                    f"{self.name}: {missing[0]} not found and downloading {spec.url} failed ({first_line(err)}); "
+                    f"fetch it by hand, {place}"
+                ) from None
+        elif self.verify:
+            hint = "it is not the official archive: delete it and re-run to download it again"
+            check_file(archive, md5=spec.md5, size=spec.size, hint=hint)
+        safe_extract(archive, root)
+        for path in missing:
+            if not path.is_file():
+                raise DataError(
+                    f"{self.name}: {path} is missing even after extracting {archive}: the "
+                    "archive is not the official one; delete it and re-run to download it again"
+                )

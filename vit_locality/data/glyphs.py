@@ -38,10 +38,9 @@ SEGMENTS = {
 }
 MIRROR = str.maketrans("bcef", "fecb")
 # Ten glyphs, each at least two segments away from every other even after either is mirrored (the training flip
-# mirrors half the images), and none the mirror image of another. The first set (the digits 0-9 with H for 5)
-# had six pairs one segment apart (0/8, 8/9, 6/8, 1/7, 3/9, 4/H): a vit_tiny then spent its few hundred demo
-# steps on single segments and reached 53-67% (docs/demo_design.md). Some pairs are two segments apart; 2 and 3,
-# which differ in whether the upper and lower uprights sit on one side or on opposite sides, stay the hardest.
+# mirrors half the images), and none the mirror image of another: a short demo run would otherwise learn single
+# segments (docs/demo_design.md). 2 and 3, which differ in whether the upper and lower uprights sit on one side or
+# on opposite sides, are the hardest pair.
 CLASS_SEGMENTS = {
     "-": "g",
     "0": "abcdef",
@@ -61,12 +60,6 @@ GLYPH_ASPECT = (0.5, 0.7)  # width / height, drawn uniformly in this range
 def mirrored(segments: str) -> str:
     """The glyph's segments after a left-right flip, sorted."""
     return "".join(sorted(segments.translate(MIRROR)))
-
-
-def segment_table() -> torch.Tensor:
-    """(classes, 7) 0/1: which of the segments a..g each class draws."""
-    names = list(SEGMENTS)
-    return torch.tensor([[float(s in CLASS_SEGMENTS[c]) for s in names] for c in CLASS_NAMES])
 
 
 def _segment_distance(points: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
@@ -122,7 +115,8 @@ def generate_glyphs(
     coords = torch.arange(image_size, dtype=torch.float32) + 0.5
     ys, xs = torch.meshgrid(coords, coords, indexing="ij")
     points = torch.stack([xs, ys], dim=-1)
-    active = segment_table()[labels]  # (N, 7)
+    table = torch.tensor([[float(s in CLASS_SEGMENTS[c]) for s in SEGMENTS] for c in CLASS_NAMES])
+    active = table[labels]  # (N, 7) 0/1: which of the segments a..g each image draws
     half = (stroke / 2).view(-1, 1, 1)
     canvas = torch.zeros(count, image_size, image_size)
     for chunk in range(0, count, 256):

@@ -29,12 +29,12 @@ from torch.utils.data import SequentialSampler
 from vit_locality.augment.batched_autoaugment import AutoAugmentDraws
 from vit_locality.augment.batched_autoaugment import apply as apply_autoaugment
 from vit_locality.augment.batched_autoaugment import draw as draw_autoaugment
+from vit_locality.augment.per_sample import COLORJITTER_STRENGTH
 from vit_locality.catalog import COLORJITTER
 from vit_locality.data.sampling import ResumableEpoch
 from vit_locality.run.seeding import sample_seed
 
 ON_DEVICE_SETTINGS = ("auto", True, False)
-COLORJITTER_STRENGTH = 0.4  # brightness, contrast and saturation, as transforms.build_train_transform
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -101,12 +101,6 @@ def draw_color_jitter(
     return ColorJitterDraws(order, factors)
 
 
-def _luma(images: torch.Tensor) -> torch.Tensor:
-    """ITU-R 601 grey level in float32, floored as torchvision floors it for uint8 images: (B, 1, H, W)."""
-    r, g, b = images.unbind(dim=1)
-    return r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).floor_().unsqueeze(1)
-
-
 def _blend(images: torch.Tensor, other: torch.Tensor | float, factor: torch.Tensor) -> torch.Tensor:
     """factor x image + (1 - factor) x other, clamped and truncated to uint8, rounded as torchvision's
     `image.mul(f).add_(other, alpha=1 - f)`: both weights are float32 roundings of float64 values, the product with
@@ -129,7 +123,8 @@ def color_jitter(images: torch.Tensor, draws: ColorJitterDraws) -> torch.Tensor:
         op = order[:, slot]
         factor = factors.gather(1, op.unsqueeze(1)).squeeze(1)
         bright = _blend(out, 0.0, factor)
-        grey = _luma(out)
+        r, g, b = out.unbind(dim=1)  # ITU-R 601 grey level in float32, floored as torchvision floors it for uint8
+        grey = r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).floor_().unsqueeze(1)
         contrast = _blend(out, grey.mean(dim=(1, 2, 3), keepdim=True), factor)
         saturation = _blend(out, grey, factor)
         pick = op.view(-1, 1, 1, 1)
@@ -198,15 +193,13 @@ class DeviceTrainLoader(ResumableEpoch):
 
     def __iter__(self) -> Iterator[Batch]:
         device = self.images.device
+        global_batch = self.batch_size * self.num_replicas
         if self.shuffle:
             skipped, order = self.next_shard(len(self.labels))
         else:
-            skipped, order = (
-                0,
-                torch.arange(len(self) * self.batch_size * self.num_replicas)[self.rank :: self.num_replicas],
-            )
+            skipped, order = 0, torch.arange(len(self) * global_batch)[self.rank :: self.num_replicas]
         order = order.to(device)
-        first = skipped // (self.batch_size * self.num_replicas)
+        first = skipped // global_batch
         generator = torch.Generator(device=device)
         for step in range(first, len(self)):
             at = (step - first) * self.batch_size
@@ -245,14 +238,8 @@ class DeviceArrays:
 
     def __init__(self, device: torch.device, train: Batch, evaluation: Batch, test: Batch) -> None:
         self.device = device
-        copies: dict[int, torch.Tensor] = {}  # evaluation is the test set unless data.val_size: copy it once
-
-        def put(tensor: torch.Tensor) -> torch.Tensor:
-            key = id(tensor)
-            if key not in copies:
-                copies[key] = tensor.to(device)
-            return copies[key]
-
-        self.train = (put(train[0]), put(train[1]))
-        self.evaluation = (put(evaluation[0]), put(evaluation[1]))
-        self.test = (put(test[0]), put(test[1]))
+        splits = (train, evaluation, test)
+        # Evaluation is the test set unless data.val_size: each distinct tensor is copied once.
+        copies = {id(t): t for split in splits for t in split}
+        copies = {key: tensor.to(device) for key, tensor in copies.items()}
+        self.train, self.evaluation, self.test = ((copies[id(x)], copies[id(y)]) for x, y in splits)

@@ -80,14 +80,9 @@ class _Array:
         self.array = np.frombuffer(data, dtype=dtype.dtype).reshape(shape, order=order).copy(order=order)
 
 
-class _NdarrayMarker:
+def _ndarray(*args: Any) -> NoReturn:
     """numpy.ndarray as unpickled here: only the first argument of `_reconstruct`, never called."""
-
-    def __call__(self, *args: Any) -> NoReturn:
-        raise pickle.UnpicklingError("a direct call to numpy.ndarray, which no data file makes")
-
-
-_NDARRAY = _NdarrayMarker()
+    raise pickle.UnpicklingError("a direct call to numpy.ndarray, which no data file makes")
 
 
 class RestrictedUnpickler(python_unpickler_class()):
@@ -102,7 +97,7 @@ class RestrictedUnpickler(python_unpickler_class()):
         self.allowed = {
             ("numpy.core.multiarray", "_reconstruct"): self._reconstruct,  # numpy 1's name, and the official files'
             ("numpy._core.multiarray", "_reconstruct"): self._reconstruct,
-            ("numpy", "ndarray"): _NDARRAY,
+            ("numpy", "ndarray"): _ndarray,
             ("numpy", "dtype"): lambda *args: _DType(self, *args),
             ("_codecs", "encode"): self._encode,
             ("builtins", "bytes"): self._empty_bytes,
@@ -131,7 +126,7 @@ class RestrictedUnpickler(python_unpickler_class()):
         return self.allowed[module, name]
 
     def _reconstruct(self, cls: Any, *args: Any) -> _Array:
-        if cls is not _NDARRAY:
+        if cls is not _ndarray:
             self.refuse(f"the call _reconstruct({reprlib.repr(cls)}, ...)", "data files rebuild only numpy arrays")
         return _Array(self)
 
@@ -196,7 +191,6 @@ def load_pickle(path: str | Path, hint: str = "delete it and re-run to download 
         AttributeError,
         IndexError,
         KeyError,
-        UnicodeError,
         struct.error,
         MemoryError,
         OverflowError,

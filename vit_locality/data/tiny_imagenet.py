@@ -23,8 +23,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from vit_locality.data.base import DataError, ImageArrays
-from vit_locality.data.download import ArchiveSpec
-from vit_locality.data.downloadable import DownloadableDataModule
+from vit_locality.data.download import ArchiveSpec, DownloadableDataModule
 from vit_locality.errors import first_line
 from vit_locality.run.atomic import replace_atomically
 
@@ -126,14 +125,7 @@ class TinyImageNetDataModule(DownloadableDataModule):
         train = self._train_files(classes)
         test = self._val_files(index)
         with tqdm(total=len(train) + len(test), desc=f"decoding {self.archive.folder}", unit="img") as bar:
-            train_images, train_labels = self._decode_all(train, bar)
-            test_images, test_labels = self._decode_all(test, bar)
-        arrays = {
-            "train_images": train_images,
-            "train_labels": train_labels,
-            "test_images": test_images,
-            "test_labels": test_labels,
-        }
+            arrays = dict(zip(_SPLITS, (*self._decode_all(train, bar), *self._decode_all(test, bar)), strict=True))
         write = partial(np.savez, version=np.int64(CACHE_VERSION), classes=np.array(classes), **arrays)
         replace_atomically(self.cache_path, write)
         return arrays
@@ -170,21 +162,16 @@ class TinyImageNetDataModule(DownloadableDataModule):
             filename, wnid = fields[0].strip(), fields[1].strip()
             if wnid not in index:
                 raise DataError(f"{where}: wnid {wnid!r} is not in {self.wnids_path}; {self.redo_hint()}")
-            files.append((self._val_image(images, filename, where), index[wnid]))
+            # A name that leads out of `images` is refused; the check is on the name alone, so images that are
+            # symlinks (a shared data layout) still load.
+            name = PurePosixPath(filename.replace("\\", "/"))
+            if name.is_absolute() or ".." in name.parts or PureWindowsPath(filename).drive:
+                raise DataError(
+                    f"{where}: file name {filename!r} leads out of {images}; expected a name such as 'val_0.JPEG': "
+                    f"{self.redo_hint()}"
+                )
+            files.append((images / name, index[wnid]))
         return files
-
-    def _val_image(self, images: Path, filename: str, where: str) -> Path:
-        """`images / filename`, refusing a name that leads out of it (`../../etc/passwd`, an absolute path).
-
-        The check is on the name alone, so images that are symlinks (a shared data layout) still load.
-        """
-        name = PurePosixPath(filename.replace("\\", "/"))
-        if name.is_absolute() or ".." in name.parts or PureWindowsPath(filename).drive:
-            raise DataError(
-                f"{where}: file name {filename!r} leads out of {images}; expected a name such as 'val_0.JPEG': "
-                f"{self.redo_hint()}"
-            )
-        return images / name
 
     def _decode_all(self, files: list[tuple[Path, int]], bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
         size = self.image_size
@@ -204,7 +191,11 @@ class TinyImageNetDataModule(DownloadableDataModule):
         """
         try:
             with Image.open(path) as image:
-                self._check_size(path, image.size)
+                if image.size != (self.image_size, self.image_size):
+                    raise DataError(
+                        f"{path}: image is {image.size[0]}x{image.size[1]} px, "
+                        f"expected {self.image_size}x{self.image_size}; {self.redo_hint()}"
+                    )
                 rgb = image.convert("RGB")
         except FileNotFoundError:
             raise DataError(f"{self.name}: image {path} is missing; {self.redo_hint()}") from None
@@ -213,10 +204,3 @@ class TinyImageNetDataModule(DownloadableDataModule):
                 f"{path}: cannot decode the image ({first_line(err)}); the file is corrupted: {self.redo_hint()}"
             ) from None
         return np.asarray(rgb)
-
-    def _check_size(self, path: Path, size: tuple[int, int]) -> None:
-        if size != (self.image_size, self.image_size):
-            raise DataError(
-                f"{path}: image is {size[0]}x{size[1]} px, "
-                f"expected {self.image_size}x{self.image_size}; {self.redo_hint()}"
-            )

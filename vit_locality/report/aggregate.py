@@ -81,25 +81,13 @@ class Aggregate:
         return {name: _counted_first(found[name], found) for name in CELL_ORDER if name in found}
 
     def cells(self, data: str, model: str) -> dict[str, Group]:
-        """The group that stands for each paper cell of one (data set, model), in the paper's order: where the runs
-        of a cell differ in a setting, the group that agrees most with the other cells' runs (then the one with
-        more runs); the rest are left out of the tables' cells, the claims and the effects (`left_out`)."""
+        """The group that stands for each paper cell of one (data set, model), in the paper's order (`_counted_first`);
+        the rest are left out of the tables' cells, the claims and the effects (`left_out`)."""
         return {name: groups[0] for name, groups in self.variants(data, model).items()}
 
     def left_out(self, data: str, model: str) -> list[Group]:
         """The groups `cells` leaves out: runs of a paper cell with other settings than its counted group."""
         return [group for groups in self.variants(data, model).values() for group in groups[1:]]
-
-
-def cell_values(cells: Mapping[str, Group], figure: str, per: Level) -> dict[str, list[float]]:
-    """Each cell's values of `figure`: every run's (`per="run"`) or the cell's mean alone (`per="mean"`), so a claim
-    written once reads either; cells without a finite value are left out (missing, not measured)."""
-    found: dict[str, list[float]] = {}
-    for name, group in cells.items():
-        values = [value for _, value in group.values(figure)]
-        if values:
-            found[name] = values if per == "run" else [summarise(values).mean]
-    return found
 
 
 def summarise(values: Iterable[float]) -> Stat:

@@ -2,24 +2,10 @@
 run's attention ever left uniform.
 
 The paper's bounds (0.024, 0.210; 0.316 -> 0.008) are minimum early-layer MADs of renormalised attention on the
-unit square over the first 2 layers. A record states its own settings (`attention.final.settings` and
-`early_layers`; the resolved `config.stats` where those lack a key), and a claim compares the paper's numbers
-only with values brought to that convention exactly:
-
-- units: converted to the unit square from the record's own `stats.units` (`record_units`); a record that does
-  not state its units, or whose units cannot be converted, is not comparable.
-- early layers: a record whose minimum is over other than the first 2 layers is re-read from its per-layer
-  minima (`per_layer`, else `per_head`); without them it is not comparable.
-- renormalisation: raw weights (`renormalize=false`) scale each query's MAD by that query's own patch share, which
-  a per-head mean cannot undo: not comparable.
-- probe size: how many images the mean is over changes its sampling noise, not what it measures; it is read and
-  shown, never a bar.
-
-The paper does not say whether it divides distances by the image side or by its diagonal, so every claim on MAD
-is judged under both: `CONVENTIONS` maps each to the factor applied to the unit-square value.
-
-A run whose every early head is within `UNIFORM_TOLERANCE` of the MAD uniform attention has on its grid
-(`uniform_mad`) never left uniform (`still_uniform`): a claim that would hold on it says nothing about locality.
+unit square over the first 2 layers; a claim compares them only with values brought to that convention exactly,
+from the record's own settings (`paper_value`). The probe size changes a mean's sampling noise, not what it
+measures: it is shown, never a bar. The paper does not say whether it divides distances by the image side or by its
+diagonal, so every claim on MAD is judged under both (`CONVENTIONS`).
 """
 
 from __future__ import annotations
@@ -31,7 +17,14 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from vit_locality.report.record_units import CONVERTED, UNCONVERTIBLE, grid_side, in_unit_square, recorded_units
+from vit_locality.report.record_units import (
+    CONVERTED,
+    UNCONVERTIBLE,
+    grid_side,
+    in_unit_square,
+    recorded_units,
+    stats_setting,
+)
 from vit_locality.run.record import RunRecord
 
 PAPER_EARLY_LAYERS = 2
@@ -58,21 +51,11 @@ class PaperValue:
         return self.reason is None
 
 
-def stats_setting(run: RunRecord, key: str) -> Any:
-    """A statistics setting as the record states it: the final probe's settings, else the resolved config's."""
-    final = run.final_attention
-    if key == "early_layers" and "early_layers" in final:
-        return final["early_layers"]
-    settings = final.get("settings") or {}
-    if key in settings:
-        return settings[key]
-    stats = (run.config or {}).get("stats") or {}
-    return stats.get(key)
-
-
 def paper_value(run: RunRecord) -> PaperValue:
-    """The run's minimum MAD in the paper's convention (unit square, renormalised, first 2 layers), or the reason
-    it cannot be had exactly. A run not yet in the unit square is converted here (`record_units.in_unit_square`)."""
+    """The run's minimum MAD in the paper's convention, or the reason it cannot be had exactly: a record that does not
+    state its units or renormalisation, raw weights (`renormalize=false` scales each query's MAD by its own patch
+    share, which a per-head mean cannot undo), units that cannot be converted, or minima over other than the first 2
+    layers without the per-layer figures to re-read them from."""
     run = in_unit_square(run)
     final = run.final_attention
     if not final:

@@ -1,23 +1,14 @@
-"""The paper's claims, each judged on the runs of one (data set, model) by an explicit rule.
+"""The paper's claims, each judged on the runs of one (data set, model) by an explicit rule (stated in each judge's
+docstring, under each claims table and in docs/metrics.md): (a) `_ablation_bounds`, (b) `more_local`, (c) `gain`,
+(d) `keeps_locality`; `claims_table` is the part of an ablation table that shows (a), (c) and (d).
 
 With several seeds a claim about "every cell" can be read on every run or on each cell's mean over its runs, and the
 two can disagree, so each claim gets both verdicts (`per="run"`, `per="mean"`). Minimum MAD is read in the paper's
-convention (`claim_units`, converted exactly from the record's own `stats` settings, else "not comparable" with the
-reason) and judged with distances over the image side and over its diagonal, since the paper does not say which.
-The rules (also stated under each claims table and in docs/metrics.md):
-
-(a) the 8 cells: every CutMix cell at or below 0.024, every other cell at or above 0.210, and the separation (the
-    highest CutMix value strictly below the lowest other one); cells are what ran (`Protocol.cutmix_mixes`).
-(b) Baseline 0.316 -> Modern 0.008: the lowest Baseline value at or above 0.210, the highest Modern value at or
-    below 0.024, and every Modern value below every Baseline value.
-(c) +CM and +AA each add at least 5 points of top-1 over Baseline (the paper: about 6-7, from one seed); per run,
-    the lowest run of the cell minus the highest Baseline run.
-(d) +AA and +LS stay at Baseline's min MAD: two one-sided Welch t-tests (`equivalence`), one test for both columns.
-
-A figure is compared with a printed bound at the bound's printed precision (`Bound`); comparisons of two measured
-values allow 1e-9. A comparison of measured cells with one run in a cell is "one seed: no verdict"; a claim that
-would hold while a run it reads never left uniform attention is "not informative"; a claim whose cells are not
-all measured is "not enough runs", never a verdict on part of the design.
+convention (`claim_units`) and judged with distances over the image side and over its diagonal, since the paper
+does not say which. A figure is compared with a printed bound at the bound's printed precision (`Bound`);
+comparisons of two measured values allow 1e-9. A comparison of measured cells with one run in a cell is "one seed:
+no verdict"; a claim that would hold while a run it reads never left uniform attention is "not informative"; a
+claim whose cells are not all measured is "not enough runs", never a verdict on part of the design.
 """
 
 from __future__ import annotations
@@ -26,12 +17,21 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
-from vit_locality.report.aggregate import LEVELS, Group, Level, cell_values, summarise
-from vit_locality.report.claim_units import CONVENTIONS, DIAGONAL, GRID_SIDE, paper_value, still_uniform
+from vit_locality.report.aggregate import LEVELS, Group, Level, summarise
+from vit_locality.report.claim_units import (
+    CONVENTIONS,
+    DIAGONAL,
+    GRID_SIDE,
+    conversion_notes,
+    paper_value,
+    still_uniform,
+)
 from vit_locality.report.equivalence import EQUIVALENT, stays_at_baseline
 from vit_locality.report.equivalence import UNDETERMINED as NOT_DECIDED
+from vit_locality.report.table_format import DIGITS, SHOWN_SCALE, Table
 
 HOLDS, FAILS, NOT_ENOUGH = "holds", "fails", "not enough runs"
 UNDETERMINED, NOT_COMPARABLE = "undetermined", "not comparable"
@@ -109,14 +109,11 @@ class Claim:
     style: str  # how the measured figure reads: "max", "min", "versus", "gain", "equivalence"
     judgements: dict[tuple[str, Level], Judgement]  # (GRID_SIDE or DIAGONAL, per) -> the verdict
 
-    def judgement(self, convention: str, per: Level) -> Judgement:
-        return self.judgements[convention, per]
-
     @property
     def disagreements(self) -> tuple[Level, ...]:
         """The levels whose verdict differs between the grid-side and the diagonal convention."""
         return tuple(
-            per for per in LEVELS if self.judgement(GRID_SIDE, per).verdict != self.judgement(DIAGONAL, per).verdict
+            per for per in LEVELS if self.judgements[GRID_SIDE, per].verdict != self.judgements[DIAGONAL, per].verdict
         )
 
 
@@ -142,8 +139,13 @@ def mad_values(
                 refused.setdefault(name, f"{name} seed {run.seed}: {paper.reason}")
             values.append(factor * paper.value)
         if values and name not in refused:
-            found[name] = values if per == "run" else [summarise(values).mean]
+            found[name] = _at_level(values, per)
     return found, refused
+
+
+def _at_level(values: list[float], per: Level) -> list[float]:
+    """A cell's values as a claim reads them: every run's (`per="run"`) or the cell's mean alone (`per="mean"`)."""
+    return values if per == "run" else [summarise(values).mean]
 
 
 def ablation_claims(cells: Mapping[str, Group]) -> list[Claim]:
@@ -166,7 +168,8 @@ def ablation_claims(cells: Mapping[str, Group]) -> list[Claim]:
 
 
 def _ablation_bounds(cells: Mapping[str, Group], per: Level, convention: str) -> tuple[Judgement, ...]:
-    """Claim (a): the CutMix bound, the non-CutMix bound and the separation, from the same two extremes."""
+    """Claim (a), from the same two extremes: every CutMix cell at or below 0.024, every other cell at or above 0.210,
+    and the separation (the highest CutMix value strictly below the lowest other one)."""
     values, refused = mad_values(cells, per, convention)
     blocked = _blocked(values, refused, CELL_ORDER)
     if blocked:
@@ -185,10 +188,10 @@ def _ablation_bounds(cells: Mapping[str, Group], per: Level, convention: str) ->
 
 def gain(cells: Mapping[str, Group], cell: str, per: Level) -> Judgement:
     """Claim (c) for one cell: its top-1 gain over Baseline (the lowest pairwise gain per run) >= 5 points."""
-    values = cell_values(cells, "acc1", per)
-    missing = _missing(values, ("Baseline", cell))
-    if missing:
-        return _not_enough(missing)
+    values = {name: _at_level(acc, per) for name, g in cells.items() if (acc := [v for _, v in g.values("acc1")])}
+    blocked = _blocked(values, {}, ("Baseline", cell))
+    if blocked:
+        return blocked
     lowest = min(x - y for x in values[cell] for y in values["Baseline"])
     return Judgement(verdict(GAIN_BOUND.at_or_above(100 * lowest)), lowest, GAIN_MIN, cell, "Baseline")
 
@@ -266,13 +269,87 @@ def _blocked(values: Mapping[str, list[float]], refused: Mapping[str, str], need
     reasons = [refused[name] for name in needed if name in refused]
     if reasons:
         return Judgement(NOT_COMPARABLE, math.nan, math.nan, reason="; ".join(reasons))
-    missing = _missing(values, needed)
-    return _not_enough(missing) if missing else None
+    missing = tuple(name for name in needed if name not in values)
+    return Judgement(NOT_ENOUGH, math.nan, math.nan, missing=missing) if missing else None
 
 
-def _missing(values: Mapping[str, list[float]], needed: Sequence[str]) -> tuple[str, ...]:
-    return tuple(name for name in needed if name not in values)
+LEVEL_NAMES = {"run": "per run", "mean": "per cell mean"}
+CLAIM_NOTES = (
+    "per run: every run stands for its cell (the highest CutMix run, the lowest other run, the lowest gain of a"
+    " cell's run over a Baseline run); per cell mean: each cell's mean does; with one run per cell the two agree",
+    "(a) the paper's bounds hold when both bound rows hold; the separation compares the highest CutMix value with"
+    " the lowest value without CutMix",
+    "a value is compared with a printed bound at the bound's printed precision: 0.210 holds for anything that"
+    " rounds (half up) to 0.210 or above (0.2097 holds, 0.2094 fails); gains at two decimals of a point",
+    "(c) the gain over Baseline in points must be at least 5 (the paper: about 6-7); per run the lowest run of the"
+    " cell minus the highest Baseline run",
+    f"{ONE_SEED}: a comparison of measured cells (the separation) with one run in a cell, which gives no spread;"
+    f" {NOT_INFORMATIVE}: the claim would hold, but a run it reads has every early head within 0.01 of uniform"
+    " attention's MAD on its grid (named), so it says nothing about locality",
+    "(d) an equivalence test on cell means (two one-sided Welch t-tests at 5%): holds when the 90% interval of the"
+    " cell's mean minus Baseline's lies inside +-margin, margin = max(0.02, 2 x Baseline's seed std); undetermined"
+    " with fewer than 2 runs in Baseline, the cell or +CM, or when CutMix's own shift is not significant or within"
+    " the margin; one test, shown in both columns",
+    "min MAD in the paper's convention: unit square, renormalised, first 2 layers, converted exactly from each"
+    " record's stats settings (pixels / image size, grid / grid side, diagonal x sqrt 2, other early layers re-read"
+    " per layer); not comparable when a run cannot be (raw weights, no patch size for pixels), with the reason",
+    "the measured columns divide distances by the image side (ours, 'grid side'); the diagonal columns by the image"
+    " diagonal (values / sqrt 2), since the paper does not say which; 'differ' flags a verdict that depends on it;"
+    " claim (d)'s margin, floor included, is / sqrt 2 with them, so its verdict never differs",
+    "not enough runs: a cell the claim needs has no run with that figure (missing: the cells)",
+)
 
 
-def _not_enough(missing: tuple[str, ...]) -> Judgement:
-    return Judgement(NOT_ENOUGH, math.nan, math.nan, missing=missing)
+def claims_table(cells: dict[str, Group], data: str, model: str, stem: str) -> Table:
+    """The paper's claims (a), (c), (d) on one (data set, model): the paper's figure, the measured one and the
+    verdict, per run and per cell mean, with distances over the image side and over its diagonal. The CSV keeps
+    the compared numbers (accuracy as a fraction)."""
+    headers = ["claim", "paper (CIFAR-100)"]
+    for per in LEVELS:
+        headers += [f"measured {LEVEL_NAMES[per]}", LEVEL_NAMES[per]]
+    headers += [f"diagonal, {LEVEL_NAMES[per]}" for per in LEVELS] + ["conventions"]
+    rows, records = [], []
+    for claim in ablation_claims(cells):
+        row = [claim.statement, claim.paper]
+        record: dict[str, Any] = {"claim": claim.key, "statement": claim.statement, "paper": claim.paper}
+        for per in LEVELS:
+            judgement = claim.judgements[GRID_SIDE, per]
+            row += [measured(claim, judgement), judgement.verdict]
+            record.update({f"{per}_value": judgement.value, f"{per}_bound": judgement.bound})
+            record[f"{per}_verdict"] = judgement.verdict
+            record[f"{per}_reason"] = judgement.reason
+        for per in LEVELS:
+            diagonal = claim.judgements[DIAGONAL, per]
+            row.append(f"{diagonal.verdict}: {measured(claim, diagonal)}")
+            record.update({f"{per}_diagonal_value": diagonal.value, f"{per}_diagonal_bound": diagonal.bound})
+            record[f"{per}_diagonal_verdict"] = diagonal.verdict
+        differ = claim.disagreements
+        row.append(f"differ ({', '.join(LEVEL_NAMES[per] for per in differ)})" if differ else "agree")
+        record["conventions"] = "differ: " + ", ".join(differ) if differ else "agree"
+        rows.append(row)
+        records.append(record)
+    title = f"Paper's claims checked: {data}, {model} (the paper's figures are CIFAR-100's)"
+    notes = [*CLAIM_NOTES, *conversion_notes((name, run) for name, group in cells.items() for run in group.runs)]
+    return Table(stem, title, headers, rows, records, notes)
+
+
+def measured(claim: Claim, judgement: Judgement) -> str:
+    """The figure a verdict was reached on, as printed: min MAD in the paper's convention, a top-1 gain in points;
+    the reason where a claim could not be judged."""
+    if judgement.verdict == NOT_ENOUGH:
+        return f"missing {', '.join(judgement.missing)}"
+    if judgement.verdict == NOT_COMPARABLE:
+        return judgement.reason
+    digits = DIGITS[claim.figure]
+    value, bound = SHOWN_SCALE[claim.figure] * judgement.value, SHOWN_SCALE[claim.figure] * judgement.bound
+    if claim.style == "gain":
+        return f"{value:+.{digits}f}"
+    if claim.style == "equivalence":
+        if math.isnan(value):
+            return judgement.reason
+        low, high = judgement.interval
+        shown = f"{value:+.{digits}f}, 90% [{low:+.{digits}f}, {high:+.{digits}f}] (margin {bound:.{digits}f})"
+        return f"{shown}; {judgement.reason}" if judgement.verdict in (UNDETERMINED, NOT_INFORMATIVE) else shown
+    shown = f"{value:.{digits}f} ({judgement.value_cell})"
+    shown = f"{shown} vs {bound:.{digits}f} ({judgement.bound_cell})" if claim.style == "versus" else shown
+    return f"{shown}; {judgement.reason}" if judgement.verdict in (ONE_SEED, NOT_INFORMATIVE) else shown

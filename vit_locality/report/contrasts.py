@@ -12,7 +12,7 @@ from vit_locality.catalog import CELL_ORDER
 from vit_locality.report.aggregate import Aggregate, Group
 from vit_locality.report.equivalence import MIN_RUNS, welch
 from vit_locality.report.record_units import UNITS_NOTE
-from vit_locality.report.table_format import DIGITS, SHOWN_SCALE, Table, figure_label
+from vit_locality.report.table_format import Table, figure_label, format_difference
 
 CONTRASTED = ("min_mad", "acc1")
 LEVEL = 0.95
@@ -41,22 +41,16 @@ def contrast(cell: str, figure: str, values: list[float], baseline: list[float])
     return Contrast(cell, figure, len(values), len(baseline), diff.estimate, low, high, verdict)
 
 
-def compared_groups(agg: Aggregate, data: str, model: str) -> dict[str, Group]:
-    """The paper's cells as the tables count them (Baseline included), then every cell beyond the paper's 8 (a
-    MixUp cell), each group of it under its own label."""
+def contrasts(agg: Aggregate, data: str, model: str) -> list[Contrast]:
+    """Every compared cell against Baseline, for each contrasted figure; empty without a Baseline cell. The cells
+    compared: the paper's as the tables count them, then every cell beyond the paper's 8 (a MixUp cell), each group
+    of it under its own label."""
     groups: dict[str, Group] = dict(agg.cells(data, model))
     beyond = [
         g for key, g in agg.groups.items() if (key.data, key.model) == (data, model) and key.cell not in CELL_ORDER
     ]
     for group in sorted(beyond, key=lambda g: (g.key.cell, g.key.variant)):
-        label = group.key.cell + (f" [{group.key.variant}]" if group.key.settings else "")
-        groups[label] = group
-    return groups
-
-
-def contrasts(agg: Aggregate, data: str, model: str) -> list[Contrast]:
-    """Every compared cell but Baseline, for each contrasted figure; empty without a Baseline cell."""
-    groups = compared_groups(agg, data, model)
+        groups[group.key.cell + (f" [{group.key.variant}]" if group.key.settings else "")] = group
     baseline = groups.pop("Baseline", None)
     if baseline is None:
         return []
@@ -72,11 +66,7 @@ def contrasts_table(agg: Aggregate, data: str, model: str, stem: str) -> Table:
     headers = ["cell", "figure", "runs (cell / Baseline)", "difference", f"{LEVEL:.0%} interval", "verdict"]
     rows, records = [], []
     for item in contrasts(agg, data, model):
-        scale, digits = SHOWN_SCALE[item.figure], DIGITS[item.figure] + 1
-        shown = "-" if math.isnan(item.difference) else f"{scale * item.difference:+.{digits}f}"
-        interval = (
-            "n/a" if math.isnan(item.low) else f"[{scale * item.low:+.{digits}f}, {scale * item.high:+.{digits}f}]"
-        )
+        shown, interval = format_difference(item.figure, item.difference, item.low, item.high)
         runs = f"{item.runs} / {item.baseline_runs}"
         rows.append([item.cell, figure_label(item.figure), runs, shown, interval, item.verdict])
         records.append(asdict(item))

@@ -1,8 +1,6 @@
-"""The report's three figures for each (data set, model), as PNG and PDF: plane (every head of every seed in the
-MAD-entropy plane, one panel per cell), layers (MAD and entropy per layer, one line per cell) and emergence (minimum
-early-layer MAD against the epoch, mean over seeds with the min-max band). Each run's own `early_layers` decides
-which layers are early. A figure with nothing to draw is not written (`Empty`), and a run a figure cannot use is
-left out of it; both are named in the notes the caller prints.
+"""The report's three figures for each (data set, model), as PNG and PDF (`FIGURE_KINDS`: plane, layers,
+emergence). Each run's own `early_layers` decides which layers are early. A figure with nothing to draw is not
+written (`Empty`), and a run a figure cannot use is left out of it; both are named in the notes the caller prints.
 """
 
 from __future__ import annotations
@@ -200,8 +198,9 @@ def emergence_series(run: RunRecord, notes: list[str] | None = None) -> dict[int
     do not parse are left out; `notes` gets one line for a run that had any, or whose file is unreadable."""
     notes = [] if notes is None else notes
     early = early_layers(run)
+    path = run.attention_csv  # read through the bounded reader of run files: a FIFO or a device is refused at once
     try:
-        rows = read_run_csv(run.attention_csv)
+        rows = read_csv_rows(path) if path.exists() or path.is_symlink() else []
     except UnreadableFile as error:
         notes.append(error.skipped("the run is left out of the emergence figure"))
         return {}
@@ -224,14 +223,6 @@ def emergence_series(run: RunRecord, notes: list[str] | None = None) -> dict[int
     if bad:
         _left_out(notes, run, f"{bad} of {len(rows)} rows of {ATTENTION_CSV} are unreadable", "emergence", "they are")
     return series
-
-
-def read_run_csv(path: Path) -> list[dict[str, str]]:
-    """A run's CSV file through the bounded reader of run files (no rows when it is absent): a FIFO or a link to a
-    device in its place is refused at once rather than blocking or filling memory."""
-    if not path.exists() and not path.is_symlink():
-        return []
-    return read_csv_rows(path)
 
 
 def _emergence_point(row: dict[str, Any]) -> tuple[int, int, float] | None:
@@ -277,19 +268,16 @@ def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> p
     ax.set_ylabel(f"minimum early-layer MAD ({units})")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, title="cell (seeds)")
-    ax.set_title(f"{title}: emergence of locality ({band_said(drawn)})", fontsize=10)
+    seeds = [len(series) for series in drawn.values()]  # a band only where a cell has two or more
+    if min(seeds) > 1:
+        band = "mean, min-max band over seeds"
+    elif max(seeds) == 1:
+        band = "one seed per cell: its own line, no band"
+    else:
+        band = "mean over seeds; min-max band for cells with 2 or more"
+    ax.set_title(f"{title}: emergence of locality ({band})", fontsize=10)
     fig.tight_layout()
     return plots.plain_tick_labels(fig)
-
-
-def band_said(series: dict[str, list]) -> str:
-    """What the emergence figure draws, for its title: a band only where a cell has two or more seeds."""
-    seeds = [len(found) for found in series.values()]
-    if min(seeds) > 1:
-        return "mean, min-max band over seeds"
-    if max(seeds) == 1:
-        return "one seed per cell: its own line, no band"
-    return "mean over seeds; min-max band for cells with 2 or more"
 
 
 FIGURE_KINDS = {"plane": plane_figure, "layers": layers_figure, "emergence": emergence_figure}

@@ -83,10 +83,8 @@ def central_maps_html(agg: Aggregate, notes: list[str]) -> str:
         parts.append(f"<h3>{html.escape(f'{data}, {model}')}</h3>")
         for name, group in agg.cells(data, model).items():
             first_seed = min(run.seed for run in group.runs)
-            for run in sorted(group.runs, key=lambda r: r.run_dir.name):
+            for run in sorted((r for r in group.runs if r.seed == first_seed), key=lambda r: r.run_dir.name):
                 picture = run.run_dir / MAPS_PNG
-                if run.seed != first_seed:
-                    continue
                 if not picture.exists() and not picture.is_symlink():
                     notes.append(f"{run.run_dir}: no {MAPS_PNG}; it has no attention maps on the page")
                     continue

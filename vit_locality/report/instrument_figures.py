@@ -1,7 +1,5 @@
-"""The instruments' figures (docs/instruments.md) for one (data set, model), as PNG and PDF: masses (each head's
-self / neighbours / far split), positions (the position-embedding similarity map), trajectory (minimum MAD against
-validation top-1, epoch by epoch) and dose (minimum MAD and top-1 along each swept knob). A figure with nothing to
-draw is not written; the notes say why (`figures.Empty`).
+"""The instruments' figures (docs/instruments.md) for one (data set, model), as PNG and PDF: masses, positions,
+trajectory and dose. A figure with nothing to draw is not written; the notes say why (`figures.Empty`).
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Every run brought to one convention before a report reads it: distances as fractions of the image side.
 
 A run written today stores its distances on the unit square and says so (`attention.final.settings.units` =
-`unit`; `display_units` is only how its logs showed them), so it is read as it is. A record written before the one
-stored unit holds them in its `stats.units` (unit, grid, pixels or diagonal); tables, contrasts, effects, figures,
-the summary and the claims put runs side by side, so each such run is converted once, where runs are loaded
-(`aggregate_runs`, `summary_rows`), from its own record, by the inverse of the display factor
-(`attention.units.display_factor`):
-
-- `unit` as it is; `grid` (patch steps) / g; `pixels` / (patch size x g); `diagonal` x sqrt 2, where g is the
-  recorded grid side (`model.grid_size`, else `data.image_size / model.patch_size`, else the 8 x 8 grid every
-  model of this project has); a record that does not state its units is read in the default, `unit`;
-- every distance is converted: the headline minimum (final and initial), each per-head and per-layer MAD figure
-  (`is_distance`), and the rows of `attention_stats.csv` by `csv_scale`;
-- a converted record says so (`converted`) and is never converted again;
-- a run that cannot be converted (pixels without a recorded patch or image size, units this report does not know)
-  keeps its accuracy and entropy and loses its distances, with the reason (`unconvertible`), so it is never shown
-  beside the others in another unit.
+`unit`), so it is read as it is. A record written before the one stored unit holds them in its `stats.units` (unit,
+grid, pixels or diagonal); since tables, contrasts, figures, the summary and the claims put runs side by side, each
+such run is converted once, where runs are loaded (`aggregate_runs`, `summary_rows`), from its own record, by the
+inverse of the display factor (`attention.units.display_factor`). A converted record says so (`converted`); a run
+that cannot be converted keeps its accuracy and entropy and loses its distances, with the reason (`unconvertible`),
+so it is never shown beside the others in another unit.
 """
 
 from __future__ import annotations
@@ -68,16 +59,21 @@ def patch_pixels(run: RunRecord) -> int | None:
     return None
 
 
-def recorded_units(run: RunRecord) -> Any:
-    """The units the record states (`attention.final.settings.units`, else the resolved `config.stats.units`), None
-    when it states none; a converted record says what it was converted from."""
+def stats_setting(run: RunRecord, key: str) -> Any:
+    """A statistics setting as the record states it: the final probe's settings, else the resolved config's."""
     final = run.final_attention
-    if CONVERTED in final:
-        return final[CONVERTED]["from"]
+    if key == "early_layers" and "early_layers" in final:
+        return final["early_layers"]
     settings = final.get("settings") or {}
-    if "units" in settings:
-        return settings["units"]
-    return ((run.config or {}).get("stats") or {}).get("units")
+    if key in settings:
+        return settings[key]
+    return ((run.config or {}).get("stats") or {}).get(key)
+
+
+def recorded_units(run: RunRecord) -> Any:
+    """The units the record states, None when it states none; a converted record says what it was converted from."""
+    final = run.final_attention
+    return final[CONVERTED]["from"] if CONVERTED in final else stats_setting(run, "units")
 
 
 def unit_factor(run: RunRecord, units: Any) -> tuple[float | None, str | None]:
@@ -119,18 +115,12 @@ def in_unit_square(run: RunRecord) -> RunRecord:
         data["attention"]["final"] = {**kept, UNCONVERTIBLE: note}
         return RunRecord(run.run_dir, data)
     new = data["attention"]["final"]
+    scaled = lambda row: {key: _scaled(value, factor) if is_distance(key) else value for key, value in row.items()}
     new["min_mad_early"] = _scaled(old.get("min_mad_early"), factor)
     if isinstance(old.get("per_head"), dict):
-        new["per_head"] = {
-            key: _scaled(value, factor) if is_distance(key) else value for key, value in old["per_head"].items()
-        }
+        new["per_head"] = scaled(old["per_head"])
     if isinstance(old.get("per_layer"), list):
-        new["per_layer"] = [
-            {key: _scaled(value, factor) if is_distance(key) else value for key, value in row.items()}
-            if isinstance(row, dict)
-            else row
-            for row in old["per_layer"]
-        ]
+        new["per_layer"] = [scaled(row) if isinstance(row, dict) else row for row in old["per_layer"]]
     initial = data["attention"].get("initial")
     if isinstance(initial, dict) and "min_mad_early" in initial:
         initial["min_mad_early"] = _scaled(initial["min_mad_early"], factor)

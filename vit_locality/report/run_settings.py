@@ -83,7 +83,8 @@ def run_settings(run: RunRecord) -> dict[str, str]:
     (`run_start`); without a recorded config, `config: not recorded` beside those two."""
     if run.config is None:
         return {CONFIG_KEY: NO_CONFIG, "loss.ls": _shown(_canonical(float(run.protocol.ls))), START_KEY: run_start(run)}
-    flat = {key: value for key, value in flat_config(run.config).items() if not _covered(key, NOT_COMPARED)}
+    covered = lambda key: any(key == prefix or key.startswith(prefix + ".") for prefix in NOT_COMPARED)
+    flat = {key: value for key, value in flat_config(run.config).items() if not covered(key)}
     flat["loss.ls"] = run.protocol.ls
     settings = {key: _shown(_canonical(value)) for key, value in flat.items() if not _whole_run(key, value)}
     return {**settings, START_KEY: run_start(run)}
@@ -141,13 +142,20 @@ def differing_settings(runs: Iterable[RunRecord]) -> list[str]:
     return [key for key in keys if len({settings.get(key, UNSET) for settings in all_settings}) > 1]
 
 
-def split_by_settings(runs: list[RunRecord]) -> dict[Settings, list[RunRecord]]:
-    """The runs of one cell by their values of the settings in which they differ (`differing_settings`): runs in
-    one part differ in their seed alone; one part, keyed (), when they agree in everything. A cell started from a
-    checkpoint is keyed by its start even when all its runs share it, so no table shows it as trained from scratch."""
+def split_keys(runs: list[RunRecord]) -> list[str]:
+    """The settings that split the runs of one cell (`differing_settings`), sorted, and `start` when any run did not
+    start from scratch: a cell started from a checkpoint is keyed by its start even when all its runs share it, so
+    no table shows it as trained from scratch."""
     keys = differing_settings(runs)
     if START_KEY not in keys and any(run_start(run) != SCRATCH for run in runs):
         keys = sorted([*keys, START_KEY])
+    return keys
+
+
+def split_by_settings(runs: list[RunRecord]) -> dict[Settings, list[RunRecord]]:
+    """The runs of one cell by their values of the settings that split it (`split_keys`): runs in one part differ
+    in their seed alone; one part, keyed (), when they agree in everything."""
+    keys = split_keys(runs)
     parts: dict[Settings, list[RunRecord]] = {}
     for run in runs:
         settings = run_settings(run)
@@ -164,11 +172,8 @@ def quick_run(run: RunRecord) -> str | None:
     trainer = (run.config or {}).get("trainer")
     if not isinstance(trainer, dict):
         return None
-    found = []
-    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
-        value = trainer.get(key)
-        if value is not None and not (isinstance(value, float) and value == 1.0):
-            found.append((key, value))
+    limits = ("limit_train_batches", "limit_val_batches", "limit_test_batches")
+    found = [(key, trainer.get(key)) for key in limits if not _whole_run(f"trainer.{key}", trainer.get(key))]
     overfit = trainer.get("overfit_batches")
     if isinstance(overfit, int | float) and not isinstance(overfit, bool) and overfit > 0:
         found.append(("overfit_batches", overfit))
@@ -214,11 +219,6 @@ def setting_notes(label: str, runs: list[RunRecord]) -> list[str]:
             )
             notes.append(f"{label} is split by {key}: {values}")
     return notes
-
-
-def _covered(key: str, prefixes: Iterable[str]) -> bool:
-    """`key` is one of `prefixes` or lies below one (a prefix covers everything under it)."""
-    return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
 
 
 def _shown(value: Any) -> str:

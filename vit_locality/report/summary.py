@@ -17,15 +17,7 @@ from typing import Any
 from vit_locality.catalog import CELL_ORDER
 from vit_locality.errors import run_as_command
 from vit_locality.report.record_units import UNITS_NOTE, conversion_note, in_unit_square
-from vit_locality.report.run_settings import (
-    SCRATCH,
-    START_KEY,
-    UNSET,
-    debug_run_note,
-    differing_settings,
-    run_settings,
-    run_start,
-)
+from vit_locality.report.run_settings import UNSET, debug_run_note, run_settings, split_keys
 from vit_locality.run.record import RunRecord, scan_records
 
 
@@ -33,7 +25,10 @@ def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
     """One row per run, with a column for each setting in which the runs of some cell differ (`optim.lr`), so a
     learning-rate sweep reads as three settings, not as three seeds of one cell; and a `start` column when any run
     began from a checkpoint's weights (`run_start`), so such a row never reads as a cell trained from scratch."""
-    keys = setting_columns(runs)
+    by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
+    for run in runs:
+        by_cell.setdefault((run.data_name, run.model_name, run.protocol.cell_name), []).append(run)
+    keys = sorted({key for cell_runs in by_cell.values() for key in split_keys(cell_runs)})  # what splits some cell
     rows = []
     for run in runs:
         protocol = run.protocol
@@ -56,18 +51,6 @@ def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
         )
     order = {name: i for i, name in enumerate(CELL_ORDER)}  # the paper's 8 cells first, any other cell after
     return sorted(rows, key=lambda r: (r["data"], r["model"], order.get(r["cell"], len(order)), r["cell"], r["seed"]))
-
-
-def setting_columns(runs: Iterable[RunRecord]) -> list[str]:
-    """The settings (sorted) in which the runs of at least one (data set, model, cell) differ, and `start` when any
-    run did not start from scratch."""
-    by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
-    for run in runs:
-        by_cell.setdefault((run.data_name, run.model_name, run.protocol.cell_name), []).append(run)
-    keys = {key for cell_runs in by_cell.values() for key in differing_settings(cell_runs)}
-    if any(run_start(run) != SCRATCH for cell_runs in by_cell.values() for run in cell_runs):
-        keys.add(START_KEY)
-    return sorted(keys)
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -89,6 +89,15 @@ def format_stat(stat: Stat, digits: int) -> str:
     return f"{stat.mean:.{digits}f} ± {stat.std:.{digits}f} ({stat.n})"
 
 
+def format_difference(figure: str, value: float, low: float, high: float) -> tuple[str, str]:
+    """A signed difference of `figure` and its interval as printed, one decimal more than the figure itself; '-' and
+    'n/a' where there is none."""
+    scale, digits = SHOWN_SCALE[figure], DIGITS[figure] + 1
+    shown = MISSING if math.isnan(value) else f"{scale * value:+.{digits}f}"
+    interval = "n/a" if math.isnan(low) else f"[{scale * low:+.{digits}f}, {scale * high:+.{digits}f}]"
+    return shown, interval
+
+
 def latex_escape(text: str) -> str:
     specials = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_"}
     specials.update({"{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"})

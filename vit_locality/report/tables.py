@@ -1,6 +1,6 @@
 """The paper's two tables (protocols, ablation) built from aggregated runs, as Markdown, CSV and LaTeX
 (`table_format.Table`); a missing cell or figure is "-" and an empty CSV field. Claim (b) is judged in the
-protocols table; under each ablation table, claims (a), (c), (d) (`claims_table`), the main effects and each cell
+protocols table; under each ablation table, claims (a), (c), (d) (`claims.claims_table`), the main effects and each cell
 against Baseline (`contrasts`).
 """
 
@@ -14,13 +14,12 @@ from vit_locality.attention.min_head import MIN_HEAD_KEYS, min_head_control
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
 from vit_locality.report.aggregate import LEVELS, Aggregate, Group, Stat, summarise
 from vit_locality.report.claim_units import DIAGONAL
-from vit_locality.report.claims import PAPER_MIN_MAD, more_local, more_local_shown
-from vit_locality.report.claims_table import LEVEL_NAMES, claims_table
+from vit_locality.report.claims import LEVEL_NAMES, PAPER_MIN_MAD, claims_table, more_local, more_local_shown
 from vit_locality.report.contrasts import contrasts_table
 from vit_locality.report.factorial import main_effects
 from vit_locality.report.record_units import UNITS_NOTE
 from vit_locality.report.run_settings import UNSET, run_settings, slug
-from vit_locality.report.table_format import DIGITS, MISSING, SHOWN_SCALE, Table, figure_label, format_figure
+from vit_locality.report.table_format import MISSING, Table, figure_label, format_difference, format_figure
 from vit_locality.run.record import HEADLINE_NAMES
 
 # The minimum-MAD head's control beside its MAD (docs/metrics.md): near 0, that head's low MAD is concentration on
@@ -162,12 +161,8 @@ def effects_table(cells: dict[str, Group], stem: str) -> Table:
     headers = ["factor", "figure", "main effect", "95% interval", "interval method", "n"]
     rows, records = [], []
     for figure in ("min_mad", "acc1"):
-        digits = DIGITS[figure] + 1
         for effect in main_effects(cells, figure):
-            scale = SHOWN_SCALE[figure]
-            low, high, value = scale * effect.low, scale * effect.high, scale * effect.estimate
-            interval = f"[{low:+.{digits}f}, {high:+.{digits}f}]" if math.isfinite(effect.low) else "n/a"
-            estimate = MISSING if math.isnan(value) else f"{value:+.{digits}f}"
+            estimate, interval = format_difference(figure, effect.estimate, effect.low, effect.high)
             rows.append([effect.factor, figure_label(figure), estimate, interval, effect.method, str(effect.n)])
             records.append(asdict(effect))
     title = (

@@ -7,6 +7,8 @@ A sweep's cells live in `multirun/<sweep_name>/`, so another `sweep_name` moves 
 
 from __future__ import annotations
 
+import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -45,15 +47,16 @@ def settings_that_differ(cfg: DictConfig, checkpoint: Path) -> str:
     config = (record.data.get("config") if record is not None else None) or {}
     if not isinstance(config, dict) or not config:
         return ""
-    theirs, mine = run_identity(OmegaConf.create(config)), run_identity(cfg)
+    recorded = OmegaConf.create(config)
+    theirs, mine = run_identity(recorded), run_identity(cfg)
     differ = [
         f"{key} {canonical_text(theirs.get(key))} there, {canonical_text(mine.get(key))} here"
         for key in sorted(theirs.keys() | mine.keys())
         if canonical_text(theirs.get(key)) != canonical_text(mine.get(key))
     ]
-    if processes(OmegaConf.create(config)) != processes(cfg):
-        differ.append(f"processes {processes(OmegaConf.create(config))} there, {processes(cfg)} here")
-    started, starts = start_checkpoint(OmegaConf.create(config)), start_checkpoint(cfg)
+    if processes(recorded) != processes(cfg):
+        differ.append(f"processes {processes(recorded)} there, {processes(cfg)} here")
+    started, starts = start_checkpoint(recorded), start_checkpoint(cfg)
     if started != starts:
         there, here = (f"weights of {path}" if path else "scratch" for path in (started, starts))
         differ.append(f"start {there} there, {here} here")  # a start from weights is part of the identity
@@ -91,9 +94,6 @@ def remove_refused_run_dir(run_dir: Path) -> bool:
         return False
     if not names <= HYDRA_ONLY or not (run_dir / ".hydra").is_dir() or (run_dir / ".hydra").is_symlink():
         return False
-    import logging
-    import shutil
-
     for handler in list(logging.getLogger().handlers):  # the job's log file, which Hydra opened inside
         if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == run_dir.resolve():
             logging.getLogger().removeHandler(handler)

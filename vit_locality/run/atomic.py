@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
-import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -20,21 +20,6 @@ from typing import BinaryIO
 TEMPORARY_SUFFIX = ".tmp"
 # Errors of fsync on a directory from file systems that cannot sync one: their renames are as durable as they get.
 DIRECTORY_SYNC_UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)
-
-
-def umask_mode() -> int:
-    """The mode `open()` gives a new file (0o666 less the umask): mkstemp's 0o600 would hide results from the team.
-    Linux reports the umask in /proc/self/status; `os.umask` can only read it by setting it for every thread at
-    once, so that is the fallback."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
 
 
 def replace_atomically(
@@ -51,10 +36,10 @@ def replace_atomically(
     reader must look at both."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX)
-    temporary = Path(name)
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}")
+    # Created as `open()` creates a file (0o666 less the umask): mkstemp's 0o600 would hide results from the team.
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
-        os.fchmod(descriptor, umask_mode())
         with os.fdopen(descriptor, "wb") as stream:
             write(stream)
             stream.flush()
@@ -72,7 +57,7 @@ def replace_atomically(
 
 def atomic_write_text(path: Path, text: str) -> None:
     """`replace_atomically` for UTF-8 text."""
-    replace_atomically(Path(path), lambda stream: stream.write(text.encode("utf-8")))
+    replace_atomically(path, lambda stream: stream.write(text.encode("utf-8")))
 
 
 def remove_leftovers(target: Path) -> None:

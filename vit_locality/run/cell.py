@@ -47,13 +47,7 @@ from vit_locality.run.interrupts import SigtermGate, requeue_after_time_limit, s
 from vit_locality.run.labels import add_labels
 from vit_locality.run.lock import RunLock
 from vit_locality.run.record import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_record, write_record
-from vit_locality.run.record_sections import (
-    batch_section,
-    data_change,
-    identity_sections,
-    result_sections,
-    setup_sections,
-)
+from vit_locality.run.record_sections import data_change, identity_sections, result_sections, setup_sections
 from vit_locality.run.start import StartFile, StartPoint, load_start_weights, pinned_start, read_start_file, start_point
 from vit_locality.run.threads import apply_thread_count
 from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, finish_wandb, publish_run_files, recorded_run_id
@@ -70,10 +64,9 @@ class CellInterrupted(VitLocalityError):
     checkpoint was saved when it could be. Its exit status is the shell's for the signal: 143 SIGTERM, 140 SIGUSR2,
     130 SIGINT."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
+    def __init__(self, message: str, exit_code: int, signal_name: str = "") -> None:
         super().__init__(message)
-        self.exit_code = exit_code
-        self.signal_name = ""
+        self.exit_code, self.signal_name = exit_code, signal_name
 
 
 def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
@@ -96,20 +89,13 @@ def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
             f"run directory {run_dir} already holds a complete run with a different config; "
             f"{another_directory(run_dir)}"
         )
-    aside = set_aside_attempt(run_dir)
-    log.warning("%s held an unfinished run of another config (status %r): moved to %s", run_dir, record.status, aside)
-    return None
-
-
-def set_aside_attempt(run_dir: Path) -> Path:
-    """Move what a run left (record, checkpoints, logs, pictures) into previous_attempts/<UTC time>/; never delete."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    aside = run_dir / PREVIOUS_ATTEMPTS / stamp
+    aside = run_dir / PREVIOUS_ATTEMPTS / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     aside.mkdir(parents=True)
-    for pattern in RUN_OUTPUTS:
+    for pattern in RUN_OUTPUTS:  # what the attempt left (record, checkpoints, logs, pictures): moved, never deleted
         for path in run_dir.glob(pattern):
             shutil.move(str(path), str(aside / path.name))
-    return aside
+    log.warning("%s held an unfinished run of another config (status %r): moved to %s", run_dir, record.status, aside)
+    return None
 
 
 def protocol_record(cfg: RunSettings | DictConfig) -> dict[str, Any]:
@@ -189,11 +175,9 @@ def _interruption(settings: RunSettings, gate: SigtermGate, stop: BaseException)
     sigterm = isinstance(stop, SIGTERMException) and not gate.sigint_received  # a first Ctrl-C stops this way
     signal_name = "SIGUSR2 (time limit)" if sigterm and gate.time_limit else "SIGTERM" if sigterm else "SIGINT"
     code = (140 if gate.time_limit else 143) if sigterm else 130
-    interruption = CellInterrupted(
-        f"{settings.run_name} interrupted ({signal_name}); run the same command to resume", code
+    return CellInterrupted(
+        f"{settings.run_name} interrupted ({signal_name}); run the same command to resume", code, signal_name
     )
-    interruption.signal_name = signal_name
-    return interruption
 
 
 def _skip_or_refuse(
@@ -239,15 +223,15 @@ def _train_and_test(
     world_size = trainer_world_size(settings)
     global_batch = datamodule.batch_size
     split_global_batch(datamodule, world_size)
-    record.update(batch_section(global_batch, datamodule.batch_size, world_size))
-    resume, start_epoch = start.resume, start.epochs
+    record["batch"] = {"global": global_batch, "per_device": datamodule.batch_size, "world_size": world_size}
+    resume = start.resume
     loggers = build_loggers(settings, run_dir, record.get(RUN_ID_ENTRY))
     # A resumed run skips the sanity-check validation: the run was checked when it first started.
     trainer = build_trainer(settings, run_dir, loggers, make_callbacks(settings, run_dir), sanity_check=resume is None)
     if trainer.is_global_zero:
         write_record(run_dir, record, status="running")
     if resume:
-        log.info("resuming %s from %s (%d epochs done)", settings.run_name, resume, start_epoch)
+        log.info("resuming %s from %s (%d epochs done)", settings.run_name, resume, start.epochs)
     finished = False
     try:
         fit_start = time.perf_counter()

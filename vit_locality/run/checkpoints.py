@@ -58,14 +58,6 @@ class NotACheckpointFile(VitLocalityError):
     exit_code = 2
 
 
-def refuse_non_files(paths: Iterable[Path]) -> None:
-    """NotACheckpointFile, in one line, for the first of `paths` that exists and is not a regular file."""
-    for path in paths:
-        if path.exists() and not path.is_file():
-            kind = "a directory" if path.is_dir() else "not a regular file"
-            raise NotACheckpointFile(f"{path} is {kind}, where a checkpoint file belongs: move it away and run again")
-
-
 @dataclass(frozen=True)
 class CheckpointInfo:
     """What choosing a resume point needs from a checkpoint, without keeping its tensors."""
@@ -91,12 +83,6 @@ def previous_checkpoint(path: Path) -> Path:
     return path.with_name(f"{path.stem}.prev{path.suffix}")
 
 
-def resume_candidates(run_dir: Path) -> list[Path]:
-    """Every checkpoint a re-run may resume from, in order of preference when two have gone equally far."""
-    current = [last_checkpoint(run_dir), interrupted_checkpoint(run_dir)]
-    return [*current, *(previous_checkpoint(path) for path in current)]
-
-
 def discard_interrupted(run_dir: Path) -> None:
     """Remove `interrupted.ckpt` and its predecessor once a finished run has superseded them."""
     for path in (interrupted_checkpoint(run_dir), previous_checkpoint(interrupted_checkpoint(run_dir))):
@@ -108,15 +94,6 @@ def stamp_identity(checkpoint: dict[str, Any], identity: str, fit_metrics: Mappi
     logged by then (`fit_metrics`: the last finished epoch's training and evaluation figures), so a fit resumed
     from it that trains nothing more still records them."""
     checkpoint[IDENTITY_ENTRY] = {"identity_hash": identity, "fit_metrics": dict(fit_metrics or {})}
-
-
-def checkpoint_fit_metrics(checkpoint: dict[str, Any]) -> dict[str, float]:
-    """The fit's figures stamped into a checkpoint (stamp_identity); {} for one that carries none."""
-    entry = checkpoint.get(IDENTITY_ENTRY)
-    metrics = entry.get("fit_metrics") if isinstance(entry, dict) else None
-    if not isinstance(metrics, dict):
-        return {}
-    return {str(k): float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 def checkpoint_identity(checkpoint: dict[str, Any]) -> str | None:
@@ -133,12 +110,6 @@ def completed_epochs(checkpoint: dict[str, Any]) -> int:
         return checkpoint_epochs_processed(checkpoint)
     except UpstreamChanged:  # a checkpoint without Lightning's loop state
         return int(checkpoint.get("epoch", 0))
-
-
-def _why_unreadable(error: Exception) -> str:
-    """The first sentence of a load error: enough to tell a truncated file from a foreign one, on one line."""
-    first = str(error).strip().splitlines()[0].split(". ")[0] if str(error).strip() else "no further detail"
-    return f"{type(error).__name__}: {first[:160]}"
 
 
 def read_checkpoint_bytes(path: Path) -> bytes:
@@ -162,7 +133,9 @@ def load_checkpoint_bytes(data: bytes, path: Path, needs: Iterable[str] = ()) ->
     try:
         checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # truncated, overwritten, holding code, or not a torch file at all
-        raise DamagedCheckpoint(path, _why_unreadable(error)) from None
+        # Its first sentence: enough to tell a truncated file from a foreign one, on one line.
+        first = str(error).strip().splitlines()[0].split(". ")[0] if str(error).strip() else "no further detail"
+        raise DamagedCheckpoint(path, f"{type(error).__name__}: {first[:160]}") from None
     missing = tuple(key for key in needs if not isinstance(checkpoint, dict) or key not in checkpoint)
     if not isinstance(checkpoint, dict) or missing:
         raise DamagedCheckpoint(path, f"not a Lightning checkpoint (no {' or '.join(missing) or 'entries'})", missing)
@@ -170,60 +143,61 @@ def load_checkpoint_bytes(data: bytes, path: Path, needs: Iterable[str] = ()) ->
 
 
 def read_checkpoint_file(path: Path, needs: Iterable[str] = ()) -> dict[str, Any]:
-    """A checkpoint's contents (tensors and plain data, never code); DamagedCheckpoint, saying why in one line, for
-    a file that is not a checkpoint holding every entry of `needs`."""
+    """load_checkpoint_bytes of the file at `path`, read through read_checkpoint_bytes."""
     return load_checkpoint_bytes(read_checkpoint_bytes(path), path, needs)
 
 
 def checkpoint_info(checkpoint: dict[str, Any], path: Path) -> CheckpointInfo:
-    """Progress, identity and last epoch's figures of a checkpoint read already."""
+    """Progress, identity and last epoch's figures (stamp_identity; {} for a checkpoint without) of a checkpoint read
+    already."""
+    entry = checkpoint.get(IDENTITY_ENTRY)
+    metrics = entry.get("fit_metrics") if isinstance(entry, dict) else None
+    fit_metrics = {
+        str(k): float(v)
+        for k, v in (metrics if isinstance(metrics, dict) else {}).items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
     return CheckpointInfo(
         Path(path),
         int(checkpoint["global_step"]),
         completed_epochs(checkpoint),
         checkpoint_identity(checkpoint),
-        checkpoint_fit_metrics(checkpoint),
-    )
-
-
-def read_checkpoint_info(path: Path) -> CheckpointInfo:
-    """Progress and identity of a checkpoint file; DamagedCheckpoint (saying why) when it cannot be one."""
-    return checkpoint_info(read_checkpoint_file(path, needs=("global_step",)), path)
-
-
-def foreign_checkpoint(info: CheckpointInfo, expected: str, run_dir: Path) -> ForeignCheckpoint:
-    written_by = f"config {info.identity}" if info.identity else "an unknown config (it records no identity)"
-    return ForeignCheckpoint(
-        f"checkpoint {info.path} was written by {written_by}, not by this one ({expected}); refusing to resume it: "
-        f"move {run_dir} away or choose another sweep_name"
+        fit_metrics,
     )
 
 
 def resume_point(run_dir: Path, identity: str) -> tuple[Path | None, int]:
-    """The furthest readable checkpoint of `last.ckpt` (an epoch boundary), `interrupted.ckpt` (mid-epoch, after a
-    signal) and their predecessors, with its completed epochs; (None, 0) for a fresh start (see furthest_checkpoint)."""
+    """furthest_checkpoint's path and completed epochs; (None, 0) for a fresh start."""
     best = furthest_checkpoint(run_dir, identity)
     return (None, 0) if best is None else (best.path, best.epochs)
 
 
 def furthest_checkpoint(run_dir: Path, identity: str) -> CheckpointInfo | None:
-    """The furthest readable checkpoint of the run directory (resume_candidates), None for a fresh start.
+    """The furthest readable checkpoint of `last.ckpt` (an epoch boundary), `interrupted.ckpt` (mid-epoch, after a
+    signal) and their predecessors; None for a fresh start.
 
     A damaged checkpoint is skipped with a warning naming it and why. Any readable checkpoint whose identity is not
     `identity` raises ForeignCheckpoint: the directory belongs to another config; NotACheckpointFile when one of
     those paths is a directory or another non-file, which the run could neither resume from nor save over."""
-    refuse_non_files(resume_candidates(run_dir))
+    current = [last_checkpoint(run_dir), interrupted_checkpoint(run_dir)]
+    candidates = [*current, *(previous_checkpoint(path) for path in current)]  # preferred first, when equally far
+    for path in candidates:
+        if path.exists() and not path.is_file():
+            kind = "a directory" if path.is_dir() else "not a regular file"
+            raise NotACheckpointFile(f"{path} is {kind}, where a checkpoint file belongs: move it away and run again")
     readable: list[CheckpointInfo] = []
-    for path in resume_candidates(run_dir):
-        if not path.exists():
-            continue
+    for path in filter(Path.exists, candidates):
         try:
-            info = read_checkpoint_info(path)
+            info = checkpoint_info(read_checkpoint_file(path, needs=("global_step",)), path)
         except DamagedCheckpoint as damage:
             log.warning("%s: not resuming from it", damage)
             continue
         if info.identity != identity:
-            raise foreign_checkpoint(info, identity, Path(run_dir))
+            written_by = f"config {info.identity}" if info.identity else "an unknown config (it records no identity)"
+            raise ForeignCheckpoint(
+                f"checkpoint {info.path} was written by {written_by}, not by this one ({identity}); refusing to "
+                f"resume it: move {Path(run_dir)} away or choose another sweep_name"
+            )
         readable.append(info)
     if not readable:
         return None

@@ -32,9 +32,6 @@ class UnreadableFile(OSError):
         self.path = Path(path)
         self.why = why
 
-    def __str__(self) -> str:
-        return self.why
-
     def skipped(self, consequence: str) -> str:
         """The one line a reader prints for it: `skipped <path>: <why>; <what is left out>`."""
         return f"skipped {self.path}: {self.why}; {consequence}"

@@ -29,17 +29,11 @@ class LabelUpdate:
     summary: str
 
 
-def new_tags(settings: RunSettings, record: RunRecord) -> list[str]:
-    """The command's tags that the record lacks, in the command's order."""
-    have = {str(tag) for tag in record.data.get("tags") or []}
-    wanted = [str(tag) for tag in settings.tags]
-    return [tag for tag in dict.fromkeys(wanted) if tag not in have]
-
-
 def add_labels(settings: RunSettings, run_dir: Path, record: RunRecord) -> LabelUpdate | None:
     """Merge the command's new tags into the complete `record` (and the cell's W&B run when `logger=wandb`); None
     when there is nothing new. Called under the run directory's lock, after the data were found to be the same."""
-    added = new_tags(settings, record)
+    have = {str(tag) for tag in record.data.get("tags") or []}
+    added = [tag for tag in dict.fromkeys(str(tag) for tag in settings.tags) if tag not in have]  # command's order
     if not added:
         return None
     data = {key: value for key, value in record.data.items() if key != "status"}

@@ -14,6 +14,7 @@ cannot be checked from here) is refused with the way out.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -139,8 +140,9 @@ class RunLock:
         try:
             if descriptor is not None:
                 os.ftruncate(descriptor, 0)  # one that opened the file already reads no holder
-                if self._is_current_file(descriptor):
-                    self.path.unlink(missing_ok=True)
+                with contextlib.suppress(FileNotFoundError):  # removed already
+                    if os.path.samestat(os.fstat(descriptor), os.stat(self.path)):  # not a successor's file
+                        self.path.unlink(missing_ok=True)
         finally:
             lock.release()
 
@@ -150,12 +152,6 @@ class RunLock:
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, LockHolder.this_process().to_text().encode(), 0)
         os.fsync(descriptor)  # other hosts read it through the file server
-
-    def _is_current_file(self, descriptor: int) -> bool:
-        try:
-            return os.path.samestat(os.fstat(descriptor), os.stat(self.path))
-        except FileNotFoundError:
-            return False
 
     def _refusal(self, soft: bool) -> RunLocked:
         holder = LockHolder.read(self.path)

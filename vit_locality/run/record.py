@@ -121,10 +121,6 @@ class RunRecord:
         return self.data.get("metrics") or {}
 
     @property
-    def epochs(self) -> int | None:
-        return self.data.get("epochs")
-
-    @property
     def config(self) -> dict[str, Any] | None:
         config = self.data.get("config")
         return config if isinstance(config, dict) else None
@@ -164,8 +160,9 @@ def read_record(run_dir: Path) -> RunRecord | None:
     if not path.exists() and not path.is_symlink():
         return None
     try:
-        text = _read_regular_file(path, RECORD_SIZE_LIMIT).decode("utf-8")
-        data = json.loads(text)
+        data = json.loads(read_regular_file(path, RECORD_SIZE_LIMIT).decode("utf-8"))
+    except UnreadableFile as error:  # a FIFO or device would block a reader forever or fill its memory
+        raise RecordError(f"{RESULTS_FILE} is unreadable: {error.why}; skipped") from None
     except IsADirectoryError:
         raise RecordError(f"{RESULTS_FILE} is unreadable: a directory") from None
     except PermissionError:
@@ -181,15 +178,6 @@ def read_record(run_dir: Path) -> RunRecord | None:
     if problem:
         raise RecordError(f"{RESULTS_FILE} is malformed: {problem}")
     return record
-
-
-def _read_regular_file(path: Path, limit: int) -> bytes:
-    """The record's bytes through the one bounded reader of run files (run/file_read.py): a FIFO or device swapped
-    in for a record would block a reader forever or fill its memory."""
-    try:
-        return read_regular_file(path, limit)
-    except UnreadableFile as error:
-        raise RecordError(f"{RESULTS_FILE} is unreadable: {error.why}; skipped") from None
 
 
 def record_problem(data: Any) -> str | None:

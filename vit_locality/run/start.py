@@ -8,9 +8,7 @@ run's; into another directory, the checkpoint and the statistics before it come 
 
 The file is read once (`read_start_file`), before the identity is built: its content hash is pinned for the
 cell's run (identity.pinned_content_hash), and the weights are loaded from those same bytes, so the identity, the
-record's `start.ckpt_sha256` and the weights always agree, whatever happens to the file later. A directory named for
-other content than the file now holds (the file replaced after the cell was named) is refused in one line. The
-bytes are read through the checked reader (weights only, never code).
+record's `start.ckpt_sha256` and the weights always agree, whatever happens to the file later (StartChanged).
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,15 +108,10 @@ def read_start_file(cfg: DictConfig, run_dir: Path) -> StartFile | None:
     return start
 
 
-@contextlib.contextmanager
-def pinned_start(start: StartFile | None) -> Iterator[None]:
+def pinned_start(start: StartFile | None) -> contextlib.AbstractContextManager[None]:
     """While the cell runs, every hash of `ckpt_path` (identity, run name, checkpoint stamps) is that of the bytes
     read once (StartFile.sha256)."""
-    if start is None:
-        yield
-        return
-    with pinned_content_hash(str(start.path), start.sha256):
-        yield
+    return contextlib.nullcontext() if start is None else pinned_content_hash(str(start.path), start.sha256)
 
 
 def start_point(cfg: DictConfig, run_dir: Path, identity: str, start: StartFile | None = None) -> StartPoint:
