@@ -203,7 +203,11 @@ def test_a_time_limit_mid_training_requeues_once_and_resumes_bit_exactly(
     assert len([e for e in events if "Requeued job" in e]) == requeues, events
     assert "stopped for the time limit and checkpointed" in jobs and "DataLoader worker" not in jobs
     assert "Bypassing SIGTERM" not in jobs and "auto-requeue" not in jobs  # Lightning's requeue is off
-    assert "resuming epoch" in jobs
+    step = int(re.search(r"interrupted at step (\d+)", jobs).group(1))
+    if step % STEPS_PER_EPOCH:  # mid-epoch: the requeued job starts at the batch after it
+        assert "resuming epoch" in jobs
+    else:  # the signal came during an epoch's last batch: the requeued job starts the next epoch
+        assert f"({step // STEPS_PER_EPOCH} epochs done)" in jobs and "resuming epoch" not in jobs
     run_dir = cell_dir(sweep_dir)
     assert record(run_dir)["status"] == "complete"
     assert_same_as_unbroken(run_dir, unbroken(args, tmp_path_factory))
