@@ -45,8 +45,9 @@ test-fast: install ## run the tests not marked slow
 #   and 10 epochs later prints another table (measured: Baseline 83.1% against the README's 81.2%); pinned to AVX2
 #   it prints the README's. Recorded as `cpu_capability` in each results.json.
 # - OMP_WAIT_POLICY=PASSIVE: torch's threads sleep instead of spinning while they wait for each other; the same
-#   numbers, a step about 1.3 times slower on an idle machine and 2 to 6 times faster on a busy one (measured: 65
-#   against 39 ms a step idle, 58 against 354 ms with two other processes on the 2 cores).
+#   numbers, a step 1.2 to 1.7 times slower on an idle machine and 1.7 to 6 times faster on a busy one (measured
+#   with the demo's model at 2 threads: 56-72 against 39-49 ms a step idle; 68 against 116 ms with one other busy
+#   process on the 2 cores, 58 against 354 ms with two).
 # The thread count is the third (threads=2 in experiment=demo).
 DEMO_ENV ?= ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 OMP_WAIT_POLICY=PASSIVE
 demo: install ## offline: the 8-cell ablation on generated glyphs with a tiny ViT on CPU, its tables, figures and HTML page

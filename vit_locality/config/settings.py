@@ -127,12 +127,17 @@ def _field_rule(cls: Any, loc: list[str]) -> tuple[list[str], Allowed | None]:
 
 
 def _dataclass_in(hint: Any) -> Any:
-    """The dataclass a field's type holds (`Optional[WandbConfig]` -> WandbConfig), or None."""
+    """The dataclass a field's type holds (`Optional[WandbConfig]` -> WandbConfig), or None. Classes only: pydantic's
+    validators in `Annotated` metadata (AfterValidator(...)) are dataclass instances, not sections."""
+
+    def is_section(candidate: Any) -> bool:
+        return isinstance(candidate, type) and dataclasses.is_dataclass(candidate)
+
     for candidate in (hint, *typing.get_args(hint)):
-        if dataclasses.is_dataclass(candidate):
+        if is_section(candidate):
             return candidate
         inner = typing.get_args(candidate)
-        if inner and dataclasses.is_dataclass(inner[0]):
+        if inner and is_section(inner[0]):
             return inner[0]
     return None
 
@@ -342,10 +347,9 @@ def outside_identity_keys() -> tuple[str, ...]:
             if OUTSIDE_IDENTITY in getattr(hint, "__metadata__", ()):
                 keys.append(key)
                 continue
-            args = (hint, *typing.get_args(hint))
-            sections = [t for t in args if isinstance(t, type) and dataclasses.is_dataclass(t)]
-            for section in VARIANTS.get(key, sections):
-                walk(section, key + ".")
+            section = _dataclass_in(hint)
+            for variant in VARIANTS.get(key, [section] if section is not None else []):
+                walk(variant, key + ".")
 
     walk(RunSettings, "")
     return tuple(dict.fromkeys([*keys, *UNDECLARED_OUTSIDE_IDENTITY]))
