@@ -4,6 +4,7 @@ is off; the launching process's lines for a job's start, requeue and end."""
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vit_locality.run.builders import slurm_environment
 from vit_locality.run.interrupts import SigtermGate, requeue_after_time_limit
-from vit_locality.sweep.slurm_launcher import TrackedCell, observe
+from vit_locality.sweep.slurm_launcher import END_CONFIRM_POLLS, TrackedCell, observe
 
 
 def test_sigusr2_stops_like_sigterm_once_and_only_in_the_process_that_installed_it(monkeypatch) -> None:
@@ -101,6 +102,30 @@ def test_the_launching_process_says_start_requeue_and_end_once_each(tmp_path: Pa
         "cellA: job 7_1 requeued: requeued by SLURM (the cell recorded no reason) (its record: no record)",
         "cellA: job 7_1 started (attempt 2)",
         "cellA: job 7_1 ended (COMPLETED); the cell is no record",
+    ]
+    assert cell.ended
+
+
+def test_a_requeued_job_seen_failed_for_a_moment_is_not_ended(tmp_path: Path, caplog) -> None:
+    """After submitit's requeue, squeue showed the job FAILED for one poll before it waited again (seen on the real
+    cluster): an interrupted cell's end is believed only once it has stayed END_CONFIRM_POLLS polls."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(json.dumps({"status": "interrupted", "error": "SIGUSR2 (time limit)"}))
+    cell = TrackedCell("cellC", fake_job(tmp_path), run_dir, [])
+    seen = [("RUNNING", 0), ("FAILED", 0), ("PENDING", 1), ("RUNNING", 1)]
+    with caplog.at_level(logging.INFO, logger="vit_locality"):
+        for state, restarts in seen:
+            observe(cell, (state, "None", restarts))
+        assert not cell.ended
+        for _ in range(END_CONFIRM_POLLS + 1):  # out of requeues: it stays FAILED
+            observe(cell, ("FAILED", "None", 1))
+    lines = [r.getMessage().split(": ", 1)[1].split(":")[0] for r in caplog.records]
+    assert lines == [
+        "job 7_1 started",
+        "job 7_1 requeued",
+        "job 7_1 started (attempt 2)",
+        "job 7_1 ended (FAILED); the cell is interrupted",
     ]
     assert cell.ended
 

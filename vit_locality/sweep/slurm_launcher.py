@@ -32,6 +32,9 @@ log = logging.getLogger("vit_locality")
 POLL_S = 5.0
 WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESV_DEL_HOLD", "SUSPENDED"}
 PASSING = {"COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+# A job requeued after its cell was interrupted can show an ended state (FAILED) for a moment before it waits again:
+# such an end is believed once it has stayed for this many polls.
+END_CONFIRM_POLLS = 6
 
 
 @dataclass
@@ -46,6 +49,7 @@ class TrackedCell:
     starts: int = 0
     ended: bool = False
     seen: bool = False
+    unconfirmed_end: int = 0  # polls in a row that showed an interrupted cell's job ended (END_CONFIRM_POLLS)
 
     @property
     def job_id(self) -> str:
@@ -127,8 +131,12 @@ def observe(cell: TrackedCell, seen: tuple[str, str, int] | None) -> None:
             say_requeued(cell)
     elif state in PASSING:  # on its way out of RUNNING: ended or requeued, the next poll tells
         return
+    elif cell.unconfirmed_end < END_CONFIRM_POLLS and cell.record_says()[0] == "interrupted":
+        cell.unconfirmed_end += 1  # perhaps requeued on its way: the state it was last seen running in stays
+        return
     else:
         end(cell, state)
+    cell.unconfirmed_end = 0
     cell.state = state
 
 
