@@ -59,7 +59,7 @@ BAD_RECORDS = {
     "invalid UTF-8": (b'{"status": "\xff"}', "unreadable: not UTF-8"),
     "not JSON": (b"{ nope", "unreadable: not JSON"),
     "no status": (b'{"seed": 0}', "malformed: has status None"),
-    "missing keys": (json.dumps({"status": "complete", "seed": 0}).encode(), "malformed: lacks protocol.autoaug"),
+    "missing keys": (json.dumps({"status": "complete", "seed": 0}).encode(), "malformed: lacks protocol$"),
     "NaN accuracy": (
         json.dumps({**complete_payload(metrics={"test/acc1": math.nan}), "status": "complete"}).encode(),
         "not a fraction",
@@ -87,6 +87,52 @@ def test_every_malformed_record_has_one_reason(tmp_path: Path, case: str) -> Non
     with pytest.raises(RecordError, match=reason.replace("(", r"\(")) as caught:
         read_record(tmp_path)
     assert "\n" not in str(caught.value)
+
+
+FINAL = {"min_mad_early": 0.4, "mean_entropy_early": 0.9}
+SCHEMA_REFUSALS = {  # each rule of the record's schema, broken once: the one line names the key, value and rule
+    "protocol.ls='0.1' of the wrong type": {"protocol": {"autoaug": False, "cutmix": True, "ls": "0.1"}},
+    "protocol.cutmix='true' of the wrong type": {"protocol": {"autoaug": False, "cutmix": "true", "ls": 0}},
+    "seed=True of the wrong type": {"seed": True},
+    "data.name=3 of the wrong type": {"data": {"name": 3}},
+    "lacks model.name": {"model": {}},
+    "lacks metrics.test/acc1": {"metrics": {"val/acc1": 0.5}},
+    "metrics.test/acc1=1.5, not a fraction in [0, 1]": {"metrics": {"test/acc1": 1.5}},
+    "attention=[], not a JSON object": {"attention": []},
+    "attention.final=3, not a JSON object": {"attention": {"final": 3}},
+    "attention.final.early_layers=0, not an integer >= 1": {"attention": {"final": {**FINAL, "early_layers": 0}}},
+    "attention.final.per_layer={}, not a JSON list": {"attention": {"final": {**FINAL, "per_layer": {}}}},
+    "attention.final.per_head=[], not a JSON object": {"attention": {"final": {**FINAL, "per_head": []}}},
+    "lacks attention.final.mean_entropy_early": {"attention": {"final": {"min_mad_early": 0.4}}},
+}
+
+
+@pytest.mark.parametrize("reason", list(SCHEMA_REFUSALS))
+def test_each_schema_rule_refuses_with_its_key_and_value(tmp_path: Path, reason: str) -> None:
+    write_record(tmp_path, complete_payload(**SCHEMA_REFUSALS[reason]), status="complete")
+    with pytest.raises(RecordError) as caught:
+        read_record(tmp_path)
+    assert str(caught.value).endswith(f"malformed: {'' if reason.startswith('lacks') else 'has '}{reason}")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"protocol": {"autoaug": True, "cutmix": False, "ls": 0, "mixup": False}},  # ls an integer; keys it adds pass
+        {"attention": None},
+        {"attention": {"final": None, "initial": {}}},
+        {"attention": {"final": {**FINAL, "per_head": {"mad": [[0.1]]}, "per_layer": [{"layer": 0}]}}},
+        {"metrics": {"test/acc1": 0, "val/acc1": "n/a"}},
+    ],
+)
+def test_records_within_the_schema_read(tmp_path: Path, changes: dict) -> None:
+    write_record(tmp_path, complete_payload(**changes), status="complete")
+    assert read_record(tmp_path).complete
+
+
+def test_a_running_record_needs_only_its_status(tmp_path: Path) -> None:
+    write_record(tmp_path, {"seed": "not yet"}, status="running")
+    assert read_record(tmp_path).status == "running"
 
 
 def test_a_directory_named_results_json(tmp_path: Path) -> None:

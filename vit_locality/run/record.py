@@ -16,10 +16,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vit_locality.errors import VitLocalityError
 from vit_locality.protocol import Protocol as TrainingProtocol  # typing.Protocol is imported here too
@@ -180,8 +183,51 @@ def read_record(run_dir: Path) -> RunRecord | None:
     return record
 
 
+class _Section(BaseModel):
+    """A part of the record: JSON types exactly (no "0" for 0, no true for 1); keys it does not name pass."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
+class _Flags(_Section):
+    autoaug: bool
+    cutmix: bool
+    ls: float
+
+
+class _Named(_Section):
+    name: str
+
+
+class _Metrics(_Section):
+    acc1: float = Field(alias="test/acc1", ge=0.0, le=1.0, description="a fraction in [0, 1]")
+
+
+class _FinalAttention(_Section):
+    min_mad_early: float = Field(description="a finite number")
+    mean_entropy_early: float = Field(description="a finite number")
+    early_layers: int = Field(2, ge=1, description="an integer >= 1")
+    per_head: dict = Field(default_factory=dict, description="a JSON object")
+    per_layer: list = Field(default_factory=list, description="a JSON list")
+
+
+class _Attention(_Section):
+    final: _FinalAttention | None = Field(None, description="a JSON object")
+
+
+class CompleteRecord(_Section):
+    """What a complete record must carry for tables to group and show it: the schema `read_record` checks."""
+
+    seed: int
+    protocol: _Flags
+    data: _Named
+    model: _Named
+    metrics: _Metrics
+    attention: _Attention | None = Field(None, description="a JSON object")
+
+
 def record_problem(data: Any) -> str | None:
-    """Why `data` is not a usable record, or None. A complete record must carry what tables group and show by."""
+    """Why `data` is not a usable record, or None: the first of the schema's errors as one line."""
     if not isinstance(data, dict):
         return f"holds a JSON {type(data).__name__}, not an object"
     status = data.get("status")
@@ -189,41 +235,29 @@ def record_problem(data: Any) -> str | None:
         return f"has status {status!r}, not one of {', '.join(STATUSES)}"
     if status != "complete":
         return None
-    required = {
-        "seed": int,
-        "protocol.autoaug": bool,
-        "protocol.cutmix": bool,
-        "protocol.ls": (int, float),
-        "data.name": str,
-        "model.name": str,
-        "metrics": dict,
-    }
-    for key, kind in required.items():
-        value: Any = data
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        if value is None:
+    try:
+        CompleteRecord.model_validate(data)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        loc = [str(part) for part in first["loc"] if not str(part)[0].isupper()]  # drop a union member's class name
+        key = ".".join(loc)
+        if first["type"] == "missing":
             return f"lacks {key}"
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            return f"has {key}={value!r} of the wrong type"
-    acc1 = data["metrics"].get("test/acc1")
-    if not isinstance(acc1, int | float) or not 0.0 <= acc1 <= 1.0:
-        return f"has metrics.test/acc1={acc1!r}, not a fraction in [0, 1]"
-    final = (data.get("attention") or {}).get("final") if isinstance(data.get("attention"), dict) else None
-    if final is not None:
-        if not isinstance(final, dict):
-            return "has attention.final that is not an object"
-        for key in ("min_mad_early", "mean_entropy_early"):
-            value = final.get(key)
-            if not isinstance(value, int | float) or not math.isfinite(value):
-                return f"has attention.final.{key}={value!r}, not a finite number"
-        early = final.get("early_layers", 2)
-        if not isinstance(early, int) or isinstance(early, bool) or early < 1:
-            return f"has attention.final.early_layers={early!r}, not an integer >= 1"
-        for key, kind in (("per_head", dict), ("per_layer", list)):
-            if key in final and not isinstance(final[key], kind):
-                return f"has attention.final.{key} that is not a JSON {'object' if kind is dict else 'list'}"
+        allowed = _description(CompleteRecord, loc)
+        return f"has {key}={first['input']!r}" + (f", not {allowed}" if allowed else " of the wrong type")
     return None
+
+
+def _description(model: Any, loc: list[str]) -> str | None:
+    """The `description` of the field `loc` leads to (by name or JSON alias), None where it has none."""
+    field = None
+    for part in loc:
+        fields = getattr(model, "model_fields", {})
+        field = fields.get(part) or next((f for f in fields.values() if f.alias == part), None)
+        if field is None:
+            return None
+        model = next((a for a in typing.get_args(field.annotation) if isinstance(a, type)), field.annotation)
+    return field.description if field else None
 
 
 @dataclass
