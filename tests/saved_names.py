@@ -80,7 +80,7 @@ def composed(overrides: list[str]) -> DictConfig:
 
 @functools.lru_cache(maxsize=16)
 def reference(choices: tuple[str, ...]) -> DictConfig:
-    """The config of a cell's data and model choices alone, as the `run_name` resolver composes it."""
+    """The config of a cell's data and model choices alone, as the pre-check composes it."""
     return composed(list(choices))
 
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import hydra
+import hydra.compose
 import pytest
 from helpers import CONF
 from hydra import compose, initialize_config_dir
-from test_run_names import job_name
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
 
 from vit_locality.config import preflight, resolvers
+from vit_locality.config.identity import fitted_name, identity_settings, reference_choices
 from vit_locality.config.preflight import check_command
 from vit_locality.config.resolvers import CELL_NAMES_ENV, CellNames, register_resolvers
 from vit_locality.config.schema import register_schemas
@@ -91,9 +95,6 @@ def test_hydras_refusals_are_one_line(args: list[str], message: str) -> None:
     assert check_command(args, CONF) == [message]
 
 
-_job_name = job_name  # `run_name` as a Hydra job resolves it (HydraConfig set, as in train.py)
-
-
 CELLS = [
     [*SHORT],
     [*SHORT, "trainer.devices=2"],
@@ -104,25 +105,64 @@ CELLS = [
 ]
 
 
-@pytest.mark.parametrize("cell", CELLS, ids=[" ".join(c)[-50:] for c in CELLS])
-def test_the_job_looks_its_name_up_and_it_is_the_name_a_composed_reference_gives(
-    cell: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(CELL_NAMES_ENV, "")  # none handed over (and the test's own hand-over undone after it)
-    composed = _job_name(cell)  # no names handed over: the reference composed in the resolver, as before
-    names = CellNames()
-    assert check_command(cell, CONF, names=names) == []
-    assert list(names.names.values()) == [composed]
+def _named_against_its_reference(cell: list[str]) -> str:
+    """The name by its definition: the base and every identity setting that differs from the config of the cell's
+    data and model choices alone, that reference composed here."""
+    register_resolvers()
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=cell, return_hydra_config=True)
+        reference = compose(config_name="train", overrides=list(reference_choices(cfg.hydra.runtime.choices)))
+        with open_dict(cfg):
+            cfg.pop("hydra")
+    return fitted_name(str(cfg.run_name), identity_settings(cfg, reference))  # outside a job run_name is the base
 
-    def no_composition(*args: Any) -> None:
+
+def _resolved_in_a_job(cell: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """`run_name` as the job resolves it, with Hydra's compose API out of reach of the resolver."""
+    register_resolvers()
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=cell, return_hydra_config=True)
+
+    def no_composition(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the resolver composed a config")
 
-    monkeypatch.setattr(resolvers, "_composed_defaults", no_composition)
+    HydraConfig.instance().set_config(cfg)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(hydra, "compose", no_composition)
+            patch.setattr(hydra.compose, "compose", no_composition, raising=False)
+            return str(cfg.run_name)
+    finally:
+        HydraConfig.instance().cfg = None
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[" ".join(c)[-50:] for c in CELLS])
+def test_the_job_looks_up_the_name_its_reference_gives_without_composing(
+    cell: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = _named_against_its_reference(cell)
+    names = CellNames()
+    assert check_command(cell, CONF, names=names) == []
+    assert list(names.names.values()) == [expected]
+    monkeypatch.setenv(CELL_NAMES_ENV, "")
     names.hand_over()
-    assert _job_name(cell) == composed
+    assert _resolved_in_a_job(cell, monkeypatch) == expected
     # A cell the pre-check did not list (a search sweeper's trial): named against the handed reference.
     monkeypatch.setenv(CELL_NAMES_ENV, json.dumps({"names": {}, "references": names.references}))
-    assert _job_name(cell) == composed
+    assert _resolved_in_a_job(cell, monkeypatch) == expected
+
+
+def test_a_job_no_entry_point_named_shows_its_command_lines_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No names handed over (a Hydra app of one's own calling `main`): no reference, so every identity setting the
+    command line sets is shown, even one equal to its default (optim.lr=0.001)."""
+    cell = [*SHORT, "optim.lr=0.001", "data.num_workers=3"]
+    monkeypatch.delenv(CELL_NAMES_ENV, raising=False)
+    base = _named_against_its_reference(["data=synthetic", "model=vit_tiny"])
+    suffix = "_optim.lr-0.001_stats.probe_size-64_trainer.max_steps-2"
+    assert _resolved_in_a_job(cell, monkeypatch) == base + suffix
+    assert _named_against_its_reference(cell) == base + "_stats.probe_size-64_trainer.max_steps-2"
 
 
 def test_a_sweeps_names_are_handed_over_for_every_cell(monkeypatch: pytest.MonkeyPatch) -> None:

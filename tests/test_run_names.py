@@ -4,6 +4,7 @@ overrides of a key wins; long names are shortened to fit, readably and never sha
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,13 @@ from hydra import compose, initialize_config_dir
 from vit_locality.config.identity import (
     MAX_NAME_CHARS,
     canonical_text,
-    config_lookup,
     fitted_name,
     identity_hash,
+    identity_settings,
     named_settings,
 )
 from vit_locality.config.preflight import check_command
-from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.resolvers import CELL_NAMES_ENV, CellNames, register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.paths import CONF_DIR
 
@@ -40,11 +41,10 @@ TUNING = [
 
 
 def name_of(overrides: list[str]) -> str:
-    """The name the job's `${cell_name:...}` gives, from the composed config and the defaults of its groups."""
+    """The name the job's `${cell_name:...}` gives: told apart from the config of its groups' choices alone."""
     cfg = compose_config(overrides)
     groups = [o for o in overrides if "." not in o.split("=")[0]]
-    defaults = compose_config(groups)
-    return fitted_name(str(cfg.run_name), named_settings(overrides, config_lookup(cfg), config_lookup(defaults)))
+    return fitted_name(str(cfg.run_name), identity_settings(cfg, compose_config(groups)))
 
 
 def test_ten_tuning_settings_fit_and_keep_what_fits_readable() -> None:
@@ -127,18 +127,28 @@ def test_ten_tuning_settings_train_into_a_fitted_directory_with_the_full_setting
 
 
 def job_name(overrides: list[str]) -> str:
-    """The run directory's name as a Hydra job resolves `run_name` (Hydra's record of the job set, as in train.py)."""
+    """The run directory's name as a Hydra job resolves `run_name`: the names the pre-check handed over in the
+    environment (as `cli` does), looked up with Hydra's record of the job set (as in train.py)."""
     from hydra.core.hydra_config import HydraConfig
 
+    names = CellNames()
+    assert check_command(["-m", *overrides], CONF_DIR, names=names) == []  # -m: a saved sweep's cells are listed
     register_resolvers()
     register_schemas()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        try:
-            return str(cfg.run_name)
-        finally:
-            HydraConfig.instance().cfg = None
+    before = os.environ.get(CELL_NAMES_ENV)
+    names.hand_over()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+            HydraConfig.instance().set_config(cfg)
+            try:
+                return str(cfg.run_name)
+            finally:
+                HydraConfig.instance().cfg = None
+    finally:
+        os.environ.pop(CELL_NAMES_ENV, None)
+        if before is not None:
+            os.environ[CELL_NAMES_ENV] = before
 
 
 SHORT = ["trainer.max_steps=2", "stats.probe_size=64"]

@@ -17,7 +17,7 @@ import pytest
 import torch
 from helpers import QUICK, compose_config, run_cell_as_train
 
-from vit_locality.config.identity import settings_suffix
+from vit_locality.config.identity import fitted_name, named_settings
 from vit_locality.data import synthetic
 from vit_locality.errors import ConfigError
 from vit_locality.model.classifier import ViTClassifier
@@ -212,11 +212,15 @@ def test_resume_keeps_every_metrics_row_once(tmp_path: Path, monkeypatch) -> Non
 
 
 def test_run_directory_names_show_every_setting_the_command_changes() -> None:
-    suffix = settings_suffix(["optim.lr=0.003", "data=synthetic", "aug.cutmix=true", "seed=1", "data.num_workers=4"])
-    assert suffix == "_optim.lr-0.003"
-    assert settings_suffix(["aug.policy=svhn", "aug.cutmix_alpha=0.5"]) == "_aug.cutmix_alpha-0.5_aug.policy-svhn"
-    assert "/" not in settings_suffix(["data.root=/a/b"]) + settings_suffix(["optim.betas=[0.9,0.99]"])
-    assert "=" not in settings_suffix(["optim.betas=[0.9,0.99]"])
+    def suffix(overrides: list[str]) -> str:
+        return fitted_name("", named_settings(overrides))
+
+    assert suffix(["optim.lr=0.003", "data=synthetic", "aug.cutmix=true", "seed=1", "data.num_workers=4"]) == (
+        "_optim.lr-0.003"
+    )
+    assert suffix(["aug.policy=svhn", "aug.cutmix_alpha=0.5"]) == "_aug.cutmix_alpha-0.5_aug.policy-svhn"
+    assert "/" not in suffix(["data.root=/a/b"]) + suffix(["optim.betas=[0.9,0.99]"])
+    assert "=" not in suffix(["optim.betas=[0.9,0.99]"])
 
 
 def test_an_interruption_never_checkpoints_non_finite_weights(tmp_path: Path, monkeypatch) -> None:

@@ -13,7 +13,7 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from vit_locality.config import checks
-from vit_locality.config.identity import identity_hash, settings_suffix
+from vit_locality.config.identity import identity_hash, named_settings
 from vit_locality.config.preflight import check_command
 from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.schema import register_schemas
@@ -179,7 +179,7 @@ def test_trainer_arguments_without_plus_are_the_same_cell_as_with_it() -> None:
     cfg = compose_config(plain)
     assert cfg.trainer.max_steps == 3 and cfg.trainer.fast_dev_run is True
     assert identity_hash(cfg) == identity_hash(compose_config(plus))
-    assert settings_suffix(plain) == settings_suffix(plus) == "_trainer.fast_dev_run-true_trainer.max_steps-3"
+    assert named_settings(plain) == named_settings(plus) == {"trainer.fast_dev_run": "true", "trainer.max_steps": "3"}
     assert identity_hash(compose_config([])) != identity_hash(cfg)
 
 

@@ -303,10 +303,11 @@ def canonical_text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def named_settings(overrides: Iterable[str], value_of: Lookup | None = None, default_of: Lookup | None = None) -> dict:
-    """The settings a directory name shows, key -> canonical text, sorted by key: every setting the command sets
-    (the last of two for one key) that changes the result, that the base name does not show, and whose value
-    (`value_of(key)`, the composed config's; else the override's) differs from its default (`default_of(key)`)."""
+def named_settings(overrides: Iterable[str], value_of: Lookup | None = None) -> dict:
+    """The settings a directory name shows where no reference config is at hand (a job no entry point started), key
+    -> canonical text, sorted by key: every setting the command sets (the last of two for one key) that changes the
+    result and that the base name does not show, with its value (`value_of(key)`, the composed config's; else the
+    override's)."""
     chosen: dict[str, str] = {}
     starts = False  # whether the command sets ckpt_path or ckpt_mode: a start from weights is named by its hash
     for override in overrides:
@@ -317,9 +318,6 @@ def named_settings(overrides: Iterable[str], value_of: Lookup | None = None, def
             continue
         value = _lookup(value_of, key)
         value = override.split("=", 1)[1] if value is ABSENT else value
-        default = _lookup(default_of, key)
-        if default is not ABSENT and canonical_value(default) == canonical_value(value):
-            continue
         chosen[key] = canonical_text(value)
     start = _start_name(overrides, value_of) if starts else None
     if start is not None:
@@ -397,12 +395,6 @@ def config_lookup(cfg: DictConfig | None) -> Lookup | None:
     if cfg is None:
         return None
     return lambda key: OmegaConf.select(cfg, key, default=ABSENT, throw_on_missing=True)
-
-
-def settings_suffix(overrides: Iterable[str], value_of: Lookup | None = None, default_of: Lookup | None = None) -> str:
-    """`_<key>-<value>` for every named setting (`named_settings`): `-m optim.lr=1e-3,3e-3` gives
-    `..._s0_optim.lr-0.001` and `..._s0_optim.lr-0.003`."""
-    return "".join(_setting_parts(named_settings(overrides, value_of, default_of)))
 
 
 def _setting_parts(settings: dict[str, str]) -> list[str]:

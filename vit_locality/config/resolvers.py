@@ -12,20 +12,17 @@ import functools
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vit_locality.config.identity import (
-    Lookup,
     config_lookup,
     fitted_name,
     identity_hash,
     identity_settings,
     named_settings,
     reference_choices,
-    settings_suffix,
 )
 
 CELL_NAMES_ENV = "VIT_LOCALITY_CELL_NAMES"
@@ -117,65 +114,26 @@ def _cell_name(base: str, *, _root_: DictConfig) -> str:
     """A run directory's name: `base` (data, model, the three flags, seed) and every identity setting that differs
     from the config of the job's data and model choices alone, whatever set it (identity.identity_settings),
     shortened to fit (identity.fitted_name), as the entry point's pre-check named it (CellNames). Outside a Hydra
-    job: `base` alone. In a job no entry point started (a config composed by hand in a test or a tool), the
-    reference is composed here."""
+    job: `base` alone. In a job no entry point started (a Hydra app of one's own calling `main`), there is no
+    reference: `base` and the identity settings its command line sets, as it typed them."""
     overrides = _job_overrides()
     if overrides is None:
         return fitted_name(base, {})
     from hydra.core.hydra_config import HydraConfig
 
-    hydra_job = HydraConfig.get()
     handed = handed_names()
     if handed is not None:
-        return handed.name(base, _root_, reference_choices(hydra_job.runtime.choices))
-    reference = _composed_defaults(hydra_job.job.config_name, reference_choices(hydra_job.runtime.choices))
-    if reference is None:  # Hydra cannot compose here: the command line's settings, as far as they go
-        return fitted_name(base, named_settings(overrides, config_lookup(_root_), _default_lookup(overrides)))
-    return fitted_name(base, identity_settings(_root_, reference))
-
-
-def _cell_settings(*, _root_: DictConfig) -> str:
-    """The settings part alone, unshortened: what `run_name` of configs saved before `cell_name` ends with."""
-    overrides = _job_overrides()
-    return settings_suffix(overrides, config_lookup(_root_), _default_lookup(overrides)) if overrides else ""
-
-
-def _default_lookup(overrides: list[str]) -> Lookup | None:
-    """Each setting's default for this job: the config its group choices compose to, before any value override."""
-    from hydra.core.hydra_config import HydraConfig
-
-    config_name = HydraConfig.get().job.config_name
-    defaults = _composed_defaults(config_name, tuple(o for o in overrides if _is_group_choice(o)))
-    return config_lookup(defaults) if defaults is not None else None
-
-
-def _is_group_choice(override: str) -> bool:
-    """`protocol=baseline`, `hydra/launcher=joblib`, `data@x=...`: a config file chosen, not a value set."""
-    from vit_locality.paths import CONF_DIR
-
-    key = override.split("=", 1)[0].lstrip("+~")
-    return "@" in key or "/" in key or (Path(CONF_DIR) / key).is_dir()
-
-
-@functools.lru_cache(maxsize=64)
-def _composed_defaults(config_name: str | None, group_choices: tuple[str, ...]) -> DictConfig | None:
-    """The job's config composed from its group choices alone; None where Hydra cannot compose it here."""
-    try:
-        from hydra import compose
-
-        return compose(config_name=config_name, overrides=list(group_choices))
-    except Exception:  # no Hydra context in this process: every overridden setting is named
-        return None
+        return handed.name(base, _root_, reference_choices(HydraConfig.get().runtime.choices))
+    return fitted_name(base, named_settings(overrides, config_lookup(_root_)))
 
 
 def register_resolvers() -> None:
-    """`${as_01:...}` (bool -> 0/1), `${compact_number:...}` (0.10 -> 0.1), `${cell_name:<base>}` and
-    `${cell_settings:}`, used by `run_name`. Idempotent."""
+    """`${as_01:...}` (bool -> 0/1), `${compact_number:...}` (0.10 -> 0.1) and `${cell_name:<base>}`, used by
+    `run_name`. Idempotent."""
     resolvers = (
         ("as_01", _as_01),
         ("compact_number", _compact_number),
         ("cell_name", _cell_name),
-        ("cell_settings", _cell_settings),
     )
     for name, fn in resolvers:
         if not OmegaConf.has_resolver(name):
