@@ -44,7 +44,7 @@ def test_protocol_imports_without_torch() -> None:
 def test_from_cfg_resolves_the_policy_and_where_autoaugment_runs() -> None:
     cfg = _cfg("aug.autoaug=true", "aug.cutmix=true", "aug.cutmix_prob=0.5", "loss.ls=0.1")
     protocol = Protocol.from_cfg(cfg)
-    assert protocol == Protocol(True, "cifar10", "cpu", True, 1.0, 0.5, 0.1)
+    assert protocol == Protocol(autoaug=True, policy="cifar10", cutmix=True, cutmix_prob=0.5, ls=0.1)
     assert Protocol.from_cfg(cfg, on_device=True).autoaug_device == "data_on_device"
     assert Protocol.from_cfg(_cfg("aug.autoaug=true", "aug.policy=svhn")).policy == "svhn"
     batched = Protocol.from_cfg(_cfg("aug.autoaug=true", "aug.device=gpu"))
@@ -108,7 +108,7 @@ def test_describe_line() -> None:
 
 def test_an_older_record_reads_as_it_was_written() -> None:
     protocol = Protocol.from_record(OLD_RECORD)
-    assert protocol == Protocol(True, "cifar10", "cpu", True, 1.0, 0.5, 0.1)
+    assert protocol == Protocol(autoaug=True, policy="cifar10", cutmix=True, cutmix_prob=0.5, ls=0.1)
     assert protocol.describe() == OLD_RECORD["description"]
     assert {k: v for k, v in protocol.record().items() if k in OLD_RECORD} == OLD_RECORD
     assert protocol.cell_name == "Modern"
@@ -122,7 +122,18 @@ def test_a_record_without_cutmix_settings_takes_the_defaults() -> None:
 
 
 def test_record_round_trips() -> None:
-    for protocol in (Protocol(), Protocol(True, "imagenet", "gpu", True, 0.3, 0.7, 0.2)):
+    for protocol in (
+        Protocol(),
+        Protocol(
+            autoaug=True,
+            policy="imagenet",
+            autoaug_device="gpu",
+            cutmix=True,
+            cutmix_alpha=0.3,
+            cutmix_prob=0.7,
+            ls=0.2,
+        ),
+    ):
         assert Protocol.from_record(protocol.record()) == protocol
 
 
@@ -134,10 +145,19 @@ def test_tags_name_the_cell_and_its_flags() -> None:
 def test_group_key_keeps_the_grouped_fields_only() -> None:
     """Two runs of one cell that differ in a CutMix setting share a group (the report notes the difference);
     runs with another label smoothing do not (the report pools and notes them by cell)."""
-    a = Protocol(True, "cifar10", "cpu", True, 1.0, 1.0, 0.1)
-    b = Protocol(True, "cifar10", "gpu", True, 0.5, 0.5, 0.1)
+    a = Protocol(
+        autoaug=True, policy="cifar10", autoaug_device="cpu", cutmix=True, cutmix_alpha=1.0, cutmix_prob=1.0, ls=0.1
+    )
+    b = Protocol(
+        autoaug=True, policy="cifar10", autoaug_device="gpu", cutmix=True, cutmix_alpha=0.5, cutmix_prob=0.5, ls=0.1
+    )
     assert a.group_key() == b.group_key()
-    assert a.group_key() != Protocol(True, "cifar10", "cpu", True, 1.0, 1.0, 0.2).group_key()
+    assert (
+        a.group_key()
+        != Protocol(
+            autoaug=True, policy="cifar10", autoaug_device="cpu", cutmix=True, cutmix_alpha=1.0, cutmix_prob=1.0, ls=0.2
+        ).group_key()
+    )
     assert a.group_key().cell_name == "Modern"
 
 

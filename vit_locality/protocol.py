@@ -11,7 +11,7 @@ its line in one YAML file. Importable without torch: the config checks run befor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from vit_locality.catalog import CELL_NAMES, COLORJITTER, resolve_policy
@@ -79,40 +79,43 @@ GROUPED_FIELDS = ("autoaug", "cutmix", "ls", "mixup")
 WHERE_SHOWN = {"gpu": ", batched on gpu", "data_on_device": ", batched on the device"}  # in the description
 
 
-@dataclass(frozen=True)
+def _applies_when(flag: str, default: Any) -> Any:
+    """A setting that applies only while `flag` is on: the record holds None for it otherwise."""
+    return field(default=default, metadata={"when": flag})
+
+
+CASTS = {"bool": bool, "float": float}  # a field's plain type (a config may give an int where a float is meant)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Protocol:
     """One cell's protocol. Built once from the cell's validated settings (`RunSettings.protocol`, through
     `from_sections`) or from a record (`from_record`); the module, the record, the description, the cell name,
-    the W&B tags and the report's grouping all read it.
+    the W&B tags and the report's grouping all read it. A field named as an `aug` or `loss` setting takes that
+    setting's value; the record holds the fields in this order (the description before `autoaug_device`).
 
     `policy` is the resolved policy (`auto` already replaced by the data set's own; None in a record of a run
     without AutoAugment); `autoaug_device` is where AutoAugment runs (cpu, gpu or data_on_device)."""
 
     autoaug: bool = False
-    policy: str | None = None
-    autoaug_device: str = "cpu"
     cutmix: bool = False
-    cutmix_alpha: float = 1.0
-    cutmix_prob: float = 1.0
     ls: float = 0.0
+    policy: str | None = _applies_when("autoaug", None)
+    cutmix_alpha: float = _applies_when("cutmix", 1.0)
+    cutmix_prob: float = _applies_when("cutmix", 1.0)
     mixup: bool = False
-    mixup_alpha: float = 1.0
+    mixup_alpha: float = _applies_when("mixup", 1.0)
+    autoaug_device: str = _applies_when("autoaug", "cpu")
 
     @classmethod
     def from_sections(cls, aug: AugConfig, loss: LossConfig, data_name: str, on_device: bool = False) -> Protocol:
         """The protocol of validated `aug` and `loss` sections, the policy resolved for `data_name`; `on_device`: the
         data sit on the training device and augment there (builders.data_on_device)."""
-        return cls(
-            autoaug=aug.autoaug,
-            policy=resolve_policy(str(aug.policy), data_name),
-            autoaug_device="data_on_device" if on_device else str(aug.device),
-            cutmix=aug.cutmix,
-            cutmix_alpha=float(aug.cutmix_alpha),
-            cutmix_prob=float(aug.cutmix_prob),
-            ls=float(loss.ls),
-            mixup=aug.mixup,
-            mixup_alpha=float(aug.mixup_alpha),
-        )
+        names = {f.name for f in fields(cls)}
+        settings = {f.name: getattr(s, f.name) for s in (aug, loss) for f in fields(s) if f.name in names}
+        settings["policy"] = resolve_policy(str(aug.policy), data_name)
+        settings["autoaug_device"] = "data_on_device" if on_device else str(aug.device)
+        return cls(**settings).normalized()
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig, on_device: bool = False) -> Protocol:
@@ -129,36 +132,24 @@ class Protocol:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Protocol:
-        """The protocol of a record's `protocol` section; a key the record lacks is off, or at its default."""
-
-        def number(key: str, default: float) -> float:
-            value = record.get(key)
-            return default if value is None else float(value)
-
-        return cls(
-            autoaug=bool(record["autoaug"]),
-            policy=record.get("policy"),
-            autoaug_device=record.get("autoaug_device") or "cpu",
-            cutmix=bool(record["cutmix"]),
-            cutmix_alpha=number("cutmix_alpha", 1.0),
-            cutmix_prob=number("cutmix_prob", 1.0),
-            ls=float(record["ls"]),
-            mixup=bool(record.get("mixup", False)),  # records from before MixUp have no key: off
-            mixup_alpha=number("mixup_alpha", 1.0),
-        )
+        """The protocol of a record's `protocol` section; a key the record lacks (or holds None for, as a setting
+        that did not apply) is at its default: a record from before MixUp is a run without it."""
+        given = {f.name: record[f.name] for f in fields(cls) if record.get(f.name) is not None}
+        return cls(**given).normalized()
 
     def normalized(self) -> Protocol:
         """The same protocol with plain Python types (the config may give an int where a float is meant)."""
-        return replace(
-            self,
-            autoaug=bool(self.autoaug),
-            cutmix=bool(self.cutmix),
-            cutmix_alpha=float(self.cutmix_alpha),
-            cutmix_prob=float(self.cutmix_prob),
-            ls=float(self.ls),
-            mixup=bool(self.mixup),
-            mixup_alpha=float(self.mixup_alpha),
-        )
+        return replace(self, **{f.name: CASTS[f.type](getattr(self, f.name)) for f in fields(self) if f.type in CASTS})
+
+    def _applies(self, setting: Field) -> bool:
+        when = setting.metadata.get("when")
+        return when is None or bool(getattr(self, when))
+
+    def record(self) -> dict[str, Any]:
+        """The record's `protocol` section: the flags, the settings that apply (None when off) and the description."""
+        values = {f.name: getattr(self, f.name) if self._applies(f) else None for f in fields(self)}
+        device = values.pop("autoaug_device")
+        return {**values, "description": self.describe(), "autoaug_device": device}
 
     @property
     def batched_autoaugment(self) -> bool:
@@ -202,21 +193,6 @@ class Protocol:
         if self.ls:
             parts.append(f"ls={self.ls}")
         return " | ".join(parts)
-
-    def record(self) -> dict[str, Any]:
-        """The record's `protocol` section: the flags, the settings that apply (None when off) and the description."""
-        return {
-            "autoaug": self.autoaug,
-            "cutmix": self.cutmix,
-            "ls": self.ls,
-            "policy": self.policy if self.autoaug else None,
-            "cutmix_alpha": self.cutmix_alpha if self.cutmix else None,
-            "cutmix_prob": self.cutmix_prob if self.cutmix else None,
-            "mixup": self.mixup,
-            "mixup_alpha": self.mixup_alpha if self.mixup else None,
-            "description": self.describe(),
-            "autoaug_device": self.autoaug_device if self.autoaug else None,
-        }
 
     def tags(self) -> list[str]:
         """W&B tags: the cell's name and its flags (`Modern`, `aa1`, `cm1`, `ls0.1`), and `mu1` under MixUp (runs
