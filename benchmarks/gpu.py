@@ -47,6 +47,7 @@ from benchmarks.suite import model_flops, stats
 from vit_locality.augment.batched_autoaugment import apply, draw
 from vit_locality.augment.mixing import mix_batch
 from vit_locality.data.on_device import DeviceTrainLoader
+from vit_locality.run.atomic import atomic_write_text
 from vit_locality.run.builders import build_datamodule, build_module
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout, where `python -m benchmarks` runs the packed cells
@@ -296,15 +297,23 @@ def pack_worker(directory: Path, index: int, s: Settings, device: torch.device) 
                 repeat(step, 5)()
                 done += 5
             rate = done * step.batch / (clock() - started)
-            (directory / f"result.{round_index}.{index}").write_text(json.dumps(rate))
+            atomic_write_text(directory / f"result.{round_index}.{index}", json.dumps(rate))
+
+
+def _last_line(path: Path) -> str:
+    lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+    return lines[-1] if lines else "no error output"
 
 
 def wait_for(directory: Path, pattern: str, count: int, procs: list[subprocess.Popen], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while len(list(directory.glob(pattern))) < count:
-        ended = [p.returncode for p in procs if p.poll() is not None]
+        ended = [index for index, p in enumerate(procs) if p.poll() not in (None, 0)]  # 0: its last result is written
         if ended or time.monotonic() > deadline:
-            raise RuntimeError(f"packed cells: waiting for {count} x {pattern}, workers ended {ended} or timed out")
+            why = [f"{i} exit {procs[i].returncode}: {_last_line(directory / f'worker.{i}.err')}" for i in ended]
+            raise RuntimeError(
+                f"packed cells: waiting for {count} x {pattern}, workers failed ({'; '.join(why)}) or timed out"
+            )
         time.sleep(0.02)
 
 
@@ -315,7 +324,8 @@ def pack_section(r: Report, s: Settings, device: torch.device, state: dict[str, 
     command = [sys.executable, "-m", "benchmarks", "gpu", "--device", device.type, "--pack-worker", str(directory)]
     command += ["--compile-mode", s.compile_mode, *(["--smoke"] if s.smoke else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1"} if device.type == "cpu" else dict(os.environ)
-    procs = [subprocess.Popen([*command, "--pack-index", str(i)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    procs = [subprocess.Popen([*command, "--pack-index", str(i)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=(directory / f"worker.{i}.err").open("w"))
              for i in range(max(s.pack))]  # fmt: skip
     mps = "CUDA MPS on" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no MPS (time-sliced)"
     rates: dict[int, float] = {}
@@ -323,7 +333,7 @@ def pack_section(r: Report, s: Settings, device: torch.device, state: dict[str, 
         wait_for(directory, "ready.*", len(procs), procs, timeout=300)
         for round_index, cells in enumerate(s.pack):
             run = cells if left_s(state) > state["budget_s"] / 4 else 0
-            (directory / f"round.{round_index}").write_text(str(run))
+            atomic_write_text(directory / f"round.{round_index}", str(run))  # never seen half-written
             if not run:
                 r.row(f"{cells} cells packed", "skipped: time budget")
                 continue
