@@ -104,6 +104,9 @@ SCHEMA_REFUSALS = {  # each rule of the record's schema, broken once: the one li
     "attention.final.per_layer={}, not a JSON list": {"attention": {"final": {**FINAL, "per_layer": {}}}},
     "attention.final.per_head=[], not a JSON object": {"attention": {"final": {**FINAL, "per_head": []}}},
     "lacks attention.final.mean_entropy_early": {"attention": {"final": {"min_mad_early": 0.4}}},
+    "attention.final.per_layer={'0': 0, '1': 1, '10': 10, '100': 100, ...}, not a JSON list": {
+        "attention": {"final": {**FINAL, "per_layer": {str(i): i for i in range(10_000)}}}
+    },
 }
 
 

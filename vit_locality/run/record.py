@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import reprlib
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -239,12 +240,13 @@ def record_problem(data: Any) -> str | None:
         CompleteRecord.model_validate(data)
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
-        loc = [str(part) for part in first["loc"] if not str(part)[0].isupper()]  # drop a union member's class name
+        loc = [str(part) for part in first["loc"]]
         key = ".".join(loc)
         if first["type"] == "missing":
             return f"lacks {key}"
         allowed = _description(CompleteRecord, loc)
-        return f"has {key}={first['input']!r}" + (f", not {allowed}" if allowed else " of the wrong type")
+        shown = reprlib.repr(first["input"])  # a whole table given where a number belongs is shown cut short
+        return f"has {key}={shown}" + (f", not {allowed}" if allowed else " of the wrong type")
     return None
 
 
