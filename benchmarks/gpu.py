@@ -308,12 +308,14 @@ def _last_line(path: Path) -> str:
 def wait_for(directory: Path, pattern: str, count: int, procs: list[subprocess.Popen], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while len(list(directory.glob(pattern))) < count:
-        ended = [index for index, p in enumerate(procs) if p.poll() not in (None, 0)]  # 0: its last result is written
-        if ended or time.monotonic() > deadline:
-            why = [f"{i} exit {procs[i].returncode}: {_last_line(directory / f'worker.{i}.err')}" for i in ended]
-            raise RuntimeError(
-                f"packed cells: waiting for {count} x {pattern}, workers failed ({'; '.join(why)}) or timed out"
+        failed = [index for index, p in enumerate(procs) if p.poll() not in (None, 0)]  # 0: its last result is written
+        if failed:
+            why = "; ".join(
+                f"{i} exit {procs[i].returncode}: {_last_line(directory / f'worker.{i}.err')}" for i in failed
             )
+            raise RuntimeError(f"packed cells: waiting for {count} x {pattern}, workers failed ({why})")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"packed cells: waiting for {count} x {pattern}, timed out after {timeout:.0f} s")
         time.sleep(0.02)
 
 
@@ -324,9 +326,11 @@ def pack_section(r: Report, s: Settings, device: torch.device, state: dict[str, 
     command = [sys.executable, "-m", "benchmarks", "gpu", "--device", device.type, "--pack-worker", str(directory)]
     command += ["--compile-mode", s.compile_mode, *(["--smoke"] if s.smoke else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1"} if device.type == "cpu" else dict(os.environ)
-    procs = [subprocess.Popen([*command, "--pack-index", str(i)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=(directory / f"worker.{i}.err").open("w"))
-             for i in range(max(s.pack))]  # fmt: skip
+    procs = []
+    for i in range(max(s.pack)):
+        with (directory / f"worker.{i}.err").open("w") as errors:  # the worker holds its own copy
+            procs.append(subprocess.Popen([*command, "--pack-index", str(i)], cwd=ROOT, env=env,
+                                          stdout=subprocess.DEVNULL, stderr=errors))  # fmt: skip
     mps = "CUDA MPS on" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no MPS (time-sliced)"
     rates: dict[int, float] = {}
     try:

@@ -17,11 +17,10 @@ import json
 import math
 import os
 import reprlib
-import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -258,7 +257,7 @@ def _description(model: Any, loc: list[str]) -> str | None:
         field = fields.get(part) or next((f for f in fields.values() if f.alias == part), None)
         if field is None:
             return None
-        model = next((a for a in typing.get_args(field.annotation) if isinstance(a, type)), field.annotation)
+        model = next((a for a in get_args(field.annotation) if isinstance(a, type)), field.annotation)
     return field.description if field else None
 
 
