@@ -31,12 +31,13 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.utils.benchmark import Compare, Measurement, TaskSpec, Timer
 
-from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.schema import register_schemas
+from vit_locality.data.on_device import uses_cuda
 from vit_locality.model.classifier import adamw_with_decay_groups
 from vit_locality.model.vit import VisionTransformer
 from vit_locality.paths import CONF_DIR
-from vit_locality.run.builders import resolve_precision, uses_cuda
+from vit_locality.precheck.resolvers import register_resolvers
+from vit_locality.run.builders import resolve_precision
 
 COLUMNS = ("section", "quantity", "value", "target", "status")
 TARGETS = {  # name: (comparison, threshold, unit); set for the CPU except the last three (the GPU bench's)

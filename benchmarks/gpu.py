@@ -47,8 +47,8 @@ from benchmarks.suite import model_flops, stats
 from vit_locality.augment.batched_autoaugment import apply, draw
 from vit_locality.augment.mixing import mix_batch
 from vit_locality.data.on_device import DeviceTrainLoader
-from vit_locality.run.atomic import atomic_write_text
 from vit_locality.run.builders import build_datamodule, build_module
+from vit_locality.store.atomic import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout, where `python -m benchmarks` runs the packed cells
 BEGIN, END = "<!-- bench-gpu:begin -->", "<!-- bench-gpu:end -->"

@@ -34,8 +34,8 @@ from vit_locality.attention.stats_log import (
     scalar_metrics,
     write_csv,
 )
-from vit_locality.run.checkpoints import completed_epochs
-from vit_locality.run.record import ATTENTION_CSV
+from vit_locality.store.checkpoints import completed_epochs
+from vit_locality.store.record import ATTENTION_CSV
 
 log = logging.getLogger("vit_locality")
 
@@ -143,7 +143,7 @@ class AttentionStatsCallback(Callback):
         plots.plt.close(entropy)
 
     def record_section(self) -> dict[str, Any]:
-        """The record's `attention` section (vit_locality.run.record.RecordSection): final tables, initial pair."""
+        """The record's `attention` section (vit_locality.store.record.RecordSection): final tables, initial pair."""
         if self.final is None:
             return {}
         return attention_section(self.final, self._last_measured_epoch, self.initial)

@@ -1,7 +1,7 @@
 """The two checkpoints a cell resumes from: `last.ckpt` at every epoch boundary, `interrupted.ckpt` on a signal;
 and the stamp in each that says which config wrote it.
 
-File names and the choice between them on resume are vit_locality.run.checkpoints'; writing them whole is
+File names and the choice between them on resume are vit_locality.store.checkpoints'; writing them whole is
 vit_locality.run.checkpoint_io's (the Trainer's `AtomicCheckpointIO` plugin).
 """
 
@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vit_locality.run.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT, interrupted_checkpoint, stamp_identity
+from vit_locality.store.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT, interrupted_checkpoint, stamp_identity
 
 log = logging.getLogger("vit_locality")
 
@@ -64,7 +64,7 @@ class InterruptCheckpoint(Callback):
 
 class IdentityStamp(Callback):
     """Stamp the cell's identity hash into every checkpoint the Trainer saves (`last.ckpt`, `interrupted.ckpt`), so
-    a re-run resumes only a checkpoint its own config wrote (vit_locality.run.checkpoints.resume_point); and the
+    a re-run resumes only a checkpoint its own config wrote (vit_locality.store.checkpoints.resume_point); and the
     figures logged so far (at an epoch's end: that epoch's training and evaluation figures, as the record has
     them), so a fit resumed from a finished checkpoint, which trains nothing more, records them all the same."""
 

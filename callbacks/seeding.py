@@ -1,6 +1,6 @@
 """Per-epoch and per-batch reseeding, so that a run resumed from any checkpoint, at an epoch boundary or after a
 signal mid-epoch, draws the same random numbers (shuffle order, AutoAugment, CutMix) as an unbroken run
-(vit_locality/run/seeding.py says how seeds are derived)."""
+(vit_locality/seeding.py says how seeds are derived)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from vit_locality.run.checkpoints import completed_epochs
-from vit_locality.run.seeding import reseed_for_batch, reseed_for_epoch
+from vit_locality.seeding import reseed_for_batch, reseed_for_epoch
+from vit_locality.store.checkpoints import completed_epochs
 
 
 class EpochReseed(Callback):

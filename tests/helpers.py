@@ -13,9 +13,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from vit_locality.callbacks import build_callbacks
 
-from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.paths import CONF_DIR
+from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.run.cell import run_cell
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,11 +18,12 @@ from hydra import compose, initialize_config_dir
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
 from omegaconf import DictConfig  # noqa: E402
 
-from vit_locality.config.identity import fitted_name, identity_hash, identity_settings, reference_choices  # noqa: E402
-from vit_locality.config.resolvers import register_resolvers  # noqa: E402
+from vit_locality.config.identity import identity_hash  # noqa: E402
 from vit_locality.config.schema import register_schemas  # noqa: E402
 from vit_locality.config.settings import settings_of  # noqa: E402
 from vit_locality.paths import CONF_DIR  # noqa: E402
+from vit_locality.precheck.names import fitted_name, identity_settings, reference_choices  # noqa: E402
+from vit_locality.precheck.resolvers import register_resolvers  # noqa: E402
 
 SAVED = Path(__file__).parent / "saved_names_expected.py"
 TINY = ["data=synthetic", "model=vit_tiny"]
@@ -89,9 +90,7 @@ def cell_names(overrides: list[str], typed: bool = False) -> dict[str, str]:
     from the cell's typed settings (and its reference's) instead of the composed configs."""
     cfg = composed(overrides)
     base = reference(reference_choices(cfg.hydra.runtime.choices))
-    mine, theirs = (
-        (settings_of(cfg, check_devices=False), settings_of(base, check_devices=False)) if typed else (cfg, base)
-    )
+    mine, theirs = (settings_of(cfg), settings_of(base)) if typed else (cfg, base)
     return {
         "identity_hash": identity_hash(mine),
         "name": fitted_name(str(cfg.run_name), identity_settings(mine, theirs)),

@@ -1,4 +1,4 @@
-"""One way to replace a file (vit_locality/run/atomic.py), used by every writer that renames: a write that fails
+"""One way to replace a file (vit_locality/store/atomic.py), used by every writer that renames: a write that fails
 half-way leaves the previous file whole and no temporary file behind, for records, checkpoints and downloads alike."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from test_results import complete_payload
 
 from vit_locality.data import download
 from vit_locality.data.base import DataError
-from vit_locality.run import atomic
 from vit_locality.run.checkpoint_io import AtomicCheckpointIO
-from vit_locality.run.record import RESULTS_FILE, read_record, write_record
+from vit_locality.store import atomic
+from vit_locality.store.record import RESULTS_FILE, read_record, write_record
 
 
 class DiskFull(OSError):

@@ -21,7 +21,7 @@ from vit_locality.attention.reference import figure_references, measure_referenc
 from vit_locality.model.vit import ModelConfig, VisionTransformer, neighbourhood_attention_mask
 from vit_locality.report.aggregate import Group
 from vit_locality.report.figures import emergence_figure, layers_figure
-from vit_locality.run.record import RunRecord
+from vit_locality.store.record import RunRecord
 
 R2 = math.sqrt(2)
 HAND_MAD_3X3_STEPS = (36 * (4 + 4 * R2) / 9 + 24 * (3 + 2 * R2) / 6 + 4 * (2 + R2) / 4) / 64

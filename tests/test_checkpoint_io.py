@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from vit_locality.callbacks.checkpointing import IdentityStamp, last_checkpoint_callback
 
 from vit_locality.run.checkpoint_io import AtomicCheckpointIO
-from vit_locality.run.checkpoints import (
+from vit_locality.store.checkpoints import (
     ForeignCheckpoint,
     discard_interrupted,
     interrupted_checkpoint,
@@ -165,7 +165,7 @@ def test_a_damaged_checkpoint_is_one_line_for_every_reader(tmp_path, damage, cap
     from vit_locality.analyze import load_checkpoint
     from vit_locality.errors import ConfigError, exit_code_of
     from vit_locality.instruments.loading import read_checkpoint
-    from vit_locality.run.checkpoints import DamagedCheckpoint
+    from vit_locality.store.checkpoints import DamagedCheckpoint
 
     path = last_checkpoint(tmp_path)
     AtomicCheckpointIO().save_checkpoint(lightning_checkpoint(4, 1), path)

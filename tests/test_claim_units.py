@@ -20,7 +20,7 @@ from vit_locality.attention.units import to_display
 from vit_locality.report.aggregate import aggregate
 from vit_locality.report.claim_units import paper_value
 from vit_locality.report.tables import ablation_table, protocols_table
-from vit_locality.run.record import RunRecord
+from vit_locality.store.record import RunRecord
 
 CUTMIX = [cell for cell in ORDER if FLAGS[cell][1]]
 

@@ -9,12 +9,12 @@ from helpers import CONF, compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
-from vit_locality.config.preflight import check_command
-from vit_locality.config.refusals import no_such_setting
 from vit_locality.config.schema import SCHEMAS, Units, register_schemas
 from vit_locality.errors import ConfigError
+from vit_locality.precheck.preflight import check_command
+from vit_locality.precheck.refusals import no_such_setting
+from vit_locality.run.checks import validate
 
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
 
@@ -226,8 +226,8 @@ def test_config_checks_load_no_torch() -> None:
     import sys
 
     code = (
-        "import sys, vit_locality.config.checks, vit_locality.config.preflight, vit_locality.catalog, "
-        "vit_locality.config.schema, vit_locality.config.resolvers, vit_locality.run.record; "
+        "import sys, vit_locality.run.checks, vit_locality.precheck.preflight, vit_locality.catalog, "
+        "vit_locality.config.schema, vit_locality.precheck.resolvers, vit_locality.store.record; "
         "print(sorted(m for m in ('torch', 'torchvision', 'lightning') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -253,7 +253,7 @@ def test_trainer_names_are_lightnings() -> None:
 def test_vocabulary_written_out_for_the_check_matches_its_source() -> None:
     from vit_locality.attention.metrics import UNITS
     from vit_locality.catalog import DATASETS
-    from vit_locality.config.checks import TRAIN_SIZES
+    from vit_locality.run.checks import TRAIN_SIZES
 
     assert tuple(Units) == UNITS
     assert {*TRAIN_SIZES, "synthetic", "glyphs"} == set(DATASETS)  # the two generated sets have no download

@@ -14,7 +14,7 @@ import pytest
 from data_fakes import write_fake_cifar10
 from helpers import compose_config, run_cell_as_train, run_train
 
-from vit_locality.config.identity import data_difference, data_fingerprint
+from vit_locality.data.fingerprint import data_difference, data_fingerprint
 from vit_locality.errors import ConfigError
 
 FAKE = {"n_train_per_batch": 16, "n_test": 16}

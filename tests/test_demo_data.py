@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from helpers import compose_config
 from torchvision.transforms.v2 import functional as TF
 
-from vit_locality.config.checks import validate
 from vit_locality.data.glyphs import CLASS_SEGMENTS, GlyphsDataModule, generate_glyphs, mirrored
 from vit_locality.errors import ConfigError
+from vit_locality.run.checks import validate
 
 # Larger glyphs than the demo's (0.6-0.8 of the side), so that a linear classifier of the whole image has more to
 # read: the control that shows the single-patch test can tell a giveaway from a weak classifier.

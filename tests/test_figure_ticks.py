@@ -12,7 +12,7 @@ from vit_locality.report.aggregate import Group
 from vit_locality.report.figures import layers_figure
 from vit_locality.report.instrument_figures import trajectory_figure
 from vit_locality.report.instrument_tables import Instruments
-from vit_locality.run.record import RunRecord
+from vit_locality.store.record import RunRecord
 
 plt = plots.plt
 CLOSE = [0.517000, 0.5170005, 0.517001, 0.5170015, 0.517002]

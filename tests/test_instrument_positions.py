@@ -18,7 +18,7 @@ from vit_locality.instruments.position_embedding import (
     position_similarity,
 )
 from vit_locality.report.instrument_tables import Instruments, RunInstruments, positions_table
-from vit_locality.run.record import RunRecord
+from vit_locality.store.record import RunRecord
 
 
 def measured(width: float, seed: int, min_mad: float) -> RunInstruments:

@@ -17,7 +17,7 @@ from vit_locality.instruments.pasted_box import Box, box_locality
 from vit_locality.instruments.position_embedding import position_locality, position_similarity, similarity_mosaic
 from vit_locality.instruments.trajectory import Trajectory, matched_levels, val_accuracy_by_epoch
 from vit_locality.model.vit import VisionTransformer
-from vit_locality.run.record import RunRecord
+from vit_locality.store.record import RunRecord
 
 G = 8
 

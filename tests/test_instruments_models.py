@@ -8,8 +8,8 @@ import torch
 import yaml
 
 from tests.helpers import CONF, compose_config
-from vit_locality.config.checks import validate
 from vit_locality.model.vit import VisionTransformer, count_parameters
+from vit_locality.run.checks import validate
 
 
 def test_conv_stem_keeps_the_grid_and_sees_only_its_neighbourhood() -> None:

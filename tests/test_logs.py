@@ -11,7 +11,7 @@ from helpers import CONF, QUICK, run_train
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from vit_locality.callbacks import EpochLineProgress, EpochLogCallback, progress_display
 
-from vit_locality.config.preflight import check_command
+from vit_locality.precheck.preflight import check_command
 from vit_locality.sweep.progress import cell_start_line
 from vit_locality.train import name_the_cell_in_each_line
 

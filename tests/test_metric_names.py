@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import QUICK, compose_config, run_cell_as_train
 
-from vit_locality.config.checks import validate
+from vit_locality.config.metric_names import eval_prefix, selection_problem
 from vit_locality.errors import ConfigError
-from vit_locality.metric_names import eval_prefix, selection_problem
+from vit_locality.run.checks import validate
 
 TEST_SET_LINE = "optimized_metric=val/acc1 needs data.val_size > 0: the evaluation split is the test set"
 

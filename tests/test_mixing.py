@@ -17,7 +17,7 @@ from vit_locality.errors import ConfigError
 from vit_locality.protocol import Protocol
 from vit_locality.report.aggregate import aggregate_runs
 from vit_locality.run.builders import build_datamodule, build_module
-from vit_locality.run.record import RunRecord, RunScan
+from vit_locality.store.record import RunRecord, RunScan
 
 
 def _constant_batch(batch: int) -> torch.Tensor:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import QUICK, REPO, run_train
 
-from vit_locality.config.preflight import check_command
 from vit_locality.paths import CONF_DIR
+from vit_locality.precheck.preflight import check_command
 
 TINY = ["data=synthetic", "model=vit_tiny"]
 
@@ -89,8 +89,8 @@ def test_a_tag_with_a_control_character_from_a_config_file_is_refused() -> None:
     from helpers import compose_config
     from omegaconf import open_dict
 
-    from vit_locality.config.checks import validate
     from vit_locality.errors import ConfigError
+    from vit_locality.run.checks import validate
 
     cfg = compose_config(TINY)
     with open_dict(cfg):
@@ -155,9 +155,9 @@ def test_a_missing_data_root_is_refused_before_anything_is_made(tmp_path: Path) 
 
 
 def test_the_pre_checks_archive_names_are_the_data_modules() -> None:
-    from vit_locality.config.data_presence import ARCHIVES
     from vit_locality.data.cifar import CIFAR10DataModule, CIFAR100DataModule
     from vit_locality.data.tiny_imagenet import TinyImageNetDataModule
+    from vit_locality.run.data_presence import ARCHIVES
 
     for name, module in (("cifar10", CIFAR10DataModule), ("cifar100", CIFAR100DataModule)):
         spec = module.archive
@@ -310,7 +310,7 @@ def test_a_refused_resume_names_the_settings_and_leaves_no_run_directory(tmp_pat
     resume = [f"ckpt_path={cell / 'checkpoints' / 'last.ckpt'}", "ckpt_mode=resume"]
     refused = run_train([*args, "optim.lr=0.003", *resume, "startup.print_config=true"], cwd=tmp_path)
     assert refused.returncode == 2
-    # The pre-check's one line (config/start_check.py), before Hydra makes a directory or prints the config.
+    # The pre-check's one line (precheck/start_check.py), before Hydra makes a directory or prints the config.
     assert refused.stdout == "" and refused.stderr.startswith("error: ckpt_path="), refused.stderr[-3000:]
     (line,) = refused.stderr.splitlines()
     assert "with ckpt_mode=resume: the checkpoint is another cell's; the settings that differ: optim.lr 0.001" in line

@@ -15,7 +15,6 @@ import torch
 from helpers import QUICK, compose_config, run_cell_as_train, run_train
 from torchvision.transforms import v2
 
-from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
 from vit_locality.data.on_device import (
     BatchAugment,
@@ -25,12 +24,14 @@ from vit_locality.data.on_device import (
     DeviceTrainLoader,
     color_jitter,
     crop_flip,
+    data_on_device,
     draw_color_jitter,
     resolve_on_device,
 )
 from vit_locality.data.sampling import EpochShardSampler, shard_order
 from vit_locality.errors import ConfigError
-from vit_locality.run.builders import build_datamodule, build_module, data_on_device
+from vit_locality.run.builders import build_datamodule, build_module
+from vit_locality.run.checks import validate
 
 PAD = 4
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import QUICK, QUICK_NAME, REPO, run_train
 
-from vit_locality.run.record import scan_records
+from vit_locality.store.record import scan_records
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from tests.helpers import compose_config
-from vit_locality.config.checks import validate
 from vit_locality.config.identity import run_identity
 from vit_locality.errors import ConfigError
 from vit_locality.instruments.position_embedding import (
@@ -19,6 +18,7 @@ from vit_locality.instruments.position_embedding import (
 )
 from vit_locality.model.position_code import sincos_position_code
 from vit_locality.model.vit import ModelConfig, VisionTransformer
+from vit_locality.run.checks import validate
 
 
 def test_the_code_by_hand() -> None:

@@ -14,11 +14,11 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from vit_locality.config import preflight, resolvers
-from vit_locality.config.identity import fitted_name, identity_settings, reference_choices
-from vit_locality.config.preflight import check_command
-from vit_locality.config.resolvers import CELL_NAMES_ENV, CellNames, register_resolvers
 from vit_locality.config.schema import register_schemas
+from vit_locality.precheck import preflight, resolvers
+from vit_locality.precheck.names import fitted_name, identity_settings, reference_choices
+from vit_locality.precheck.preflight import check_command
+from vit_locality.precheck.resolvers import CELL_NAMES_ENV, CellNames, register_resolvers
 
 SHORT = ["data=synthetic", "model=vit_tiny", "trainer.max_steps=2", "stats.probe_size=64"]
 
@@ -198,8 +198,8 @@ def test_a_schema_refusal_names_the_declared_type() -> None:
 def test_a_resume_is_checked_against_its_checkpoint_in_the_pre_check(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vit_locality.config import start_check
     from vit_locality.errors import ConfigError
+    from vit_locality.precheck import start_check
 
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(b"not read here")

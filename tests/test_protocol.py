@@ -10,11 +10,12 @@ import pytest
 import torch
 from helpers import compose_config
 
+from vit_locality.config.protocol_sections import AugConfig
 from vit_locality.config.settings import typed_section
 from vit_locality.errors import ConfigError
 from vit_locality.model.classifier import OptimSettings, ViTClassifier, adamw_with_decay_groups
 from vit_locality.model.vit import ModelConfig, VisionTransformer
-from vit_locality.protocol import AugConfig, Protocol
+from vit_locality.protocol import Protocol
 
 # A record's protocol section as train.py wrote it before this type existed (no mixup key at all).
 OLD_RECORD = {

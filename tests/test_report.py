@@ -23,7 +23,7 @@ from vit_locality.report.factorial import main_effects
 from vit_locality.report.figures import emergence_series
 from vit_locality.report.table_format import Table
 from vit_locality.report.tables import ablation_table, protocols_table
-from vit_locality.run.record import read_record
+from vit_locality.store.record import read_record
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from test_results import complete_payload
 
 from vit_locality.report.aggregate import aggregate_runs
-from vit_locality.run.record import scan_records, write_record
+from vit_locality.store.record import scan_records, write_record
 
 
 def _baseline(ls: float, identity: str, lr: float = 0.001) -> dict:

@@ -1,4 +1,4 @@
-"""Every file a reader opens goes through the one bounded, regular-file-only reader (run/file_read.py): a FIFO or a
+"""Every file a reader opens goes through the one bounded, regular-file-only reader (store/file_read.py): a FIFO or a
 link to /dev/zero in place of a run's attention statistics, CSV log, checkpoint or picture is skipped with one line
 naming it and why, and the report renders everything else; nothing blocks, nothing reads without limit.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_report import write_run
 
-from vit_locality.run.file_read import CSV_SIZE_LIMIT, UnreadableFile, read_csv_rows, read_regular_file
+from vit_locality.store.file_read import CSV_SIZE_LIMIT, UnreadableFile, read_csv_rows, read_regular_file
 
 REPO = Path(__file__).resolve().parents[1]
 MEMORY_CAP = 6 * 2**30  # far above what a report needs; an unbounded read of /dev/zero ends here

@@ -20,7 +20,7 @@ from vit_locality.report.figures import emergence_series
 from vit_locality.report.summary import main as summary_main
 from vit_locality.report.summary import summary_rows
 from vit_locality.report.tables import ablation_table, protocols_table
-from vit_locality.run.record import scan_records
+from vit_locality.store.record import scan_records
 
 PER_UNIT = {"unit": 1.0, "grid": 8.0, "pixels": 32.0, "diagonal": 1 / math.sqrt(2.0)}  # recorded = unit x this
 MAD = {cell: [0.02, 0.03] if "CM" in cell and cell != "-CM" or cell == "Modern" else [0.30, 0.32] for cell in ORDER}

@@ -12,7 +12,7 @@ import pytest
 
 from vit_locality.report.__main__ import main as report_main
 from vit_locality.report.summary import main as summary_main
-from vit_locality.run.record import RECORD_SIZE_LIMIT, RecordError, read_record, scan_records, write_record
+from vit_locality.store.record import RECORD_SIZE_LIMIT, RecordError, read_record, scan_records, write_record
 
 
 def complete_payload(**changes: object) -> dict:

@@ -11,18 +11,12 @@ import pytest
 from helpers import QUICK, compose_config, run_train
 from hydra import compose, initialize_config_dir
 
-from vit_locality.config.identity import (
-    MAX_NAME_CHARS,
-    canonical_text,
-    fitted_name,
-    identity_hash,
-    identity_settings,
-    named_settings,
-)
-from vit_locality.config.preflight import check_command
-from vit_locality.config.resolvers import CELL_NAMES_ENV, CellNames, register_resolvers
+from vit_locality.config.identity import canonical_text, identity_hash
 from vit_locality.config.schema import register_schemas
 from vit_locality.paths import CONF_DIR
+from vit_locality.precheck.names import MAX_NAME_CHARS, fitted_name, identity_settings, named_settings
+from vit_locality.precheck.preflight import check_command
+from vit_locality.precheck.resolvers import CELL_NAMES_ENV, CellNames, register_resolvers
 
 BASE = "synthetic_vit_tiny_aa1_cm1_ls0.1_s0"
 # Ten ordinary tuning settings: with QUICK's four, a name of more than 255 bytes before names were fitted.

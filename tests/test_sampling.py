@@ -15,7 +15,7 @@ from vit_locality.augment.per_sample import build_train_transform
 from vit_locality.data import SyntheticDataModule
 from vit_locality.data.on_device import DeviceTrainLoader
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw
-from vit_locality.run.seeding import sample_seed
+from vit_locality.seeding import sample_seed
 
 SIZE = 96
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from helpers import QUICK, REPO, TRAIN_THREADS, run_train
 
-from vit_locality.config.identity import fitted_name
+from vit_locality.precheck.names import fitted_name
 from vit_locality.report.aggregate import aggregate
-from vit_locality.run.record import scan_records
+from vit_locality.store.record import scan_records
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from vit_locality.config.identity import identity_hash
 from vit_locality.config.settings import RunSettings, settings_of
 from vit_locality.errors import ConfigError
 from vit_locality.protocol import Protocol
-from vit_locality.run.builders import build_datamodule, build_module
+from vit_locality.run.builders import build_datamodule, build_module, cell_protocol
 from vit_locality.run.cell import protocol_record
 from vit_locality.tracking.wandb_run import run_tags
 
@@ -48,7 +48,7 @@ def test_the_protocol_is_built_once_for_every_part_of_a_cell(monkeypatch: pytest
     module = build_module(settings, datamodule)
     record = protocol_record(settings)
     tags = run_tags(settings)
-    assert len(built) == 1 and module.protocol is settings.protocol
+    assert len(built) == 1 and module.protocol is cell_protocol(settings)
     assert record["cutmix_prob"] == 0.5 and tags[:2] == ["Modern", "aa1"]
 
 

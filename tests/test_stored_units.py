@@ -24,7 +24,7 @@ from vit_locality.attention.probe import ProbeSettings
 from vit_locality.attention.reference import reference_model
 from vit_locality.model.vit import ModelConfig
 from vit_locality.report.record_units import csv_scale, in_unit_square
-from vit_locality.run.record import ATTENTION_CSV, read_record, write_record
+from vit_locality.store.record import ATTENTION_CSV, read_record, write_record
 
 SQRT2 = math.sqrt(2.0)
 STEPS_3X3 = (36 * (4 + 4 * SQRT2) / 9 + 24 * (3 + 2 * SQRT2) / 6 + 4 * (2 + SQRT2) / 4) / 64  # 1.0212 patch steps

@@ -11,7 +11,7 @@ import torch
 from helpers import CONF, QUICK, compose_config, run_cell_as_train, run_train
 
 from vit_locality.config.identity import identity_hash, run_identity
-from vit_locality.config.preflight import check_command
+from vit_locality.precheck.preflight import check_command
 from vit_locality.run import cell
 from vit_locality.run.threads import apply_thread_count
 

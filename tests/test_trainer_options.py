@@ -18,16 +18,16 @@ import yaml
 from helpers import CONF, QUICK, compose_config, run_train
 from omegaconf import OmegaConf
 
-from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
-from vit_locality.config.preflight import check_command
 from vit_locality.config.schema import DECLARED_TRAINER_KEYS
-from vit_locality.config.trainer_options import RESERVED, check_trainer_options, trainer_parameters
-from vit_locality.config.tree import config_tree_text
 from vit_locality.errors import ConfigError
+from vit_locality.precheck.preflight import check_command
+from vit_locality.precheck.tree import config_tree_text
 from vit_locality.report.run_settings import quick_run
 from vit_locality.run.builders import build_trainer
-from vit_locality.run.record import RunRecord
+from vit_locality.run.checks import validate
+from vit_locality.run.trainer_options import RESERVED, check_trainer_options, trainer_parameters
+from vit_locality.store.record import RunRecord
 
 
 def test_parameters_are_the_installed_signature() -> None:
@@ -44,7 +44,8 @@ def test_declared_trainer_keys_are_trainer_arguments() -> None:
 
 def _lightning_loaded_by_check(args: list[str]) -> bool:
     code = (
-        "import sys; from vit_locality.config.preflight import check_command; from vit_locality.paths import CONF_DIR; "
+        "import sys; from vit_locality.precheck.preflight import check_command; "
+        "from vit_locality.paths import CONF_DIR; "
         f"assert check_command({args!r}, CONF_DIR) == []; print('lightning' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -20,11 +20,12 @@ from matplotlib.colors import to_rgba
 from omegaconf import OmegaConf
 
 from vit_locality.attention import plots
-from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
 from vit_locality.errors import ConfigError
+from vit_locality.run.checks import validate
 from vit_locality.tracking.quiet import quiet_wandb
-from vit_locality.tracking.wandb_run import resolve_mode, run_group, run_tags
+from vit_locality.tracking.wandb_mode import resolve_mode
+from vit_locality.tracking.wandb_run import run_group, run_tags
 
 BLOCK = 32 * 1024
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4

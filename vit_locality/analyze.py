@@ -22,13 +22,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.config.checks import validate_analysis, validate_stats
-from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
-from vit_locality.run.atomic import atomic_write_text
-from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
+from vit_locality.precheck.resolvers import register_resolvers
+from vit_locality.run.checks import validate_analysis, validate_stats
+from vit_locality.store.atomic import atomic_write_text
+from vit_locality.store.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
 from vit_locality.tracking.quiet import quiet_library_noise
 
 log = logging.getLogger("vit_locality")
@@ -92,7 +92,7 @@ def _not_ours(checkpoint: Path, why: str) -> ConfigError:
 def load_checkpoint(checkpoint: Path) -> dict[str, Any]:
     """The checkpoint's contents, or ConfigError when it is not one of this project's: random bytes, a truncated
     download or another program's file would fail deep inside Lightning."""
-    from vit_locality.run.checkpoints import DamagedCheckpoint, read_checkpoint_file
+    from vit_locality.store.checkpoints import DamagedCheckpoint, read_checkpoint_file
 
     try:
         return read_checkpoint_file(checkpoint, needs=CHECKPOINT_KEYS)
@@ -130,7 +130,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     from vit_locality.attention.stats_log import probe_rows, probe_summary, save_pictures, write_csv
     from vit_locality.attention.units import shown
     from vit_locality.run.builders import build_datamodule
-    from vit_locality.run.checkpoints import completed_epochs
+    from vit_locality.store.checkpoints import completed_epochs
 
     validate_analysis(cfg)
     checkpoint = Path(cfg.ckpt_path)
@@ -200,7 +200,7 @@ def main(cfg: DictConfig) -> None:
 
 def cli() -> None:
     """`python -m vit_locality.analyze` and the installed `vit-locality-analyze`."""
-    from vit_locality.config.preflight import check_command
+    from vit_locality.precheck.preflight import check_command
 
     register_resolvers()
     register_schemas()  # the stats group's file names its schema

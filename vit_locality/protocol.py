@@ -1,7 +1,6 @@
 """The training protocol as one typed value: what augments a batch and what softens its targets.
 
-Its settings are the config's `aug` and `loss` sections, declared here as frozen stdlib dataclasses with each
-field's range beside it (validated by pydantic's TypeAdapter with the rest of the config: config/settings.py).
+Its settings are the config's `aug` and `loss` sections (config/protocol_sections.py).
 `Protocol` is built once per cell from the validated sections (`RunSettings.protocol`), or from a record
 (`from_record`); the module's batch mixing, the run record, the one-line description, the cell name, the W&B tags
 and the report's grouping all read it, so a new knob is a field with its rule here, its use in the mixing code and
@@ -15,62 +14,10 @@ from dataclasses import Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from vit_locality.catalog import CELL_NAMES, COLORJITTER, resolve_policy
-from vit_locality.config.value_rules import Flag, Number, StrChoice, check
+from vit_locality.config.protocol_sections import AugConfig, LossConfig, check_policy_device
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
-
-
-class Policy(StrChoice):
-    """`aug.policy`: `auto` is the data set's own (catalog.DATASET_DEFAULT_POLICY)."""
-
-    auto = "auto"
-    cifar10 = "cifar10"
-    imagenet = "imagenet"
-    svhn = "svhn"
-    colorjitter = "colorjitter"
-
-
-class AugDevice(StrChoice):
-    """`aug.device`: where AutoAugment runs, per sample in the data workers or batched on the training device."""
-
-    cpu = "cpu"
-    gpu = "gpu"
-
-
-ALPHA_RULE = "> 0, finite"
-
-
-@dataclass(frozen=True)
-class AugConfig:
-    """The `aug` section (conf/aug/default.yaml)."""
-
-    autoaug: Flag() = False
-    policy: Policy = Policy.auto
-    device: AugDevice = AugDevice.cpu
-    cutmix: Flag() = False
-    cutmix_alpha: Number(ALPHA_RULE, gt=0) = 1.0
-    cutmix_prob: Number("a number in [0, 1]", ge=0, le=1) = 1.0
-    mixup: Flag() = False
-    mixup_alpha: Number(ALPHA_RULE, gt=0) = 1.0
-
-    def __post_init__(self) -> None:
-        # One batch mixer at a time: MixUp is CutMix's spatially global control, not an addition to it.
-        check(not (self.mixup and self.cutmix), "aug.mixup", self.mixup, "false when aug.cutmix=true (one mixer)")
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """The `loss` section (conf/loss/default.yaml)."""
-
-    ls: Number("a number in [0, 1)", ge=0, lt=1) = 0.0
-
-
-def check_policy_device(aug: AugConfig, data_name: str) -> None:
-    """Batched AutoAugment has the policies' operations; ColorJitter (Tiny-ImageNet's) runs per sample only."""
-    if aug.autoaug and aug.device == AugDevice.gpu:
-        resolved = resolve_policy(str(aug.policy), data_name)
-        check(resolved != COLORJITTER, "aug.device", "gpu", "cpu when the policy is colorjitter (Tiny-ImageNet)")
 
 
 # The protocol's fields are all in the record; these are the ones a report groups runs by (the others, such as
@@ -110,12 +57,24 @@ class Protocol:
     @classmethod
     def from_sections(cls, aug: AugConfig, loss: LossConfig, data_name: str, on_device: bool = False) -> Protocol:
         """The protocol of validated `aug` and `loss` sections, the policy resolved for `data_name`; `on_device`: the
-        data sit on the training device and augment there (builders.data_on_device)."""
+        data sit on the training device and augment there (data.on_device.data_on_device)."""
         names = {f.name for f in fields(cls)}
         settings = {f.name: getattr(s, f.name) for s in (aug, loss) for f in fields(s) if f.name in names}
         settings["policy"] = resolve_policy(str(aug.policy), data_name)
         settings["autoaug_device"] = "data_on_device" if on_device else str(aug.device)
         return cls(**settings).normalized()
+
+    @classmethod
+    def of_settings(cls, settings: Any, on_device: bool = False) -> Protocol:
+        """The protocol of a cell's validated settings (config.settings.RunSettings), built once per settings object
+        and data path: the module, the record and the W&B tags of a cell read the same object."""
+        key = (id(settings), on_device)
+        if key not in _OF_SETTINGS:
+            if len(_OF_SETTINGS) >= _REMEMBERED:
+                _OF_SETTINGS.pop(next(iter(_OF_SETTINGS)))
+            protocol = cls.from_sections(settings.aug, settings.loss, settings.data.name, on_device)
+            _OF_SETTINGS[key] = (settings, protocol)  # the settings kept alive, so their id is not reused meanwhile
+        return _OF_SETTINGS[key][1]
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig, on_device: bool = False) -> Protocol:
@@ -204,3 +163,7 @@ class Protocol:
         """What puts two runs in one group of a report: the GROUPED_FIELDS, every other field at its default."""
         grouped = {name: getattr(self, name) for name in GROUPED_FIELDS}
         return Protocol(**{**grouped, "cutmix": self.cutmix_mixes})
+
+
+_OF_SETTINGS: dict[tuple[int, bool], tuple[Any, Protocol]] = {}  # (id of settings, on device) -> (settings, protocol)
+_REMEMBERED = 16

@@ -21,11 +21,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from vit_locality.config.preflight import check_command
-from vit_locality.config.resolvers import CellNames, register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
+from vit_locality.precheck.preflight import check_command
+from vit_locality.precheck.resolvers import CellNames, register_resolvers
 from vit_locality.sweep.launch import (
     in_multirun,
     is_ddp,
@@ -111,7 +111,7 @@ def main(cfg: DictConfig) -> float | None:
     child = "LOCAL_RANK" in os.environ  # a DDP rank > 0 started by Lightning: it must not re-point anything
     original_argv = sys.argv if child else point_ddp_children_at_this_cell(run_dir)
     if cfg.startup.print_config and not child:
-        from vit_locality.config.tree import config_tree_text
+        from vit_locality.precheck.tree import config_tree_text
 
         print(config_tree_text(cfg), flush=True)
     try:

@@ -17,14 +17,14 @@ import pytest
 import torch
 from helpers import QUICK, compose_config, run_cell_as_train
 
-from vit_locality.config.identity import fitted_name, named_settings
 from vit_locality.data import synthetic
 from vit_locality.errors import ConfigError
 from vit_locality.model.classifier import ViTClassifier
+from vit_locality.precheck.names import fitted_name, named_settings
 from vit_locality.run import builders
 from vit_locality.run.cell import CellInterrupted, run_cell
-from vit_locality.run.record import read_record
 from vit_locality.run.record_sections import RECORD_VERSION
+from vit_locality.store.record import read_record
 
 CELL = [*QUICK, "trainer.max_epochs=2", "stats.pictures=false"]
 

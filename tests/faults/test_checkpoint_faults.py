@@ -20,7 +20,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from test_checkpoint_io import IDENTITY, lightning_checkpoint, saved_step, write_checkpoints
 
 from vit_locality.run.checkpoint_io import AtomicCheckpointIO
-from vit_locality.run.checkpoints import (
+from vit_locality.store.checkpoints import (
     ForeignCheckpoint,
     interrupted_checkpoint,
     last_checkpoint,

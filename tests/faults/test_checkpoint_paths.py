@@ -10,7 +10,7 @@ from helpers import QUICK, run_train
 from test_checkpoint_io import IDENTITY, write_checkpoints
 
 from vit_locality.errors import exit_code_of
-from vit_locality.run.checkpoints import (
+from vit_locality.store.checkpoints import (
     NotACheckpointFile,
     interrupted_checkpoint,
     last_checkpoint,

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from helpers import CONF, run_train
 
-from vit_locality.config import checks as config
-from vit_locality.config import preflight
-from vit_locality.config.preflight import check_command
-from vit_locality.config.refusals import explain
+from vit_locality.precheck import preflight
+from vit_locality.precheck.preflight import check_command
+from vit_locality.precheck.refusals import explain
+from vit_locality.run import checks as config
 
 NAME_RULE = "letters, digits and _ . + - (it names a directory)"
 
@@ -26,7 +26,11 @@ CASES = [
     (["model.dim=100", "model.heads=8"], "model.dim=100 is not allowed: a multiple of model.heads=8"),
     (["data=synthetic", "data.image_size=30"], "data.image_size=30 is not allowed: a multiple of 8"),
     (["data.batch_size=1", "aug.cutmix=true"], "data.batch_size=1 is not allowed: >= 2 when aug.cutmix=true"),
-    (["trainer.accelerator=cpu", "trainer.devices=4096"], "trainer.devices=4096 is not allowed: at most"),
+    # data.batch_size a multiple of the devices: the machine has too few of them, not the batch a wrong size
+    (
+        ["trainer.accelerator=cpu", "trainer.devices=4096", "data.batch_size=4096"],
+        "trainer.devices=4096 is not allowed: at most",
+    ),
     (["trainer=ddp_cpu", "data.batch_size=63", "aug.cutmix=false"], "data.batch_size=63 is not allowed: a multiple of"),
     (["-m", "data=synthetic", "loss.ls=0,0.1,1.5"], "loss.ls=1.5 is not allowed"),  # the third cell of a sweep
     (["-m", "experiment=ablation", "data=synthetic", "data.batch_size=1"], "data.batch_size=1 is not allowed"),

@@ -12,11 +12,12 @@ from helpers import CONF, QUICK, compose_config, run_train
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from vit_locality.config import checks
-from vit_locality.config.identity import identity_hash, named_settings
-from vit_locality.config.preflight import check_command
-from vit_locality.config.resolvers import register_resolvers
+from vit_locality.config.identity import identity_hash
 from vit_locality.config.schema import register_schemas
+from vit_locality.precheck.names import named_settings
+from vit_locality.precheck.preflight import check_command
+from vit_locality.precheck.resolvers import register_resolvers
+from vit_locality.run import checks
 
 GIB = 2**30
 # QUICK has 256 training images in batches of 64: 4 batches an epoch.

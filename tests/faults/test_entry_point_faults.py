@@ -14,7 +14,7 @@ import pytest
 from helpers import REPO
 from test_results import BAD_RECORDS, complete_payload
 
-from vit_locality.run.record import write_record
+from vit_locality.store.record import write_record
 
 
 def run_module(module: str, args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:

@@ -12,11 +12,11 @@ from helpers import QUICK, REPO, run_train, start_train
 from omegaconf import OmegaConf
 from test_results import complete_payload
 
-from vit_locality.config.identity import fitted_name
-from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.schema import register_schemas
 from vit_locality.paths import CONF_DIR
-from vit_locality.run.record import write_record
+from vit_locality.precheck.names import fitted_name
+from vit_locality.precheck.resolvers import register_resolvers
+from vit_locality.store.record import write_record
 from vit_locality.sweep.verdict import (
     COMMAND_ID_ENV,
     VERDICT_FILE,

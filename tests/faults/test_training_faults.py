@@ -13,7 +13,7 @@ import torch
 from helpers import QUICK, compose_config, run_cell_as_train, run_train, start_paced_train, wait_for_step
 
 from vit_locality.model.classifier import NonFiniteLossError, ViTClassifier
-from vit_locality.run.record import scan_records
+from vit_locality.store.record import scan_records
 
 pytestmark = pytest.mark.slow
 

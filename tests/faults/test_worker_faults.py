@@ -16,7 +16,7 @@ import pytest
 import torch
 from helpers import QUICK, REPO, run_train, start_train, wait_for
 
-from vit_locality.run.record import scan_records
+from vit_locality.store.record import scan_records
 
 pytestmark = pytest.mark.slow
 

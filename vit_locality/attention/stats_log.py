@@ -19,9 +19,9 @@ from typing import Any
 from vit_locality.attention import plots
 from vit_locality.attention.probe import STAT_KEYS, ProbeResult
 from vit_locality.attention.units import STORED, shown
-from vit_locality.run.atomic import atomic_write_text
-from vit_locality.run.file_read import read_csv_rows
-from vit_locality.run.record import ATTENTION_CSV
+from vit_locality.store.atomic import atomic_write_text
+from vit_locality.store.file_read import read_csv_rows
+from vit_locality.store.record import ATTENTION_CSV
 
 # `mad_layer_range` (max - min of MAD over the row's layer's heads, that evaluation) is the same on every head of a
 # layer; it comes last, so a file written before it existed reads the same with it left empty.

@@ -12,7 +12,6 @@ list) is `Any` to OmegaConf, which has no unions beyond Optional, and checked by
 Lightning-free: the pre-check composes and validates with these before either loads.
 """
 
-import os
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Optional
 
@@ -20,6 +19,7 @@ from omegaconf import MISSING, OmegaConf
 from pydantic import Field
 
 from vit_locality.catalog import DATASETS, GRID_SIZE, POSITION_INITS
+from vit_locality.config.protocol_sections import AugConfig, LossConfig
 from vit_locality.config.trainer_checks import ACCELERATORS, PRECISIONS, STRATEGIES, limit_allowed, limit_ok
 from vit_locality.config.value_rules import (
     Flag,
@@ -28,12 +28,12 @@ from vit_locality.config.value_rules import (
     OneOf,
     Rule,
     SafeName,
+    StrChoice,
     check,
     is_finite,
     is_int,
     outside_identity,
 )
-from vit_locality.protocol import AugConfig, LossConfig, StrChoice
 
 # OmegaConf reads the annotations at runtime and knows `Optional[X]`, not `X | None` on Python 3.10.
 # ruff: noqa: UP007, UP045
@@ -292,22 +292,6 @@ class WandbConfig:
     group: Optional[str] = None
     job_type: Optional[str] = None
     log_model: Flag() = False
-
-    def __post_init__(self) -> None:
-        if self.mode == "online" or os.environ.get("WANDB_MODE") == "online":
-            _check_wandb_key(str(self.mode))
-
-
-def _check_wandb_key(mode: str) -> None:
-    """An online W&B run needs an API key; without one wandb stops the run with a validation traceback."""
-    from vit_locality.errors import ConfigError
-    from vit_locality.tracking.wandb_run import api_key_source, resolve_mode
-
-    if resolve_mode(mode) == "online" and api_key_source() is None:
-        raise ConfigError(
-            f"logger.wandb.mode={mode} needs a W&B API key, and none is set: set WANDB_API_KEY (or run `wandb "
-            "login`), or add logger.wandb.mode=offline (upload later with `wandb sync`)"
-        )
 
 
 @dataclass(frozen=True)

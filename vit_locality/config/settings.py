@@ -1,7 +1,8 @@
 """One cell's config as one typed, frozen object (`RunSettings`), validated once.
 
-The sections are the schema's frozen stdlib dataclasses (schema.py, protocol.py), which Hydra's ConfigStore types
-the config with while composing; after composition the resolved values are validated by pydantic v2's TypeAdapter
+The sections are the schema's frozen stdlib dataclasses (schema.py, protocol_sections.py), which Hydra's
+ConfigStore types the config with while composing; after composition the resolved values are validated by
+pydantic v2's TypeAdapter
 against the same classes: each field's range beside the field (`Annotated[..., Field(...), Allowed(...)]`), the
 rules across a section's fields in its `__post_init__`, the rules across sections in `RunSettings.__post_init__`.
 Stdlib dataclasses rather than pydantic models because one class then serves both: OmegaConf reads a stdlib
@@ -9,7 +10,7 @@ dataclass and ignores the pydantic metadata, and cannot read a pydantic dataclas
 line (`model.depth=0 is not allowed: an integer in [1, 64]`), never pydantic's report.
 
 `settings_of(cfg)` builds the object once per resolved config and process, so the pre-check's validation is the
-cell's when both run in one process; the Protocol is built once from it (`RunSettings.protocol`).
+cell's when both run in one process.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import AfterValidator, PlainValidator, TypeAdapter, ValidationError
 
 from vit_locality.config.file_access import file_problem
+from vit_locality.config.metric_names import selection_problem
+from vit_locality.config.protocol_sections import AugConfig, LossConfig, check_policy_device
 from vit_locality.config.schema import (
     DECLARED_TRAINER_KEYS,
     VARIANTS,
@@ -42,12 +45,7 @@ from vit_locality.config.schema import (
     StatsConfig,
     TrainerConfig,
 )
-from vit_locality.config.trainer_checks import (
-    check_global_batch,
-    check_trainer_options,
-    check_val_check_interval,
-    validate_devices,
-)
+from vit_locality.config.trainer_checks import check_global_batch, check_trainer_limits, check_val_check_interval
 from vit_locality.config.value_rules import (
     OUTSIDE_IDENTITY,
     SAFE_NAME_RULE,
@@ -62,8 +60,6 @@ from vit_locality.config.value_rules import (
     safe_name,
 )
 from vit_locality.errors import ConfigError
-from vit_locality.metric_names import selection_problem
-from vit_locality.protocol import AugConfig, LossConfig, Protocol, check_policy_device
 
 # ruff: noqa: UP007, UP045
 
@@ -159,13 +155,6 @@ def _variant(section: str, values: Any) -> Any:
     return typed_section(VARIANTS[section][-1], values, section)
 
 
-def _on_this_machine(trainer: TrainerConfig, info: Any) -> TrainerConfig:
-    """`trainer.devices` and the accelerator against this machine, unless the cell runs elsewhere (SLURM)."""
-    if (info.context or {}).get("check_devices"):
-        validate_devices(trainer.arguments())
-    return trainer
-
-
 def _tags(tags: Any) -> bool:
     return isinstance(tags, list) and all(isinstance(t, str) and 0 < len(t) <= 64 and t.isprintable() for t in tags)
 
@@ -185,8 +174,8 @@ class RunSettings:
     data: Annotated[DataConfig, PlainValidator(lambda values: _variant("data", values))]
     model: Annotated[ModelConfig, PlainValidator(lambda values: _variant("model", values))]
     optim: OptimConfig
-    trainer: Annotated[TrainerConfig, AfterValidator(_on_this_machine)]
-    trainer_options: Annotated[dict[str, Any], AfterValidator(check_trainer_options)]
+    trainer: TrainerConfig
+    trainer_options: Annotated[dict[str, Any], AfterValidator(check_trainer_limits)]
     stats: StatsConfig
     callbacks: outside_identity(CallbacksConfig)
     logger: outside_identity(LoggerConfig)
@@ -221,7 +210,7 @@ class RunSettings:
         measured = metric not in ATTENTION_METRICS or self.stats.enabled
         check(measured, "optimized_metric", metric, "a figure the cell measures: set stats.enabled=true for it")
         test_set = selection_problem(metric, self.data.val_size) if metric else None
-        if test_set:  # a search selects: it must never select on the test set (vit_locality/metric_names.py)
+        if test_set:  # a search selects: it must never select on the test set (vit_locality/config/metric_names.py)
             raise ConfigError(test_set)
 
     def _check_start(self) -> None:
@@ -234,13 +223,6 @@ class RunSettings:
             problem = file_problem(Path(checkpoint).expanduser()) if checkpoint != "" else "empty"
             allowed = f"null or a checkpoint file this user can read ({problem})"
             check(problem is None, "ckpt_path", checkpoint, allowed)
-
-    @functools.cached_property
-    def protocol(self) -> Protocol:
-        """The cell's protocol, built once (where the data augment follows from the device: builders)."""
-        from vit_locality.run.builders import data_on_device
-
-        return Protocol.from_sections(self.aug, self.loss, self.data.name, data_on_device(self))
 
     def trainer_arguments(self) -> dict[str, Any]:
         """Every `trainer.*` setting, declared or not, as written."""
@@ -282,37 +264,36 @@ REQUIRED = tuple(
 )
 
 
-def build_settings(values: Mapping[str, Any], check_devices: bool = True) -> RunSettings:
-    """A resolved config validated into RunSettings. `check_devices=False` skips comparing `trainer.devices` with
-    this machine (a SLURM submission host has none of the compute nodes' GPUs)."""
-    trainer = dict(values.get("trainer") or {})
-    others = {name: value for name, value in trainer.items() if name not in DECLARED_TRAINER_KEYS}
-    plain = {**values, "trainer_options": others, "config": dict(values)}
-    return typed_section(RunSettings, plain, "", {"check_devices": check_devices})
+def undeclared_trainer_arguments(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The `trainer.*` settings the schema does not declare: other Trainer arguments, as written."""
+    trainer = values.get("trainer") or {}
+    return {name: value for name, value in trainer.items() if name not in DECLARED_TRAINER_KEYS}
 
 
-_BUILT: dict[tuple[str, bool], RunSettings] = {}  # canonical JSON of a resolved config, less run_name -> settings
+def build_settings(values: Mapping[str, Any]) -> RunSettings:
+    """A resolved config validated into RunSettings: every rule of the config, none of this machine's
+    (run.checks.validate adds those)."""
+    plain = {**values, "trainer_options": undeclared_trainer_arguments(values), "config": dict(values)}
+    return typed_section(RunSettings, plain, "")
+
+
+_BUILT: dict[str, RunSettings] = {}  # canonical JSON of a resolved config, less run_name -> settings
 _CACHED = 8
 
 
-def settings_of(cfg: DictConfig | Mapping[str, Any], check_devices: bool = True) -> RunSettings:
+def settings_of(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     """The cell's settings, built once per resolved config in this process: the pre-check's, when the cell runs in
-    the process that checked its command. A check of this machine's devices and data done once stands. The run's
-    name is no part of the lookup: the pre-check names a cell by its base, the Hydra job by its full name."""
+    the process that checked its command. The run's name is no part of the lookup: the pre-check names a cell by
+    its base, the Hydra job by its full name."""
     values = resolved(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
     key = json.dumps({k: v for k, v in values.items() if k != "run_name"}, sort_keys=True, default=str)
-    for checked in (True, check_devices):
-        built = _BUILT.get((key, checked))
-        if built is not None:
-            return built if built.config == values else _renamed(built, values)
-    settings = build_settings(values, check_devices)
-    if check_devices:
-        from vit_locality.config.checks import check_this_machine
-
-        check_this_machine(settings)
+    built = _BUILT.get(key)
+    if built is not None:
+        return built if built.config == values else _renamed(built, values)
+    settings = build_settings(values)
     if len(_BUILT) >= _CACHED:
         _BUILT.pop(next(iter(_BUILT)))
-    _BUILT[key, check_devices] = settings
+    _BUILT[key] = settings
     return settings
 
 
@@ -322,14 +303,13 @@ def _renamed(settings: RunSettings, values: dict[str, Any]) -> RunSettings:
     check(safe_name(name), "run_name", name, SAFE_NAME_RULE)
     renamed = copy.copy(settings)
     renamed.__dict__.update(run_name=name, config=values)  # a frozen dataclass: its fields are set once, here
-    renamed.__dict__.pop("protocol", None)
     return renamed
 
 
 def as_settings(cfg: RunSettings | DictConfig) -> RunSettings:
     """The cell's settings: given, or validated from a composed config (once per process: settings_of), without
     the checks of this machine (a config composed to build or inspect a part, not to start a cell)."""
-    return cfg if isinstance(cfg, RunSettings) else settings_of(cfg, check_devices=False)
+    return cfg if isinstance(cfg, RunSettings) else settings_of(cfg)
 
 
 # Keys the schema cannot mark: Hydra's own section, and Trainer arguments it does not declare that change no number.

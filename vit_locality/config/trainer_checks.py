@@ -1,12 +1,11 @@
 """The rules of the trainer section that its schema's field ranges cannot hold: the names Lightning takes, the
-Trainer arguments beyond the declared ones, the validation interval against an epoch's batches, the global batch
-against the devices, and the devices of this machine. Lightning itself judges what only it can (trainer_options).
+Trainer arguments beyond the declared ones, the validation interval against an epoch's batches and the global batch
+against the devices. This machine's devices, and what only Lightning can judge, are run.checks'.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,14 +60,9 @@ def limit_allowed(key: str) -> str:
     return "null, a count of batches >= 0 or a fraction in [0, 1]"
 
 
-def check_trainer_options(others: Mapping[str, Any]) -> dict[str, Any]:
-    """Any other Trainer argument (`+trainer.<name>`, or set by a debug config): known to the installed Trainer, of
-    a type and range it takes. Asked of Lightning only when there is one, so an ordinary command is checked
-    without it."""
-    if others:
-        from vit_locality.config import trainer_options
-
-        trainer_options.check_trainer_options(others)
+def check_trainer_limits(others: Mapping[str, Any]) -> dict[str, Any]:
+    """The ranges of the other Trainer arguments a quick check or a debug config sets (limits, step counts,
+    fast_dev_run); whether the installed Trainer takes each at all is run.checks' to ask Lightning."""
     for name in LIMITS:
         value = others.get(name)
         test_keeps_one = name != "limit_test_batches" or value is None or value > 0
@@ -104,29 +98,3 @@ def check_global_batch(batch_size: int, devices: Any, num_nodes: int) -> None:
         world = devices * num_nodes
         allowed = f"a multiple of trainer.devices x trainer.num_nodes = {world} (the global batch is split evenly)"
         check(batch_size % world == 0, "data.batch_size", batch_size, allowed)
-
-
-def available_devices(accelerator: str) -> tuple[int, str]:
-    """How many devices `trainer.devices` may ask for, and what they are."""
-    import torch  # deferred: config checks should not pay for torch unless they reach this point
-
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
-        return torch.cuda.device_count(), "CUDA GPUs"
-    return os.cpu_count() or 1, "CPU cores (trainer.accelerator=cpu runs one process per device)"
-
-
-def validate_devices(trainer: Mapping[str, Any]) -> None:
-    """`trainer.devices` against this machine, and an accelerator or strategy beyond the plain ones judged by
-    Lightning's own connector here. One device on the CPU is always there (and needs no torch to count); auto, -1
-    and a list of indices leave the count to Lightning."""
-    from vit_locality.config.trainer_options import check_accelerator_and_strategy, needs_lightning
-
-    devices, accelerator = trainer["devices"], str(trainer["accelerator"])
-    if accelerator in ("gpu", "cuda"):  # no GPU here: the accelerator is what to change, not devices
-        count, kind = available_devices(accelerator)
-        check(count > 0, "trainer.accelerator", accelerator, f"cpu or auto: this machine has no {kind}")
-    if is_int(devices) and devices != -1 and not (devices == 1 and accelerator in ("auto", "cpu")):
-        count, kind = available_devices(accelerator)
-        check(devices <= count, "trainer.devices", devices, f"at most {count}: this machine has {count} {kind}")
-    if needs_lightning(trainer):
-        check_accelerator_and_strategy(trainer)

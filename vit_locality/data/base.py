@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
 from vit_locality.augment.fixed_batches import FIXED_BATCHES_LINE, fixed_batches
 from vit_locality.catalog import DATASET_DEFAULT_POLICY
-from vit_locality.config.identity import data_fingerprint
+from vit_locality.data.fingerprint import data_fingerprint
 from vit_locality.data.on_device import (
     BatchAugment,
     DeviceArrays,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.utils.data import SequentialSampler
@@ -32,10 +33,21 @@ from vit_locality.augment.batched_autoaugment import draw as draw_autoaugment
 from vit_locality.augment.per_sample import COLORJITTER_STRENGTH
 from vit_locality.catalog import COLORJITTER
 from vit_locality.data.sampling import ResumableEpoch
-from vit_locality.run.seeding import sample_seed
+from vit_locality.seeding import sample_seed
 
 ON_DEVICE_SETTINGS = ("auto", True, False)
 Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def uses_cuda(accelerator: str) -> bool:
+    """Whether `trainer.accelerator` trains on CUDA (auto: when this machine has it)."""
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+
+
+def data_on_device(settings: Any) -> bool:
+    """`data.on_device` of a cell's settings (or a recorded config): auto is on when the cell trains on CUDA; a
+    recorded config without the key was off."""
+    return resolve_on_device(getattr(settings.data, "on_device", False), uses_cuda(settings.trainer.accelerator))
 
 
 def resolve_on_device(setting: bool | str, cuda: bool) -> bool:

@@ -2,7 +2,7 @@
 
 Every random draw of a training sample is a function of (run seed, epoch, sample index): the epoch's order comes
 from a generator seeded by (seed, epoch), and each sample's transform runs on torch's CPU generator seeded by
-(seed, epoch, index) (vit_locality/run/seeding.py derives both). Data workers therefore change nothing: not how many
+(seed, epoch, index) (vit_locality/seeding.py derives both). Data workers therefore change nothing: not how many
 there are, not which one transforms which sample, not what a persistent worker drew in earlier epochs. A run killed
 after an epoch, or stopped by a signal mid-epoch, and resumed ends on the weights of an unbroken run, with or
 without workers: the resumed epoch's sampler starts where the stopped one was (`resume_from`). The on-device
@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 from torch.utils.data import DistributedSampler
 
-from vit_locality.run.seeding import epoch_seed, sample_seed
+from vit_locality.seeding import epoch_seed, sample_seed
 
 
 class SampleDraw(NamedTuple):

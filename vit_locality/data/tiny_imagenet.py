@@ -25,7 +25,7 @@ from tqdm import tqdm
 from vit_locality.data.base import DataError, ImageArrays
 from vit_locality.data.download import ArchiveSpec, DownloadableDataModule
 from vit_locality.errors import first_line
-from vit_locality.run.atomic import replace_atomically
+from vit_locality.store.atomic import replace_atomically
 
 CACHE_NAME = "cache_uint8.npz"
 CACHE_VERSION = 1

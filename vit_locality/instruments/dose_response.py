@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from vit_locality.run.record import RunRecord
+from vit_locality.store.record import RunRecord
 
 AXES = ("cutmix_alpha", "cutmix_prob", "ls")
 AXIS_LABELS = {

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from vit_locality.run.file_read import read_csv_rows
+from vit_locality.store.file_read import read_csv_rows
 
 VAL_METRIC = "val/acc1"  # held out of the training set (data.val_size > 0); test_epoch/acc1 is the test set's
 METRICS_CSV = Path("csv") / "metrics.csv"

@@ -19,8 +19,8 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from vit_locality.augment.fixed_batches import fixed_batches
 from vit_locality.augment.mixing import mix_batch
+from vit_locality.config.metric_names import TEST, eval_prefix
 from vit_locality.errors import VitLocalityError
-from vit_locality.metric_names import TEST, eval_prefix
 from vit_locality.model.vit import ModelConfig, VisionTransformer
 from vit_locality.protocol import Protocol
 

@@ -27,7 +27,7 @@ from vit_locality.report.run_settings import (
     setting_notes,
     split_by_settings,
 )
-from vit_locality.run.record import RunRecord, RunScan, scan_records
+from vit_locality.store.record import RunRecord, RunScan, scan_records
 
 # How a claim or a separation is judged: on every run, or on each cell's mean over its runs.
 Level = Literal["run", "mean"]

@@ -25,7 +25,7 @@ from vit_locality.report.record_units import (
     recorded_units,
     stats_setting,
 )
-from vit_locality.run.record import RunRecord
+from vit_locality.store.record import RunRecord
 
 PAPER_EARLY_LAYERS = 2
 # name -> factor on the unit-square value: distances over the image side (ours) or over its diagonal.

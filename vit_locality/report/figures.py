@@ -21,8 +21,8 @@ from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
 from vit_locality.report.aggregate import Aggregate, Group, summarise
 from vit_locality.report.record_units import csv_scale, patch_pixels
 from vit_locality.report.run_settings import slug
-from vit_locality.run.file_read import UnreadableFile, read_csv_rows
-from vit_locality.run.record import ATTENTION_CSV, RunRecord
+from vit_locality.store.file_read import UnreadableFile, read_csv_rows
+from vit_locality.store.record import ATTENTION_CSV, RunRecord
 
 plt = plots.plt
 

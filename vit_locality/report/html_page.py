@@ -18,7 +18,7 @@ from vit_locality.report.instrument_tables import BOX_IMAGES, instrument_tables,
 from vit_locality.report.run_settings import slug
 from vit_locality.report.table_format import Table
 from vit_locality.report.tables import ablation_tables, protocols_table
-from vit_locality.run.file_read import PICTURE_SIZE_LIMIT, UnreadableFile, read_regular_file
+from vit_locality.store.file_read import PICTURE_SIZE_LIMIT, UnreadableFile, read_regular_file
 
 END_COLOUR = "#2a9d8f"  # the footer's bar: a reader (or a test) that sees it has seen the whole page
 STYLE = f"""

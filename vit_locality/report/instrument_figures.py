@@ -14,7 +14,7 @@ from vit_locality.instruments.dose_response import AXES, AXIS_LABELS, PAPER_SETT
 from vit_locality.instruments.position_embedding import similarity_mosaic
 from vit_locality.report.figures import Empty, cell_style, panels, save_figure
 from vit_locality.report.instrument_tables import MASS_KEYS, Instruments, accuracy_levels, head_masses, trajectories
-from vit_locality.run.record import RunRecord
+from vit_locality.store.record import RunRecord
 
 plt = plots.plt
 MASS_COLOURS = {"self_mass": "#b2182b", "neighbour_mass": "#ef8a62", "far_mass": "#67a9cf"}

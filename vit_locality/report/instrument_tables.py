@@ -38,9 +38,9 @@ from vit_locality.report.aggregate import Aggregate, Group, summarise
 from vit_locality.report.figures import early_layers, emergence_series, per_head_tables
 from vit_locality.report.run_settings import slug
 from vit_locality.report.table_format import MISSING, Table, format_figure, format_stat
-from vit_locality.run.checkpoints import DamagedCheckpoint
-from vit_locality.run.file_read import UnreadableFile
-from vit_locality.run.record import RunRecord
+from vit_locality.store.checkpoints import DamagedCheckpoint
+from vit_locality.store.file_read import UnreadableFile
+from vit_locality.store.record import RunRecord
 
 MASS_KEYS = ("self_mass", "neighbour_mass", "far_mass")
 BOX_IMAGES = 128  # probe images for the pasted-box instrument (image i gets the box of image i + 1)

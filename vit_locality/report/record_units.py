@@ -17,7 +17,7 @@ from typing import Any
 
 from vit_locality.attention.units import STORED, UNITS, display_factor
 from vit_locality.catalog import GRID_SIZE
-from vit_locality.run.record import RunRecord
+from vit_locality.store.record import RunRecord
 
 SHOWN = STORED  # the one convention every report shows distances in
 SHOWN_NAME = "fractions of the image side (unit square)"

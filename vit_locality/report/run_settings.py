@@ -13,7 +13,7 @@ from typing import Any
 
 from vit_locality.config.identity import HASH_CHARS, NOT_IDENTITY, RESUME_MODE
 from vit_locality.protocol import Protocol
-from vit_locality.run.record import RunRecord
+from vit_locality.store.record import RunRecord
 
 Settings = tuple[tuple[str, str], ...]
 NOT_COMPARED = ("seed", *NOT_IDENTITY)  # may differ between the runs of one group: what cannot change a result

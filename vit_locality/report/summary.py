@@ -18,7 +18,7 @@ from vit_locality.catalog import CELL_ORDER
 from vit_locality.errors import run_as_command
 from vit_locality.report.record_units import UNITS_NOTE, conversion_note, in_unit_square
 from vit_locality.report.run_settings import UNSET, debug_run_note, run_settings, split_keys
-from vit_locality.run.record import RunRecord, scan_records
+from vit_locality.store.record import RunRecord, scan_records
 
 
 def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from vit_locality.report.factorial import main_effects
 from vit_locality.report.record_units import UNITS_NOTE
 from vit_locality.report.run_settings import UNSET, run_settings, slug
 from vit_locality.report.table_format import MISSING, Table, figure_label, format_difference, format_figure
-from vit_locality.run.record import HEADLINE_NAMES
+from vit_locality.store.record import HEADLINE_NAMES
 
 # The minimum-MAD head's control beside its MAD (docs/metrics.md): near 0, that head's low MAD is concentration on
 # the same patches from every query; positive, a preference for each query's surroundings.

@@ -13,9 +13,9 @@ from typing import Any
 from vit_locality.report.aggregate import Aggregate, summarise
 from vit_locality.report.figures import layer_table
 from vit_locality.report.table_format import Table
-from vit_locality.run.file_read import PICTURE_SIZE_LIMIT, UnreadableFile, read_regular_file
+from vit_locality.store.file_read import PICTURE_SIZE_LIMIT, UnreadableFile, read_regular_file
 from vit_locality.tracking.quiet import quiet_wandb
-from vit_locality.tracking.wandb_run import resolve_mode
+from vit_locality.tracking.wandb_mode import resolve_mode
 
 DEFAULT_PROJECT = "vit-locality"
 SCATTER_KEY = "runs/min_mad_vs_top1"

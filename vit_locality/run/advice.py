@@ -38,7 +38,7 @@ def settings_that_differ(cfg: DictConfig, checkpoint: Path) -> str:
     """`; the settings that differ: optim.lr 0.002 there, 0.001 here, ...` from the record beside `checkpoint`
     (`<cell>/checkpoints/<file>` -> `<cell>/results.json`); empty when there is none to compare with."""
     from vit_locality.config.identity import canonical_text, processes, run_identity, start_checkpoint
-    from vit_locality.run.record import RecordError, read_record
+    from vit_locality.store.record import RecordError, read_record
 
     try:
         record = read_record(Path(checkpoint).resolve().parent.parent)

@@ -23,20 +23,16 @@ from omegaconf import DictConfig, OmegaConf
 from vit_locality.augment.per_sample import build_train_transform
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.settings import RunSettings, as_settings
-from vit_locality.config.trainer_options import trainer_arguments
 from vit_locality.data import ImageDataModule, datamodule_class
-from vit_locality.data.on_device import BatchAugment, resolve_on_device
+from vit_locality.data.on_device import BatchAugment, data_on_device, uses_cuda
 from vit_locality.errors import ConfigError
 from vit_locality.model.classifier import OptimSettings, ViTClassifier
 from vit_locality.model.vit import ModelConfig
 from vit_locality.protocol import Protocol
 from vit_locality.run.checkpoint_io import AtomicCheckpointIO
+from vit_locality.run.trainer_options import trainer_arguments
 from vit_locality.tracking.csv_log import ResumableCSVLogger
 from vit_locality.tracking.wandb_run import first_run_id, wandb_logger
-
-
-def uses_cuda(accelerator: str) -> bool:
-    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
 
 
 def resolve_precision(requested: str, accelerator: str) -> str:
@@ -67,7 +63,7 @@ def build_datamodule(cfg: RunSettings | DictConfig) -> ImageDataModule:
     With on-device data (`data.on_device`, auto: on CUDA) there are no workers: the datamodule augments whole
     batches on the device, AutoAugment or ColorJitter included, whatever `aug.device` says."""
     on_device = data_on_device(cfg)
-    protocol = cfg.protocol if isinstance(cfg, RunSettings) else Protocol.from_cfg(cfg, on_device)
+    protocol = cell_protocol(cfg) if isinstance(cfg, RunSettings) else Protocol.from_cfg(cfg, on_device)
     kwargs = {k: v for k, v in plain(cfg.data).items() if k != "name"}
     datamodule = datamodule_class(cfg.data.name)(**kwargs | {"on_device": on_device}, seed=int(cfg.seed))
     policy = protocol.policy
@@ -76,9 +72,9 @@ def build_datamodule(cfg: RunSettings | DictConfig) -> ImageDataModule:
     return datamodule
 
 
-def data_on_device(cfg: RunSettings | DictConfig) -> bool:
-    """`data.on_device`: auto is on when the cell trains on CUDA (a recorded config without the key: off)."""
-    return resolve_on_device(getattr(cfg.data, "on_device", False), uses_cuda(cfg.trainer.accelerator))
+def cell_protocol(settings: RunSettings) -> Protocol:
+    """The cell's protocol, where AutoAugment runs following from the data path (on the device or in workers)."""
+    return Protocol.of_settings(settings, data_on_device(settings))
 
 
 def build_module(cfg: RunSettings | DictConfig, datamodule: ImageDataModule) -> ViTClassifier:
@@ -90,7 +86,7 @@ def build_module(cfg: RunSettings | DictConfig, datamodule: ImageDataModule) -> 
         mean=list(datamodule.mean),
         std=list(datamodule.std),
         model=ModelConfig.from_mapping(plain(settings.model)),
-        protocol=settings.protocol,
+        protocol=cell_protocol(settings),
         optim=OptimSettings.from_mapping(plain(settings.optim)),
         # Checking the loss costs a device sync: every step on CPU (free), every 25 steps on a GPU.
         nonfinite_check_every=25 if uses_cuda(settings.trainer.accelerator) else 1,

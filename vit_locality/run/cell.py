@@ -27,9 +27,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
-from vit_locality.config.checks import validate
 from vit_locality.config.identity import identity_hash
-from vit_locality.config.resolvers import register_resolvers
 from vit_locality.config.settings import RunSettings, as_settings
 from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError, VitLocalityError
@@ -39,17 +37,19 @@ from vit_locality.run.builders import (
     build_loggers,
     build_module,
     build_trainer,
+    cell_protocol,
     split_global_batch,
     trainer_world_size,
 )
-from vit_locality.run.checkpoints import discard_interrupted
+from vit_locality.run.checks import validate
 from vit_locality.run.interrupts import SigtermGate, requeue_after_time_limit, sigterm_raises
 from vit_locality.run.labels import add_labels
 from vit_locality.run.lock import RunLock
-from vit_locality.run.record import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_record, write_record
 from vit_locality.run.record_sections import data_change, identity_sections, result_sections, setup_sections
 from vit_locality.run.start import StartFile, StartPoint, load_start_weights, pinned_start, read_start_file, start_point
 from vit_locality.run.threads import apply_thread_count
+from vit_locality.store.checkpoints import discard_interrupted
+from vit_locality.store.record import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_record, write_record
 from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, finish_wandb, publish_run_files, recorded_run_id
 
 log = logging.getLogger("vit_locality")
@@ -100,7 +100,7 @@ def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
 
 def protocol_record(cfg: RunSettings | DictConfig) -> dict[str, Any]:
     """The record's `protocol` section (Protocol.record)."""
-    return as_settings(cfg).protocol.record()
+    return cell_protocol(as_settings(cfg)).record()
 
 
 def is_rank_zero() -> bool:
@@ -114,7 +114,6 @@ def run_cell(cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory) ->
     progress display, statistics, checkpointing and per-epoch reseeding, on which resume and its exactness depend.
     The cell's settings are validated here once (the pre-check's, when it ran in this process) and every part is
     built from them."""
-    register_resolvers()
     settings = validate(cfg)
     apply_thread_count(settings.threads)  # before anything is built: the count sets the float sums' order
     run_dir = Path(run_dir)

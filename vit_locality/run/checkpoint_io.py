@@ -4,8 +4,8 @@ Lightning's default writer (TorchCheckpointIO through fsspec) stages a checkpoin
 moves it into place; when that directory is on another file system the move copies into the destination in place,
 so a process killed during the copy (SIGKILL, the OOM killer, a lost node) or a full disk leaves an empty or
 truncated `last.ckpt`, and the next run started from scratch. Here the file is replaced by
-vit_locality.run.atomic (written beside, fsynced, renamed over), and the checkpoint being replaced is renamed to
-`<name>.prev.ckpt` (vit_locality.run.checkpoints), so one that turns out damaged later still has a predecessor to
+vit_locality.store.atomic (written beside, fsynced, renamed over), and the checkpoint being replaced is renamed to
+`<name>.prev.ckpt` (vit_locality.store.checkpoints), so one that turns out damaged later still has a predecessor to
 resume from.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from vit_locality.run.atomic import remove_leftovers, replace_atomically
-from vit_locality.run.checkpoints import previous_checkpoint
+from vit_locality.store.atomic import remove_leftovers, replace_atomically
+from vit_locality.store.checkpoints import previous_checkpoint
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

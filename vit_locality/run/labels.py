@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vit_locality.config.settings import RunSettings
-from vit_locality.run.record import RESULTS_FILE, RunRecord, write_record
+from vit_locality.store.record import RESULTS_FILE, RunRecord, write_record
 
 log = logging.getLogger("vit_locality")
 LABEL_UPDATES = "label_updates"  # the record's list of {"at": UTC time, "tags_added": [...]}

@@ -13,11 +13,12 @@ from typing import Any
 import lightning as L
 import torch
 
-from vit_locality.config.identity import data_difference
 from vit_locality.config.settings import RunSettings
 from vit_locality.data import ImageDataModule
+from vit_locality.data.fingerprint import data_difference
 from vit_locality.model.vit import count_parameters
-from vit_locality.run.record import RunRecord
+from vit_locality.run.builders import cell_protocol
+from vit_locality.store.record import RunRecord
 from vit_locality.tracking.versions import environment_versions
 
 log = logging.getLogger("vit_locality")
@@ -57,7 +58,7 @@ def setup_sections(settings: RunSettings, datamodule: ImageDataModule, model: An
             "eval_split": "val" if settings.data.val_size else "test",
         },
         "data_fingerprint": datamodule.fingerprint(),
-        "protocol": settings.protocol.record(),
+        "protocol": cell_protocol(settings).record(),
         "model": {
             **settings.config["model"],
             "patch_size": model.patch_size,

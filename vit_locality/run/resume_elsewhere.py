@@ -16,10 +16,10 @@ import logging
 from pathlib import Path
 
 from vit_locality.attention.stats_log import CSV_FIELDS, write_csv
-from vit_locality.run.atomic import remove_leftovers, replace_atomically
-from vit_locality.run.checkpoints import CHECKPOINT_DIR, CheckpointInfo, last_checkpoint, previous_checkpoint
-from vit_locality.run.file_read import read_csv_rows
-from vit_locality.run.record import ATTENTION_CSV, RecordError, read_record
+from vit_locality.store.atomic import remove_leftovers, replace_atomically
+from vit_locality.store.checkpoints import CHECKPOINT_DIR, CheckpointInfo, last_checkpoint, previous_checkpoint
+from vit_locality.store.file_read import read_csv_rows
+from vit_locality.store.record import ATTENTION_CSV, RecordError, read_record
 
 log = logging.getLogger("vit_locality")
 

@@ -23,16 +23,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from vit_locality.config.identity import (
-    HASH_CHARS,
-    RESUME_MODE,
-    START_NAME,
-    bytes_content_hash,
-    pinned_content_hash,
-)
+from vit_locality.config.identity import HASH_CHARS, RESUME_MODE, START_NAME, bytes_content_hash, pinned_content_hash
 from vit_locality.errors import ConfigError, VitLocalityError
 from vit_locality.run.advice import refused_resume
-from vit_locality.run.checkpoints import (
+from vit_locality.run.resume_elsewhere import adopt_checkpoint, carry_history
+from vit_locality.store.checkpoints import (
     CheckpointInfo,
     ForeignCheckpoint,
     checkpoint_identity,
@@ -41,7 +36,6 @@ from vit_locality.run.checkpoints import (
     load_checkpoint_bytes,
     read_checkpoint_bytes,
 )
-from vit_locality.run.resume_elsewhere import adopt_checkpoint, carry_history
 
 log = logging.getLogger("vit_locality")
 
@@ -143,7 +137,7 @@ def _resume_from(
     """`ckpt_mode=resume`: the file continues this cell only if this cell wrote it; the furthest of it and the run
     directory's own checkpoints wins, so running the same command again after a preemption loses nothing. The file's
     bytes become the run directory's last.ckpt, and its earlier statistics come along (resume_elsewhere.py).
-    Another cell's checkpoint is refused before the command starts (config/start_check.py); refused here too, for
+    Another cell's checkpoint is refused before the command starts (precheck/start_check.py); refused here too, for
     a file replaced since (ForeignCheckpoint, the same line)."""
     data = start.take()
     info = checkpoint_info(load_checkpoint_bytes(data, start.path, needs=("global_step",)), start.path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vit_locality.run.record import RESULTS_FILE, RecordError, read_record
+from vit_locality.store.record import RESULTS_FILE, RecordError, read_record
 from vit_locality.sweep.durations import duration_text
 
 SWEEP_CELLS_ENV = "VIT_LOCALITY_SWEEP_CELLS"

@@ -26,7 +26,7 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.run.record import RecordError, read_record
+from vit_locality.store.record import RecordError, read_record
 
 log = logging.getLogger("vit_locality")
 POLL_S = 5.0

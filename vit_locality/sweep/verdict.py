@@ -26,8 +26,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.run.atomic import atomic_write_text
-from vit_locality.run.record import RecordError, read_record
+from vit_locality.store.atomic import atomic_write_text
+from vit_locality.store.record import RecordError, read_record
 
 VERDICT_FILE = "verdict.json"
 # Per command, hidden files beside the cells (not a directory: a sweep directory's folders are its cells).

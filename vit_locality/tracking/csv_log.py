@@ -18,8 +18,8 @@ from typing import Any
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from vit_locality.run.atomic import atomic_write_text
-from vit_locality.run.file_read import UnreadableFile, read_csv_rows
+from vit_locality.store.atomic import atomic_write_text
+from vit_locality.store.file_read import UnreadableFile, read_csv_rows
 from vit_locality.upstream import cache_logger_experiment, csv_experiment_writer_class, logger_experiment
 
 log = logging.getLogger("vit_locality")

@@ -7,28 +7,26 @@ read back by the tables. `wandb` itself is imported only when a run exists, so i
 
 from __future__ import annotations
 
-import configparser
 import hashlib
 import logging
-import netrc
 import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig
 
 from vit_locality.config.settings import RunSettings, as_settings
-from vit_locality.run.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT
-from vit_locality.run.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
+from vit_locality.protocol import Protocol
+from vit_locality.store.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT
+from vit_locality.store.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
 from vit_locality.tracking.quiet import quiet_wandb
+from vit_locality.tracking.wandb_mode import resolve_mode
 from vit_locality.upstream import wandb_init_arguments
 
 log = logging.getLogger("vit_locality")
-DEFAULT_HOST = "https://api.wandb.ai"
 # What a cell's W&B run gets besides its metrics: the record, the per-head statistics and the pictures.
 RUN_FILES = (RESULTS_FILE, ATTENTION_CSV, "*.png")
 MAX_TAG = 64  # W&B refuses longer tags
@@ -49,58 +47,6 @@ class ConfigWandbLogger(WandbLogger):
         """Nothing: see the class docstring (the CSV logger keeps its hparams.yaml)."""
 
 
-def _settings_file(environ: Mapping[str, str]) -> dict[str, str]:
-    """The `[default]` section of W&B's global settings file (written by `wandb login --host`, `wandb offline`)."""
-    home = Path(environ.get("HOME") or Path.home())
-    config_dir = environ.get("WANDB_CONFIG_DIR") or str(home / ".config" / "wandb")
-    parser = configparser.ConfigParser()
-    try:
-        parser.read(Path(config_dir) / "settings")
-    except (configparser.Error, OSError):
-        return {}
-    return dict(parser["default"]) if parser.has_section("default") else {}
-
-
-def _netrc_path(environ: Mapping[str, str]) -> Path:
-    if environ.get("NETRC"):
-        return Path(environ["NETRC"]).expanduser()
-    home = Path(environ.get("HOME") or Path.home())
-    return home / ".netrc" if (home / ".netrc").exists() or not (home / "_netrc").exists() else home / "_netrc"
-
-
-def api_key_source(environ: Mapping[str, str] | None = None) -> str | None:
-    """Where W&B would find an API key (`wandb login` writes ~/.netrc), or None: the same places, in the same order,
-    as wandb itself looks (the environment, the netrc entry of the W&B host, the settings file)."""
-    environ = os.environ if environ is None else environ
-    if environ.get("WANDB_API_KEY"):
-        return "WANDB_API_KEY"
-    settings = _settings_file(environ)
-    host = urlsplit(environ.get("WANDB_BASE_URL") or settings.get("base_url") or DEFAULT_HOST).netloc
-    path = _netrc_path(environ)
-    try:
-        entry = netrc.netrc(str(path)).authenticators(host) if host else None
-    except (OSError, netrc.NetrcParseError):
-        entry = None
-    if entry and entry[2]:
-        return str(path)
-    return "settings" if settings.get("api_key") else None
-
-
-def resolve_mode(setting: str, environ: Mapping[str, str] | None = None) -> str:
-    """`logger.wandb.mode`: an explicit mode as given; `auto` follows `WANDB_MODE`, then `wandb offline|online`
-    (the settings file), then goes online when a key is found (`api_key_source`), offline otherwise."""
-    if setting != "auto":
-        return setting
-    environ = os.environ if environ is None else environ
-    legacy = {"dryrun": "offline", "run": "online"}
-    for chosen in (environ.get("WANDB_MODE"), _settings_file(environ).get("mode")):
-        if chosen:
-            chosen = legacy.get(chosen, chosen)
-            if chosen in ("online", "offline", "disabled"):
-                return chosen
-    return "online" if api_key_source(environ) else "offline"
-
-
 def run_group(cfg: RunSettings | DictConfig) -> str:
     """The cell without its seed (its run name less `_s<seed>`): W&B's grouped charts then average the seeds of one
     cell and keep the 8 cells (and any other swept setting) apart. `logger.wandb.group` overrides it."""
@@ -113,7 +59,7 @@ def run_group(cfg: RunSettings | DictConfig) -> str:
 def run_tags(cfg: RunSettings | DictConfig) -> list[str]:
     """The cell's paper name and flags, data set, model, `sweep:<sweep_name>`, then the user's `tags`."""
     settings = as_settings(cfg)
-    tags = settings.protocol.tags()
+    tags = Protocol.of_settings(settings).tags()
     tags += [settings.data.name, settings.model.name, f"sweep:{settings.sweep_name}", *map(str, settings.tags)]
     return list(dict.fromkeys(tag[:MAX_TAG] for tag in tags))
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from vit_locality.config.identity import (
+from vit_locality.config.identity import identity_hash
+from vit_locality.precheck.names import (
     config_lookup,
     fitted_name,
-    identity_hash,
     identity_settings,
     named_settings,
     reference_choices,

@@ -1,7 +1,7 @@
 """Refuse a `ckpt_mode=resume` of another cell's checkpoint before anything is made.
 
 `ckpt_mode=resume` continues the cell that wrote the checkpoint, and only that cell: the checkpoint carries the
-identity hash of the config that wrote it (run/checkpoints.py). Compared here, in the pre-check, a mismatch is one
+identity hash of the config that wrote it (store/checkpoints.py). Compared here, in the pre-check, a mismatch is one
 line naming the settings that differ (from the record beside the checkpoint, run/advice.py) before Hydra makes a
 run directory or prints the config. Only the checkpoint's plain entries are read: its tensors are memory-mapped,
 not loaded, so a large checkpoint costs little here; torch is imported only then (the pre-check of every other
@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from vit_locality.config.identity import RESUME_MODE, identity_hash
 from vit_locality.errors import ConfigError
 from vit_locality.run.advice import refused_resume
-from vit_locality.run.file_read import CHECKPOINT_SIZE_LIMIT, UnreadableFile, open_regular_file
+from vit_locality.store.file_read import CHECKPOINT_SIZE_LIMIT, UnreadableFile, open_regular_file
 
 
 def check_start(cfg: DictConfig) -> None:
@@ -45,7 +45,7 @@ def stamped_identity(path: Path) -> str | None:
     never read; ConfigError naming `ckpt_path` for a file that is not a readable checkpoint."""
     import torch
 
-    from vit_locality.run.checkpoints import checkpoint_identity
+    from vit_locality.store.checkpoints import checkpoint_identity
 
     allowed = f"ckpt_path={str(path)!r} is not allowed: a readable checkpoint file"
     try:

@@ -10,8 +10,8 @@ from typing import Any
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.config.refusals import SPELLING_HINT
 from vit_locality.errors import ConfigError
+from vit_locality.precheck.refusals import SPELLING_HINT
 
 # The one section whose new keys something reads: any Trainer argument (checked against the installed Trainer).
 OPEN_SECTIONS = ("trainer",)

@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vit_locality.errors import VitLocalityError
 from vit_locality.protocol import Protocol as TrainingProtocol  # typing.Protocol is imported here too
-from vit_locality.run.atomic import atomic_write_text
-from vit_locality.run.file_read import UnreadableFile, read_regular_file
+from vit_locality.store.atomic import atomic_write_text
+from vit_locality.store.file_read import UnreadableFile, read_regular_file
 
 RESULTS_FILE = "results.json"
 ATTENTION_CSV = "attention_stats.csv"

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from vit_locality.errors import VitLocalityError
-from vit_locality.run.file_read import CHECKPOINT_SIZE_LIMIT, UnreadableFile, read_regular_file
+from vit_locality.store.file_read import CHECKPOINT_SIZE_LIMIT, UnreadableFile, read_regular_file
 from vit_locality.upstream import UpstreamChanged, checkpoint_epochs_processed
 
 log = logging.getLogger("vit_locality")

@@ -9,16 +9,27 @@ ones, or an accelerator or strategy beyond the plain ones, is used.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.config.data_presence import check_data_present
 from vit_locality.config.file_access import check_directory, file_problem
 from vit_locality.config.schema import TRAIN_SIZES, StatsConfig
-from vit_locality.config.settings import RunSettings, early_layers_rule, settings_of, typed_section
-from vit_locality.config.value_rules import check
+from vit_locality.config.settings import (
+    RunSettings,
+    early_layers_rule,
+    resolved,
+    settings_of,
+    typed_section,
+    undeclared_trainer_arguments,
+)
+from vit_locality.config.value_rules import check, is_int
 from vit_locality.errors import ConfigError
+from vit_locality.run import trainer_options
+from vit_locality.run.data_presence import check_data_present
+from vit_locality.tracking.wandb_mode import check_wandb_key
 
 __all__ = ["TRAIN_SIZES", "validate", "validate_analysis", "validate_stats"]
 ANALYSIS_DEVICES = ("auto", "cpu", "cuda")
@@ -29,11 +40,33 @@ TRAINING_BYTES_PER_PARAMETER = 16  # weights, gradients and AdamW's two moments,
 WORKERS_PER_CORE = 4
 
 
-def validate(cfg: DictConfig, check_devices: bool = True) -> RunSettings:
+_CHECKED: dict[int, RunSettings] = {}  # settings already checked against this machine in this process (by id)
+_REMEMBERED = 8
+
+
+def validate(cfg: DictConfig | RunSettings, check_devices: bool = True) -> RunSettings:
     """The cell's typed settings (settings.settings_of), or ConfigError on the first value outside its allowed
-    range. `check_devices=False` skips comparing the config with this machine (a SLURM submission host has none of
-    the compute nodes' GPUs, nor perhaps their data)."""
-    return settings_of(cfg, check_devices)
+    range; then what only this installation can judge (Trainer arguments beyond the declared ones, asked of the
+    installed Lightning; an online W&B run's key) and, unless `check_devices=False`, this machine (devices, cores,
+    memory, the data's files; a SLURM submission host has none of the compute nodes' GPUs, nor perhaps their data).
+    Each settings object is checked against the machine once per process."""
+    if isinstance(cfg, RunSettings):
+        settings = cfg
+    else:  # the installed Trainer judges its own arguments first: its words for a wrong type are the clearer
+        values = resolved(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
+        others = undeclared_trainer_arguments(values)
+        if others:
+            trainer_options.check_trainer_options(others)
+        settings = settings_of(values)
+    if settings.logger.wandb is not None:
+        check_wandb_key(str(settings.logger.wandb.mode))
+    if check_devices and id(settings) not in _CHECKED:
+        validate_devices(settings.trainer.arguments())
+        check_this_machine(settings)
+        if len(_CHECKED) >= _REMEMBERED:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        _CHECKED[id(settings)] = settings  # kept alive, so its id is not reused while listed
+    return settings
 
 
 def _physical_memory() -> int | None:
@@ -90,3 +123,27 @@ def validate_analysis(cfg: DictConfig) -> None:
         check(cfg[key] is None or isinstance(cfg[key], str), key, cfg[key], "a directory path, or null")
     if cfg.out_dir:
         check_directory("out_dir", cfg.out_dir, Path(cfg.out_dir))
+
+
+def available_devices(accelerator: str) -> tuple[int, str]:
+    """How many devices `trainer.devices` may ask for, and what they are."""
+    import torch  # deferred: config checks should not pay for torch unless they reach this point
+
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return torch.cuda.device_count(), "CUDA GPUs"
+    return os.cpu_count() or 1, "CPU cores (trainer.accelerator=cpu runs one process per device)"
+
+
+def validate_devices(trainer: Mapping[str, Any]) -> None:
+    """`trainer.devices` against this machine, and an accelerator or strategy beyond the plain ones judged by
+    Lightning's own connector here. One device on the CPU is always there (and needs no torch to count); auto, -1
+    and a list of indices leave the count to Lightning."""
+    devices, accelerator = trainer["devices"], str(trainer["accelerator"])
+    if accelerator in ("gpu", "cuda"):  # no GPU here: the accelerator is what to change, not devices
+        count, kind = available_devices(accelerator)
+        check(count > 0, "trainer.accelerator", accelerator, f"cpu or auto: this machine has no {kind}")
+    if is_int(devices) and devices != -1 and not (devices == 1 and accelerator in ("auto", "cpu")):
+        count, kind = available_devices(accelerator)
+        check(devices <= count, "trainer.devices", devices, f"at most {count}: this machine has {count} {kind}")
+    if trainer_options.needs_lightning(trainer):
+        trainer_options.check_accelerator_and_strategy(trainer)

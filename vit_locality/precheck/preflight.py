@@ -32,29 +32,21 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from vit_locality.config.checks import validate, validate_analysis
 from vit_locality.config.file_access import check_directory
-from vit_locality.config.identity import (
-    ABSENT,
-    RESUME_MODE,
-    canonical_value,
-    covered_by_not_identity,
-    fitted_name,
-    identity_hash,
-    identity_settings,
-    reference_choices,
-)
-from vit_locality.config.override_values import (
+from vit_locality.config.identity import RESUME_MODE, canonical_value, covered_by_not_identity, identity_hash
+from vit_locality.config.schema import register_schemas
+from vit_locality.errors import ConfigError
+from vit_locality.precheck.names import ABSENT, fitted_name, identity_settings, reference_choices
+from vit_locality.precheck.override_values import (
     check_unread_settings,
     may_create_keys,
     new_keys,
     plain,
     refuse_non_flags,
 )
-from vit_locality.config.refusals import _group_options, explain, no_such_setting
-from vit_locality.config.resolvers import CellNames, register_resolvers
-from vit_locality.config.schema import register_schemas
-from vit_locality.errors import ConfigError
+from vit_locality.precheck.refusals import _group_options, explain, no_such_setting
+from vit_locality.precheck.resolvers import CellNames, register_resolvers
+from vit_locality.run.checks import validate, validate_analysis
 from vit_locality.upstream import hydra_args_parser
 
 INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}
@@ -64,7 +56,7 @@ COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, AssertionError)  #
 def _check_train(cfg: DictConfig, remote: bool) -> None:
     validate(cfg, check_devices=not remote)
     if str(cfg.get("ckpt_mode")) == RESUME_MODE:  # the checkpoint's identity (torch loads only for a resume)
-        from vit_locality.config.start_check import check_start
+        from vit_locality.precheck.start_check import check_start
 
         check_start(cfg)
 

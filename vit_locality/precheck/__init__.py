@@ -1,0 +1,1 @@
+"""The entry points' pre-check: every cell of a command composed, checked and named before the first starts."""

@@ -1,0 +1,1 @@
+"""Where a run leaves its files: atomic writes, bounded reads, the record and the checkpoints."""

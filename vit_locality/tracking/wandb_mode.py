@@ -1,0 +1,79 @@
+"""Which mode a W&B run takes and whether it can: the API key found where wandb itself looks. Light on purpose
+(no wandb, no Lightning): the pre-check asks it before any cell starts."""
+
+from __future__ import annotations
+
+import configparser
+import netrc
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from vit_locality.errors import ConfigError
+
+DEFAULT_HOST = "https://api.wandb.ai"
+
+
+def _settings_file(environ: Mapping[str, str]) -> dict[str, str]:
+    """The `[default]` section of W&B's global settings file (written by `wandb login --host`, `wandb offline`)."""
+    home = Path(environ.get("HOME") or Path.home())
+    config_dir = environ.get("WANDB_CONFIG_DIR") or str(home / ".config" / "wandb")
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(Path(config_dir) / "settings")
+    except (configparser.Error, OSError):
+        return {}
+    return dict(parser["default"]) if parser.has_section("default") else {}
+
+
+def _netrc_path(environ: Mapping[str, str]) -> Path:
+    if environ.get("NETRC"):
+        return Path(environ["NETRC"]).expanduser()
+    home = Path(environ.get("HOME") or Path.home())
+    return home / ".netrc" if (home / ".netrc").exists() or not (home / "_netrc").exists() else home / "_netrc"
+
+
+def api_key_source(environ: Mapping[str, str] | None = None) -> str | None:
+    """Where W&B would find an API key (`wandb login` writes ~/.netrc), or None: the same places, in the same order,
+    as wandb itself looks (the environment, the netrc entry of the W&B host, the settings file)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("WANDB_API_KEY"):
+        return "WANDB_API_KEY"
+    settings = _settings_file(environ)
+    host = urlsplit(environ.get("WANDB_BASE_URL") or settings.get("base_url") or DEFAULT_HOST).netloc
+    path = _netrc_path(environ)
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host) if host else None
+    except (OSError, netrc.NetrcParseError):
+        entry = None
+    if entry and entry[2]:
+        return str(path)
+    return "settings" if settings.get("api_key") else None
+
+
+def resolve_mode(setting: str, environ: Mapping[str, str] | None = None) -> str:
+    """`logger.wandb.mode`: an explicit mode as given; `auto` follows `WANDB_MODE`, then `wandb offline|online`
+    (the settings file), then goes online when a key is found (`api_key_source`), offline otherwise."""
+    if setting != "auto":
+        return setting
+    environ = os.environ if environ is None else environ
+    legacy = {"dryrun": "offline", "run": "online"}
+    for chosen in (environ.get("WANDB_MODE"), _settings_file(environ).get("mode")):
+        if chosen:
+            chosen = legacy.get(chosen, chosen)
+            if chosen in ("online", "offline", "disabled"):
+                return chosen
+    return "online" if api_key_source(environ) else "offline"
+
+
+def check_wandb_key(mode: str) -> None:
+    """An online W&B run needs an API key; without one wandb stops the run with a validation traceback. Checked
+    before any cell starts (`logger.wandb.mode=online`, or WANDB_MODE=online in the environment)."""
+    if mode != "online" and os.environ.get("WANDB_MODE") != "online":
+        return
+    if resolve_mode(mode) == "online" and api_key_source() is None:
+        raise ConfigError(
+            f"logger.wandb.mode={mode} needs a W&B API key, and none is set: set WANDB_API_KEY (or run `wandb "
+            "login`), or add logger.wandb.mode=offline (upload later with `wandb sync`)"
+        )
