@@ -1,17 +1,20 @@
 """Download, verify and safely extract the official data archives, for the datamodules built on them.
 
-torchvision fetches (`download_url`) and hashes (`calculate_md5`); this module adds what torchvision lacks:
-- a partial or unverified download never appears under the archive's name (torchvision writes in place);
+torchvision fetches (`download_url`) and hashes (`calculate_md5`); this module keeps only what torchvision lacks:
+- a partial or unverified download never appears under the archive's name, and a failed one leaves none of the
+  folders it made (torchvision's `download_url` writes in place and says only "File not found or corrupted.");
 - everything that can fail (network, a corrupted file, a hostile archive) fails as one DataError whose message
   names the file or URL and says what to do, instead of a traceback from deep inside urllib or tarfile;
 - every member of an archive is checked before the first one is written, so a refused archive writes nothing.
-  torchvision's `extract_archive` (0.29) calls `tarfile.extractall` without a filter (Python before 3.14 then
-  writes links, devices, absolute paths and `..` as they come) and neither it nor `zipfile` bounds what an
-  archive unpacks to. The checks hold even when the md5 is not checked (`data.verify=false`).
+  torchvision's `extract_archive` and `download_and_extract_archive` (0.29) pick the format by the file's suffix
+  and call `tarfile.extractall` without a filter (Python before 3.14 then writes links, devices, absolute paths
+  and `..` as they come), and neither they nor `zipfile` bound what an archive unpacks to. The checks hold even
+  when the md5 is not checked (`data.verify=false`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import re
@@ -22,6 +25,7 @@ import tempfile
 import zipfile
 import zlib
 from abc import abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
@@ -50,7 +54,6 @@ _ZIP_METHODS = {
     zipfile.ZIP_BZIP2: "bzip2",
     zipfile.ZIP_LZMA: "lzma",
 }
-_ZIP_ENCRYPTED = 0x1  # general purpose bit 0 of a zip member
 
 
 @dataclass(frozen=True)
@@ -65,17 +68,23 @@ class ArchiveSpec:
 
 
 DOWNLOAD_TIMEOUT_S = 60  # seconds without a byte from the server before a download fails
+TRUSTED_COPY = (
+    "or set data.verify=false to use a copy you trust (it skips only the official sizes and md5s: an archive is "
+    "still checked member by member, and every file for its format, shape and labels)"
+)
 
 
 def check_file(path: Path, *, md5: str | None = None, size: int | None = None, what: str = "", hint: str) -> None:
-    """Raise DataError (naming `what`, default the path, and `hint`) if the file is absent or differs."""
+    """Raise DataError (naming `what`, default the path, and `hint`) if the file is absent or differs. A local copy
+    (no `what`) that differs may be one the user trusts: its message names data.verify=false as the other way out."""
+    differs = hint if what else f"{hint}, {TRUSTED_COPY}"
     what = what or str(path)
     if not path.is_file():
         raise DataError(f"{what}: file is missing; {hint}")
     if size is not None and (actual := path.stat().st_size) != size:
-        raise DataError(f"{what}: {actual} bytes, expected {size}; {hint}")
+        raise DataError(f"{what}: {actual} bytes, expected {size}; {differs}")
     if md5 is not None and (actual_md5 := calculate_md5(path)) != md5:
-        raise DataError(f"{what}: md5 {actual_md5} does not match the official {md5}; {hint}")
+        raise DataError(f"{what}: md5 {actual_md5} does not match the official {md5}; {differs}")
 
 
 def download_archive(url: str, dest: Path, *, size: int | None = None, md5: str | None = None) -> None:
@@ -96,94 +105,59 @@ def download_archive(url: str, dest: Path, *, size: int | None = None, md5: str 
         os.replace(fetched, dest)
 
 
-def _refuse(archive: Path, member: str, reason: str) -> NoReturn:
+def _refuse(archive: Path, reason: str, member: str | None = None) -> NoReturn:
+    if member is None:  # the archive as a whole: past a limit
+        raise DataError(
+            f"{archive}: refusing to extract: {reason}, the limit (the official archives unpack to ~250 MB in ~120k "
+            "members at most); it is not an official archive: delete it and re-run to download it again"
+        )
     raise DataError(f"{archive}: refusing to extract member {member!r}: {reason}")
 
 
-class _UnpackedSize:
-    """Counts the members an archive holds and the bytes they unpack to, refusing it past either limit.
-
-    The sizes are those in the member headers: tarfile writes exactly that many bytes (a sparse member's full
-    size, holes included) and zipfile stops a member there, so they bound what extraction writes.
-    """
-
-    def __init__(self, archive: Path) -> None:
-        self.archive = archive
-        self.members = 0
-        self.bytes = 0
-
-    def add(self, size: int) -> None:
-        self.members += 1
-        self.bytes += size
-        if self.members > MAX_ARCHIVE_MEMBERS:
-            self._refuse(f"it holds more than {MAX_ARCHIVE_MEMBERS} members, the limit")
-        if self.bytes > MAX_EXTRACTED_BYTES:
-            self._refuse(f"it unpacks to more than {MAX_EXTRACTED_BYTES} bytes, the limit")
-
-    def _refuse(self, reason: str) -> NoReturn:
-        raise DataError(
-            f"{self.archive}: refusing to extract: {reason} (the official archives unpack to ~250 MB in "
-            "~120k members at most); it is not an official archive: delete it and re-run to download it again"
-        )
+def _check_members(archive: Path, target: Path, members: Iterable[tuple[str, int, bool, str | None]]) -> None:
+    """Each (name, unpacked size, is a folder, problem or None) member of `archive`, checked before anything is
+    written: no problem, a path inside `target` (already resolved), and the archive within the limits. The sizes are
+    those of the member headers: tarfile writes exactly that many bytes (a sparse member's full size, holes
+    included) and zipfile stops a member there."""
+    unpacked = 0
+    for count, (name, size, is_dir, problem) in enumerate(members, 1):
+        unpacked += size
+        if count > MAX_ARCHIVE_MEMBERS:
+            _refuse(archive, f"it holds more than {MAX_ARCHIVE_MEMBERS} members")
+        if unpacked > MAX_EXTRACTED_BYTES:
+            _refuse(archive, f"it unpacks to more than {MAX_EXTRACTED_BYTES} bytes")
+        if problem:
+            _refuse(archive, problem, name)
+        posix = name.replace("\\", "/")
+        if posix.startswith("/") or re.match(r"^[A-Za-z]:", posix):
+            _refuse(archive, "absolute path", name)
+        dest = (target / posix).resolve()
+        if not (target in dest.parents or (is_dir and dest == target)):
+            _refuse(archive, f"its path escapes {target}", name)
 
 
-def _check_destination(archive: Path, target: Path, name: str, is_dir: bool) -> None:
-    """Refuse a member whose path is absolute or lands outside `target` (already resolved)."""
-    posix = name.replace("\\", "/")
-    if posix.startswith("/") or re.match(r"^[A-Za-z]:", posix):
-        _refuse(archive, name, "absolute path")
-    dest = (target / posix).resolve()
-    if not (target in dest.parents or (is_dir and dest == target)):
-        _refuse(archive, name, f"its path escapes {target}")
+def _tar_problem(member: tarfile.TarInfo) -> str | None:
+    """Only plain files and folders: tarfile's data filter checks each member only as it writes it, allows links
+    that stay inside the target and strips a leading / where this refuses the member."""
+    if member.isreg() or member.isdir():
+        return None
+    kind = "symlink" if member.issym() else "hard link" if member.islnk() else "special file"
+    return f"it is a {'device' if member.isdev() else kind}"
 
 
-def _tar_kind(member: tarfile.TarInfo) -> str:
-    if member.issym():
-        return "symlink"
-    if member.islnk():
-        return "hard link"
-    return "device" if member.isdev() else "special file"
-
-
-def _checked_tar_members(archive: Path, tar: tarfile.TarFile, target: Path) -> list[tarfile.TarInfo]:
-    """Every member, checked before anything is written (tarfile's data filter checks each one only as it writes
-    it, allows links that stay inside `target` and strips a leading / where this refuses the member)."""
-    members = []
-    unpacked = _UnpackedSize(archive)
-    for member in tar:  # read header by header, so a refused archive is not read to its end
-        if not (member.isreg() or member.isdir()):
-            _refuse(archive, member.name, f"it is a {_tar_kind(member)}")
-        _check_destination(archive, target, member.name, member.isdir())
-        unpacked.add(member.size)
-        members.append(member)
-    return members
-
-
-def _checked_zip_members(archive: Path, zf: zipfile.ZipFile, target: Path) -> list[zipfile.ZipInfo]:
-    """zipfile has no extraction filter: every member, checked here before anything is written. Encryption and an
-    unknown method are refused because zipfile would fail on them halfway through."""
-    members = []
-    unpacked = _UnpackedSize(archive)
-    for info in zf.infolist():
-        unpacked.add(info.file_size)
-        name, size, packed = info.filename, info.file_size, info.compress_size
-        if info.flag_bits & _ZIP_ENCRYPTED:
-            _refuse(archive, name, "it is encrypted")
-        if info.compress_type not in _ZIP_METHODS:
-            methods = ", ".join(_ZIP_METHODS.values())
-            _refuse(archive, name, f"it uses compression method {info.compress_type}, not one of {methods}")
-        if size > ZIP_RATIO_CHECKED_FROM and size > MAX_ZIP_RATIO * packed:
-            _refuse(
-                archive, name, f"it unpacks {packed} bytes to {size}, over {MAX_ZIP_RATIO} times as many (the limit)"
-            )
-        kind = stat.S_IFMT(info.external_attr >> 16)
-        if kind == stat.S_IFLNK:
-            _refuse(archive, name, "it is a symlink")
-        if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
-            _refuse(archive, name, "it is a special file")
-        _check_destination(archive, target, name, info.is_dir())
-        members.append(info)
-    return members
+def _zip_problem(info: zipfile.ZipInfo) -> str | None:
+    """zipfile has no extraction filter. Encryption and an unknown method are refused because zipfile would fail
+    on them halfway through."""
+    size, packed, kind = info.file_size, info.compress_size, stat.S_IFMT(info.external_attr >> 16)
+    if info.flag_bits & 0x1:  # general purpose bit 0
+        return "it is encrypted"
+    if info.compress_type not in _ZIP_METHODS:
+        return f"it uses compression method {info.compress_type}, not one of {', '.join(_ZIP_METHODS.values())}"
+    if size > ZIP_RATIO_CHECKED_FROM and size > MAX_ZIP_RATIO * packed:
+        return f"it unpacks {packed} bytes to {size}, over {MAX_ZIP_RATIO} times as many (the limit)"
+    if kind == stat.S_IFLNK:
+        return "it is a symlink"
+    return "it is a special file" if kind and kind not in (stat.S_IFREG, stat.S_IFDIR) else None
 
 
 def safe_extract(archive: Path, target: Path) -> None:
@@ -194,13 +168,15 @@ def safe_extract(archive: Path, target: Path) -> None:
     try:
         if zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as zf:
-                zf.extractall(resolved, members=_checked_zip_members(archive, zf, resolved))
+                members = ((i.filename, i.file_size, i.is_dir(), _zip_problem(i)) for i in zf.infolist())
+                _check_members(archive, resolved, members)
+                zf.extractall(resolved)
         elif tarfile.is_tarfile(archive):
             with tarfile.open(archive, "r:*") as tar:
-                members = _checked_tar_members(archive, tar, resolved)
+                # Read header by header, so a refused archive is not read to its end.
+                _check_members(archive, resolved, ((m.name, m.size, m.isdir(), _tar_problem(m)) for m in tar))
                 # The data filter also drops setuid and group or other write bits from what it writes.
-                data_only = {"filter": _TAR_DATA_FILTER} if _TAR_DATA_FILTER is not None else {}
-                tar.extractall(resolved, members=members, **data_only)
+                tar.extractall(resolved, **({"filter": _TAR_DATA_FILTER} if _TAR_DATA_FILTER is not None else {}))
         else:
             raise DataError(f"{archive}: not a tar or zip archive; delete it and re-run to download it again")
     except DataError:
@@ -279,12 +255,15 @@ class DownloadableDataModule(ImageDataModule):
                 raise DataError(
                     f"{self.name}: {missing[0]} not found and download is off; fetch {spec.url} by hand, {place}"
                 )
+            made = [folder for folder in (root, *root.parents) if not folder.exists()]  # deepest first
             try:
-                official = {"size": spec.size, "md5": spec.md5} if self.verify else {}
-                download_archive(spec.url, archive, **official)
-            except DataError:
-                raise
-            except (OSError, ValueError, http.client.HTTPException) as err:
+                download_archive(spec.url, archive, **({"size": spec.size, "md5": spec.md5} if self.verify else {}))
+            except BaseException as err:
+                for folder in made:  # the folders this download made; one something else has filled since stays
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+                if not isinstance(err, (OSError, ValueError, http.client.HTTPException)):
+                    raise
                 raise DataError(
                     f"{self.name}: {missing[0]} not found and downloading {spec.url} failed ({first_line(err)}); "
                     f"fetch it by hand, {place}"

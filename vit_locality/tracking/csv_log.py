@@ -1,10 +1,12 @@
 """Lightning's CSV logger, made to survive a resume: rows written before an interruption are kept, not lost or
-doubled.
+doubled, and a crash never leaves a row torn.
 
-Lightning's writer deletes `metrics.csv` when it starts in a non-empty directory, so a resumed cell lost every
-row before the interruption. Here the writer reads the existing rows first; a resumed run logs again the steps
-between its checkpoint and the interruption, and such a row (same step, same metric names) replaces the old one
-instead of doubling it. The file is rewritten atomically on every save: a reader never sees half a file.
+Lightning's writer alone does not: it deletes `metrics.csv` when it starts in a non-empty directory (a resumed cell
+lost every row of its earlier attempts), keeps both copies of the steps a resumed run logs again (those between its
+checkpoint and the interruption), rewrites the file in place when a column appears (a kill then loses every row)
+and appends through a buffered stream (a kill between two writes tears a row). Here a row logged again (same step,
+same metric names) replaces the old one, a save appends its rows in one write, and the whole file is replaced
+atomically only when the header changes (the first save, a new column) or a row is replaced: O(1) per save.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from typing import Any
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from vit_locality.store.atomic import atomic_write_text
-from vit_locality.store.file_read import UnreadableFile, read_csv_rows
+from vit_locality.store.atomic import replace_atomically
+from vit_locality.store.file_read import CSV_SIZE_LIMIT, UnreadableFile, read_regular_file
 from vit_locality.upstream import cache_logger_experiment, csv_experiment_writer_class, logger_experiment
 
 log = logging.getLogger("vit_locality")
@@ -31,42 +33,49 @@ def _signature(row: dict[str, Any]) -> tuple[str, frozenset[str]]:
 
 
 class ResumableExperimentWriter(csv_experiment_writer_class()):
+    """Lightning's writer (it still collects the rows and writes hparams.yaml), saving as the module says."""
+
     def __init__(self, log_dir: str) -> None:
         super().__init__(log_dir)
-        path = Path(self.metrics_file_path)
-        self.rows: list[dict[str, Any]] = []
-        if path.exists() or path.is_symlink():
-            try:  # the bounded reader of run files: a FIFO or device in its place never blocks the run
-                self.rows = list(read_csv_rows(path))
-            except UnreadableFile as error:
-                log.warning("%s", error.skipped("the log starts afresh"))
-            except FileNotFoundError:  # a link to nothing: no earlier rows
-                pass
-        self.metrics_keys = sorted({key for row in self.rows for key in row})
+        self.rows: list[dict[str, Any]] = []  # every row of the file, in order: the earlier attempts' first
+        try:  # the bounded reader of run files: a FIFO or device in its place never blocks the run
+            text = read_regular_file(Path(self.metrics_file_path), CSV_SIZE_LIMIT).decode("utf-8")
+            # A last line without its newline is a save cut short (a crash, a full disk): left out.
+            self.rows = list(csv.DictReader(io.StringIO(text[: text.rfind("\n") + 1], newline="")))
+        except UnreadableFile as error:
+            log.warning("%s", error.skipped("the log starts afresh"))
+        except FileNotFoundError:  # no earlier attempt, or a link to nothing
+            pass
+        self._logged = {_signature(row) for row in self.rows}
 
     def _check_log_dir_exists(self) -> None:
         """The base class deletes an existing metrics.csv here; its rows are an earlier attempt's, and kept."""
 
     def save(self) -> None:
+        """The new rows in one write; the whole file, atomically, when its header changes or a row is replaced."""
         if not self.metrics:
             return
-        new = [{k: self._plain(v) for k, v in row.items()} for row in self.metrics]
-        replaced = {_signature(row) for row in new}
-        self.rows = [row for row in self.rows if _signature(row) not in replaced] + new
-        self.metrics_keys = sorted({*self.metrics_keys, *(key for row in new for key in row)})
-        self.metrics = []
-        self._write_all_rows()
+        new, self.metrics = self.metrics, []
+        signatures = [_signature(row) for row in new]
+        if replaced := self._logged.intersection(signatures):
+            self.rows = [row for row in self.rows if _signature(row) not in replaced]
+        self._logged.update(signatures)
+        self.rows.extend(new)
+        path = Path(self.metrics_file_path)
+        if replaced or not set().union(*new) <= set(self.metrics_keys) or not path.is_file():
+            self.metrics_keys = sorted({key for row in self.rows for key in row})
+            replace_atomically(path, lambda stream: stream.write(self._lines(self.rows, header=True)))
+        else:
+            with path.open("ab", buffering=0) as file:  # unbuffered: the rows go out in one write
+                file.write(self._lines(new, header=False))
 
-    @staticmethod
-    def _plain(value: Any) -> Any:
-        return value.item() if hasattr(value, "item") else value
-
-    def _write_all_rows(self) -> None:
+    def _lines(self, rows: list[dict[str, Any]], header: bool) -> bytes:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=self.metrics_keys, restval="")
-        writer.writeheader()
-        writer.writerows(self.rows)
-        atomic_write_text(Path(self.metrics_file_path), buffer.getvalue())
+        if header:
+            writer.writeheader()
+        writer.writerows(rows)
+        return buffer.getvalue().encode("utf-8")
 
 
 class ResumableCSVLogger(CSVLogger):
