@@ -37,7 +37,7 @@ TEST_ARGS ?= -n 2 --dist loadfile --durations=15
 test: install ## run the whole CPU test suite (pytest, two workers)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(TEST_ARGS)
 
-test-fast: install ## run the tests not marked slow
+test-fast: install ## the fast tier: no training loop, no subprocess (the tests using neither `trains` nor `spawns`)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" $(TEST_ARGS)
 
 # The demo's numbers are the README's on any x86-64 machine with AVX2 when these are fixed (each can be overridden):

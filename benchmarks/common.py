@@ -31,7 +31,6 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.utils.benchmark import Compare, Measurement, TaskSpec, Timer
 
-from vit_locality.config.schema import register_schemas
 from vit_locality.data.on_device import uses_cuda
 from vit_locality.model.classifier import adamw_with_decay_groups
 from vit_locality.model.vit import VisionTransformer
@@ -60,7 +59,6 @@ def bench_config(model: str, device: torch.device, overrides: Sequence[str] = ()
     without running Hydra's app: synthetic data (nothing to download) and the paper's 100-class head."""
     trainer = ["trainer=cpu"] if device.type == "cpu" else ["trainer=default", "trainer.accelerator=gpu"]
     register_resolvers()
-    register_schemas()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         base = ["data=synthetic", "data.num_classes=100", f"model={model}", *trainer]
         return compose(config_name="train", overrides=[*base, *overrides])

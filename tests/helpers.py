@@ -1,4 +1,7 @@
-"""Test helpers: compose the project's Hydra config in-process, run one cell as train.py does, run train.py."""
+"""Test helpers: compose the project's Hydra config in-process; run one cell as train.py does (`InProcessTraining`,
+which a test gets from the `trains` fixture); run train.py in a subprocess (`Spawner`, from the `spawns` fixture).
+The runners are reached through those fixtures (tests/conftest.py) so that every test that trains or spawns is in the
+slow tier."""
 
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from vit_locality.callbacks import build_callbacks
 
-from vit_locality.config.schema import register_schemas
 from vit_locality.paths import CONF_DIR
 from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.run.cell import run_cell
@@ -42,42 +44,8 @@ QUICK_NAME = "_data.batch_size-64_data.test_size-64_data.train_size-256_trainer.
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
     register_resolvers()
-    register_schemas()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="train", overrides=overrides or [], return_hydra_config=False)
-
-
-def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run train.py as a user would; the environment keeps W&B offline and threads modest."""
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": TRAIN_THREADS, "HYDRA_FULL_ERROR": "0"}
-    env.pop("WANDB_API_KEY", None)
-    return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def run_cell_as_train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """One cell in this process with the callbacks train.py gives it (checkpoints, reseeding, statistics)."""
-    return run_cell(cfg, run_dir, build_callbacks)
-
-
-def start_train(args: list[str], cwd: Path, log: Path, own_group: bool = False) -> subprocess.Popen:
-    """train.py in the background, output to `log`; `own_group` gives it a process group of its own (and its data
-    workers), as `timeout` or a batch system starts it, so a test can signal the whole group."""
-    env = {**os.environ, "OMP_NUM_THREADS": TRAIN_THREADS, "WANDB_MODE": "offline"}  # as run_train: the same float sums
-    return subprocess.Popen(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env=env,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=own_group,
-    )
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -109,18 +77,62 @@ cli()
 """
 
 
-def start_paced_train(args: list[str], cwd: Path, log: Path, progress: Path, pause_s: float) -> subprocess.Popen:
-    """train.py in a process group of its own (as start_train with `own_group`), writing its global step to
-    `progress` after every training batch and then pausing `pause_s` seconds, so a signal lands after a known step."""
-    env = {**os.environ, "OMP_NUM_THREADS": TRAIN_THREADS, "WANDB_MODE": "offline"}  # as run_train: the same float sums
-    return subprocess.Popen(
-        [sys.executable, "-c", PACED_TRAIN, str(progress), str(pause_s), *args],
-        cwd=cwd,
-        env=env,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+class InProcessTraining:
+    """Training in this process. A test gets the one instance from the `trains` fixture (tests/conftest.py), which
+    puts it in the slow tier; no test makes its own."""
+
+    @staticmethod
+    def run_cell_as_train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+        """One cell in this process with the callbacks train.py gives it (checkpoints, reseeding, statistics)."""
+        return run_cell(cfg, run_dir, build_callbacks)
+
+
+class Spawner:
+    """train.py in a subprocess. A test gets the one instance from the `spawns` fixture (tests/conftest.py), which
+    puts it in the slow tier; no test makes its own."""
+
+    @staticmethod
+    def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+        """Run train.py as a user would; the environment keeps W&B offline and threads modest."""
+        env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": TRAIN_THREADS, "HYDRA_FULL_ERROR": "0"}
+        env.pop("WANDB_API_KEY", None)
+        return subprocess.run(
+            [sys.executable, str(REPO / "train.py"), *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    @staticmethod
+    def start_train(args: list[str], cwd: Path, log: Path, own_group: bool = False) -> subprocess.Popen:
+        """train.py in the background, output to `log`; `own_group` gives it a process group of its own (and its
+        data workers), as `timeout` or a batch system starts it, so a test can signal the whole group."""
+        env = {**os.environ, "OMP_NUM_THREADS": TRAIN_THREADS, "WANDB_MODE": "offline"}  # as run_train: same sums
+        return subprocess.Popen(
+            [sys.executable, str(REPO / "train.py"), *args],
+            cwd=cwd,
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=own_group,
+        )
+
+    @staticmethod
+    def start_paced_train(args: list[str], cwd: Path, log: Path, progress: Path, pause_s: float) -> subprocess.Popen:
+        """train.py in a process group of its own (as start_train with `own_group`), writing its global step to
+        `progress` after every training batch and then pausing `pause_s` seconds, so a signal lands after a known
+        step."""
+        env = {**os.environ, "OMP_NUM_THREADS": TRAIN_THREADS, "WANDB_MODE": "offline"}  # as run_train: same sums
+        return subprocess.Popen(
+            [sys.executable, "-c", PACED_TRAIN, str(progress), str(pause_s), *args],
+            cwd=cwd,
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _step_written(progress: Path) -> int:

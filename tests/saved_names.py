@@ -19,7 +19,6 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
 from omegaconf import DictConfig  # noqa: E402
 
 from vit_locality.config.identity import identity_hash  # noqa: E402
-from vit_locality.config.schema import register_schemas  # noqa: E402
 from vit_locality.config.settings import settings_of  # noqa: E402
 from vit_locality.paths import CONF_DIR  # noqa: E402
 from vit_locality.precheck.names import fitted_name, identity_settings, reference_choices  # noqa: E402
@@ -74,7 +73,6 @@ CELLS: list[list[str]] = [
 def composed(overrides: list[str]) -> DictConfig:
     """The cell's config with Hydra's own section (which the identity leaves out), as a Hydra job sees it."""
     register_resolvers()
-    register_schemas()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=overrides, return_hydra_config=True)
 

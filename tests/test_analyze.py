@@ -10,9 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, REPO, run_train
-
-pytestmark = pytest.mark.slow
+from helpers import QUICK, REPO, Spawner
 
 
 def flat(table: list[list[float]]) -> list[float]:
@@ -26,10 +24,10 @@ def run_analyze(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def finished_run(tmp_path_factory: pytest.TempPathFactory, spawns: Spawner) -> Path:
     root = tmp_path_factory.mktemp("analyze")
     run_dir = root / "run"
-    proc = run_train([*QUICK, "protocol=baseline", "stats.probe_size=64", f"hydra.run.dir={run_dir}"], cwd=root)
+    proc = spawns.run_train([*QUICK, "protocol=baseline", "stats.probe_size=64", f"hydra.run.dir={run_dir}"], cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 
@@ -74,7 +72,7 @@ def test_options_change_the_convention(finished_run: Path) -> None:
     assert flat(record["per_head"]["mad"]) != pytest.approx(flat(trained["per_head"]["mad"]), abs=1e-6)
 
 
-def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+def test_missing_checkpoint_is_a_clear_error(tmp_path: Path, spawns: Spawner) -> None:
     proc = run_analyze([f"ckpt_path={tmp_path / 'nope.ckpt'}"], cwd=REPO)
     assert proc.returncode == 2 and "no such file" in proc.stdout + proc.stderr
 

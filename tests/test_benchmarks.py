@@ -9,6 +9,7 @@ import time
 
 import pytest
 import torch
+from helpers import InProcessTraining
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -29,8 +30,8 @@ from vit_locality.model.vit import count_parameters
 CPU = torch.device("cpu")
 
 
-@pytest.mark.slow  # trains through Trainer.fit and a DataLoader with workers: about a minute on two idle cores
-def test_quick_suite_prints_and_writes_every_section(tmp_path, capsys) -> None:
+# Trains through Trainer.fit and a DataLoader with workers: about a minute on two idle cores.
+def test_quick_suite_prints_and_writes_every_section(tmp_path, capsys, trains: InProcessTraining) -> None:
     out, rows = tmp_path / "bench.json", tmp_path / "rows.md"
     main(["--quick", "--device", "cpu", "--out", str(out), "--markdown", str(rows)])
     record = json.loads(out.read_text())

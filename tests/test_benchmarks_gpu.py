@@ -10,6 +10,7 @@ import re
 
 import pytest
 import torch
+from helpers import Spawner
 
 from benchmarks import gpu
 from benchmarks.__main__ import main
@@ -59,8 +60,7 @@ def test_smoke_run_without_packing_writes_every_row(tmp_path, capsys) -> None:
     assert "e2e: modern" in printed and "|  on-device" in printed and "|  data path" in printed  # Compare's table
 
 
-@pytest.mark.slow  # packed cells are subprocesses
-def test_smoke_run_with_packed_cells(tmp_path) -> None:
+def test_smoke_run_with_packed_cells(tmp_path, spawns: Spawner) -> None:  # packed cells are subprocesses
     record, _ = _smoke(tmp_path, "model,e2e,probe,pack,projection")
     pack = [r for r in record["rows"] if r["section"] == "pack"]
     assert [r["quantity"].split()[0] for r in pack] == ["1", "1", "2", "2"]

@@ -11,6 +11,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+from helpers import InProcessTraining
 from torch.utils.data import DataLoader, TensorDataset
 from vit_locality.callbacks.checkpointing import IdentityStamp, last_checkpoint_callback
 
@@ -145,7 +146,9 @@ def fit_tiny(run_dir: Path, epochs: int, identity: str, resume: Path | None = No
     return trainer
 
 
-def test_a_trainer_with_the_plugin_writes_stamped_checkpoints_and_resumes_them(tmp_path) -> None:
+def test_a_trainer_with_the_plugin_writes_stamped_checkpoints_and_resumes_them(
+    tmp_path, trains: InProcessTraining
+) -> None:
     trainer = fit_tiny(tmp_path, 2, IDENTITY)
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     last = last_checkpoint(tmp_path)

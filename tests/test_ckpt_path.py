@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import CONF, QUICK, compose_config, run_cell_as_train, run_train
+from helpers import CONF, QUICK, InProcessTraining, Spawner, compose_config
 
 from vit_locality.config.identity import file_content_hash, identity_hash
 from vit_locality.errors import ConfigError
@@ -28,10 +28,10 @@ CELL = [*QUICK, "stats.enabled=false"]
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def source(tmp_path_factory: pytest.TempPathFactory, trains: InProcessTraining) -> tuple[Path, dict[str, Any]]:
     """A complete 1-epoch cell: its last.ckpt is the checkpoint the tests start from."""
     run_dir = tmp_path_factory.mktemp("source") / "run"
-    record = run_cell_as_train(compose_config(CELL), run_dir)
+    record = trains.run_cell_as_train(compose_config(CELL), run_dir)
     return run_dir / "checkpoints" / "last.ckpt", record
 
 
@@ -50,15 +50,17 @@ def test_a_start_from_weights_is_another_cell_named_by_the_files_content(
     assert identity_hash(compose_config([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume"])) == scratch
 
 
-def test_a_start_from_weights_never_collides_with_the_cell_from_scratch(source: tuple[Path, dict[str, Any]]) -> None:
+def test_a_start_from_weights_never_collides_with_the_cell_from_scratch(
+    source: tuple[Path, dict[str, Any]], trains: InProcessTraining
+) -> None:
     """The from-scratch cell's complete directory is no result for the cell from its weights: refused, not skipped."""
     checkpoint, _ = source
     with pytest.raises(ConfigError, match="already holds a complete run with a different config"):
-        run_cell_as_train(compose_config([*CELL, f"ckpt_path={checkpoint}"]), checkpoint.parents[1])
+        trains.run_cell_as_train(compose_config([*CELL, f"ckpt_path={checkpoint}"]), checkpoint.parents[1])
 
 
 def test_the_cell_trains_on_from_the_checkpoints_weights_and_says_so(
-    source: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    source: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trains: InProcessTraining
 ) -> None:
     checkpoint, record = source
     loaded: list[bool] = []
@@ -70,7 +72,7 @@ def test_the_cell_trains_on_from_the_checkpoints_weights_and_says_so(
         loaded.append(all(torch.equal(module.state_dict()[k], state[k]) for k in state))
 
     monkeypatch.setattr(cell, "load_start_weights", checked_load)
-    started = run_cell_as_train(compose_config([*CELL, f"ckpt_path={checkpoint}"]), tmp_path / "run")
+    started = trains.run_cell_as_train(compose_config([*CELL, f"ckpt_path={checkpoint}"]), tmp_path / "run")
     assert loaded == [True]
     assert started["start"] == {
         "ckpt_path": str(checkpoint.resolve()),
@@ -82,17 +84,19 @@ def test_the_cell_trains_on_from_the_checkpoints_weights_and_says_so(
 
 
 def test_resume_continues_only_the_cell_that_wrote_the_checkpoint(
-    source: tuple[Path, dict[str, Any]], tmp_path: Path
+    source: tuple[Path, dict[str, Any]], tmp_path: Path, trains: InProcessTraining
 ) -> None:
     checkpoint, record = source
-    resumed = run_cell_as_train(compose_config([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume"]), tmp_path / "a")
+    resumed = trains.run_cell_as_train(
+        compose_config([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume"]), tmp_path / "a"
+    )
     assert resumed["steps"] == record["steps"]  # its epoch was done: nothing more to train
     assert resumed["metrics"]["test/acc1"] == record["metrics"]["test/acc1"]
     assert resumed["start"]["ckpt_mode"] == "resume" and resumed["identity_hash"] == record["identity_hash"]
 
     other = compose_config([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume", "seed=1"])
     with pytest.raises(ForeignCheckpoint) as refused:
-        run_cell_as_train(other, tmp_path / "b")
+        trains.run_cell_as_train(other, tmp_path / "b")
     message = str(refused.value)
     assert "the settings that differ: seed 0 there, 1 here" in message and "\n" not in message  # not two hashes
     assert not (tmp_path / "b" / "results.json").exists()  # refused before anything was recorded
@@ -160,12 +164,14 @@ def test_the_pre_check_refuses_a_checkpoint_without_identity_or_not_a_checkpoint
     check_start(compose_config([*CELL, f"ckpt_path={damaged}"]))  # weights mode: the cell names the damage
 
 
-def test_a_damaged_checkpoint_is_refused_before_training(tmp_path: Path) -> None:
+def test_a_damaged_checkpoint_is_refused_before_training(tmp_path: Path, trains: InProcessTraining) -> None:
     damaged = tmp_path / "damaged.ckpt"
     damaged.write_bytes(b"not a checkpoint")
     for mode in ("weights", "resume"):
         with pytest.raises(DamagedCheckpoint, match="damaged") as refused:
-            run_cell_as_train(compose_config([*CELL, f"ckpt_path={damaged}", f"ckpt_mode={mode}"]), tmp_path / mode)
+            trains.run_cell_as_train(
+                compose_config([*CELL, f"ckpt_path={damaged}", f"ckpt_mode={mode}"]), tmp_path / mode
+            )
         assert refused.value.exit_code == 2
         assert not (tmp_path / mode / "results.json").exists()
 
@@ -187,16 +193,17 @@ def test_a_missing_file_or_mode_is_one_line_before_anything_runs(tmp_path: Path)
     assert check_command([], CONF) == []
 
 
-def test_train_refuses_a_missing_file_in_one_line_with_status_2(tmp_path: Path) -> None:
-    proc = run_train([*CELL, f"ckpt_path={tmp_path / 'nowhere.ckpt'}"], cwd=tmp_path)
+def test_train_refuses_a_missing_file_in_one_line_with_status_2(tmp_path: Path, spawns: Spawner) -> None:
+    proc = spawns.run_train([*CELL, f"ckpt_path={tmp_path / 'nowhere.ckpt'}"], cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("error: ckpt_path=") and not (tmp_path / "outputs").exists()
 
 
-@pytest.mark.slow
-def test_train_names_the_cell_by_the_checkpoints_content(source: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+def test_train_names_the_cell_by_the_checkpoints_content(
+    source: tuple[Path, dict[str, Any]], tmp_path: Path, spawns: Spawner
+) -> None:
     checkpoint, _ = source
-    proc = run_train([*CELL, f"ckpt_path={checkpoint}"], cwd=tmp_path)
+    proc = spawns.run_train([*CELL, f"ckpt_path={checkpoint}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run_dir,) = (tmp_path / "outputs").iterdir()
     assert f"_s0_ckpt-{file_content_hash(str(checkpoint))[:10]}_" in run_dir.name  # the from-scratch cell's lacks it
@@ -216,7 +223,7 @@ def _other_weights(checkpoint: Path, out: Path) -> Path:
 
 
 def test_a_checkpoint_replaced_after_the_identity_is_built_is_not_what_the_cell_is_named_for(
-    source: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    source: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trains: InProcessTraining
 ) -> None:
     """`os.replace` of ckpt_path right after the identity is built: the cell trains from the bytes its identity and
     record name (read once), never from what the file holds by the time the weights are read."""
@@ -245,7 +252,7 @@ def test_a_checkpoint_replaced_after_the_identity_is_built_is_not_what_the_cell_
     monkeypatch.setattr(cell, "identity_hash", identity_then_replaced)
     monkeypatch.setattr(cell, "load_start_weights", checked_load)
     run_dir = tmp_path / "run"
-    record = run_cell_as_train(compose_config(args), run_dir)
+    record = trains.run_cell_as_train(compose_config(args), run_dir)
     assert file_content_hash(str(given)) != named_for  # the file did change under the cell
     assert loaded == [True]  # the weights the cell is named for, not the replacement's
     assert record["identity_hash"] == expected_identity and record["start"]["ckpt_sha256"] == named_for
@@ -269,9 +276,8 @@ cli()
 """
 
 
-@pytest.mark.slow
 def test_a_checkpoint_replaced_after_the_cell_was_named_is_refused_in_one_line(
-    source: tuple[Path, dict[str, Any]], tmp_path: Path
+    source: tuple[Path, dict[str, Any]], tmp_path: Path, spawns: Spawner
 ) -> None:
     checkpoint, _ = source
     given = tmp_path / "start.ckpt"

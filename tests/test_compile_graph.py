@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch._dynamo as dynamo
 import torch.nn.functional as F
-from helpers import QUICK, compose_config
+from helpers import QUICK, Spawner, compose_config
 
 from vit_locality.augment.mixing import mix_batch
 from vit_locality.model.vit import VisionTransformer
@@ -75,10 +75,10 @@ def test_a_host_read_is_a_graph_break() -> None:
     assert dynamo.explain(reading)(*_batches(1)[0]).graph_break_count >= 1
 
 
-@pytest.mark.slow  # an inductor compile of forward and backward: about 20-60 s on two busy cores
+# An inductor compile of forward and backward (C++, its compiler a subprocess): about 20-60 s on two busy cores.
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                     reason="no C compiler found: CPU inductor compiles C++ (the CI machine has one)")  # fmt: skip
-def test_compiled_step_matches_eager_and_never_recompiles(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compiled_step_matches_eager_and_never_recompiles(monkeypatch: pytest.MonkeyPatch, spawns: Spawner) -> None:
     import torch._inductor.config as inductor
 
     monkeypatch.setattr(inductor, "fallback_random", True)  # compiled draws = eager draws, so results compare

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import typing
 
 import pytest
-from helpers import CONF, compose_config
+from helpers import CONF, Spawner, compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from vit_locality.config.identity import identity_hash
-from vit_locality.config.schema import SCHEMAS, Units, register_schemas
+from vit_locality.config.schema import StatsConfig
+from vit_locality.config.settings import settings_of
 from vit_locality.errors import ConfigError
 from vit_locality.precheck.preflight import check_command
 from vit_locality.precheck.refusals import no_such_setting
@@ -115,14 +117,13 @@ def test_bad_values_name_the_key(override: str, key: str) -> None:
         ("aug.policy=randaugment", "aug.policy='randaugment' is not allowed: one of auto, cifar10, imagenet, svhn,"),
         ("stats.units=miles", "stats.units='miles' is not allowed: one of unit, grid, pixels"),
         ("callbacks.progress_bar=bar", "callbacks.progress_bar='bar' is not allowed: one of tqdm, rich, none"),
-        ("data.eval_batch_size=big", "data.eval_batch_size='big' is not allowed: an integer or null"),
-        ("optim.betas=0.9", "optim.betas=0.9 is not allowed: a value of the type the schema gives"),
+        ("data.eval_batch_size=big", "data.eval_batch_size='big' is not allowed: an integer >= 1, or null"),
+        ("optim.betas=0.9", "optim.betas=0.9 is not allowed: two numbers in [0, 1)"),
     ],
 )
 def test_schema_refuses_a_wrong_type_in_one_line(override: str, line: str) -> None:
-    """OmegaConf refuses the value while composing; the pre-check turns that into one line."""
-    with pytest.raises(ConfigCompositionException):
-        compose_config([override])
+    """Hydra composes the value as typed; pydantic refuses it once, and the pre-check says so in one line."""
+    compose_config([override])
     problems = check_command([override], CONF)
     assert len(problems) == 1 and problems[0].startswith(line) and "\n" not in problems[0], problems
 
@@ -148,48 +149,46 @@ def test_schema_refuses_an_unknown_key(override: str, key: str) -> None:
     assert check_command([override], CONF) == [no_such_setting(key)]
 
 
-def test_every_group_option_names_its_schema() -> None:
-    """The config groups whose files are options (not `@package _global_` patches) are typed by a schema."""
-    register_schemas()
+def test_every_group_option_validates_as_its_section() -> None:
+    """Each option file of a config group (not an `@package _global_` patch) composes into a cell whose every section
+    its model validates, with nothing left over: no key of a file lacks its field."""
     for group in GROUPS:
         for option in _options(group):
             text = (CONF / group / f"{option}.yaml").read_text()
             if "@package _global_" in text or group == "hydra":
                 continue
-            cfg = compose_config([f"{group}={option}"])
-            assert OmegaConf.get_type(cfg[group]) in SCHEMAS.values(), f"{group}={option}"
+            settings = settings_of(compose_config(["data=synthetic", "model=vit_tiny", f"{group}={option}"]))
+            section = getattr(settings, group)
+            fields = set(type(section).model_fields) if section is not None else set()
+            assert set(compose_config([f"{group}={option}"])[group]) <= fields | {"wandb"}, f"{group}={option}"
 
 
-def test_schema_registration_is_idempotent_and_shows_no_option() -> None:
-    from hydra.core.config_store import ConfigStore
-
-    register_schemas()
-    register_schemas()
-    stored = ConfigStore.instance().list("/")
-    assert {f"{name}.yaml" for name in SCHEMAS} <= set(stored)
-    assert not any((CONF / group / f"{name}.yaml").exists() for group in GROUPS for name in SCHEMAS)
-    assert not list(CONF.glob("*/_*.yaml"))  # no shared base files left among the options
+def test_shared_bases_are_never_offered_as_options() -> None:
+    """conf/data/_shared.yaml and _downloadable.yaml are what the data sets' files start from, not data sets."""
+    assert {p.name for p in CONF.glob("*/_*.yaml")} == {"_shared.yaml", "_downloadable.yaml"}
+    refusal = check_command(["data=_bogus"], CONF)[0]
+    assert refusal.endswith("one of cifar10, cifar100, glyphs, synthetic, tiny_imagenet")
 
 
 def test_typed_floats_make_zero_and_zero_point_zero_one_identity() -> None:
-    """`loss.ls=0` and `loss.ls=0.0` are one float (the schema's), so one cell, one identity."""
+    """`loss.ls=0` and `loss.ls=0.0` are one float once validated, so one cell, one identity."""
     a, b = compose_config(["loss.ls=0"]), compose_config(["loss.ls=0.0"])
-    assert a.loss.ls == 0.0 and isinstance(a.loss.ls, float)
+    assert settings_of(a).loss.ls == 0.0 and isinstance(settings_of(a).config["loss"]["ls"], float)
     assert identity_hash(a) == identity_hash(b)
     assert identity_hash(compose_config(["loss.ls=0.1"])) != identity_hash(a)
 
 
 def test_choices_serialise_as_their_strings() -> None:
     """A choice (Enum) setting is its string in a record's JSON, in f-strings and in comparisons."""
-    cfg = compose_config(["stats.units=grid", "logger=wandb"])
-    container = OmegaConf.to_container(cfg, resolve=True)
-    record = json.loads(json.dumps(container))
+    settings = settings_of(compose_config(["stats.units=grid", "logger=wandb"]))
+    record = json.loads(json.dumps(settings.config))
     assert (record["stats"]["units"], record["callbacks"]["progress_bar"], record["logger"]["wandb"]["mode"]) == (
         "grid",
         "tqdm",
         "auto",
     )
-    assert cfg.stats.units == "grid" and f"{cfg.stats.units}" == "grid" and str(cfg.callbacks.progress_bar) == "tqdm"
+    units = settings.stats.units
+    assert units == "grid" and f"{units}" == "grid" and str(settings.callbacks.progress_bar) == "tqdm"
 
 
 def test_cutmix_needs_two_images_per_batch() -> None:
@@ -207,8 +206,8 @@ def test_identity_ignores_workers_but_not_protocol() -> None:
 
 def test_device_autoaugment_and_compile_settings() -> None:
     validate(compose_config(["aug.device=gpu", "data=synthetic"]))
-    with pytest.raises(ConfigCompositionException, match="aug.device"):  # the schema's choices
-        compose_config(["aug.device=tpu"])
+    with pytest.raises(ConfigError, match="^aug.device='tpu' is not allowed: one of cpu, gpu$"):  # the field's choices
+        validate(compose_config(["aug.device=tpu"]))
     with pytest.raises(ConfigError, match="aug.device"):  # ColorJitter has no batched version
         validate(compose_config(["data=tiny_imagenet", "aug.autoaug=true", "aug.device=gpu"]))
     from vit_locality.run.builders import compile_wanted
@@ -220,7 +219,7 @@ def test_device_autoaugment_and_compile_settings() -> None:
     assert identity_hash(compose_config(["data=synthetic", "model.compile=true"])) == ref
 
 
-def test_config_checks_load_no_torch() -> None:
+def test_config_checks_load_no_torch(spawns: Spawner) -> None:
     """The pre-check answers a typo before torch is loaded: config, preflight and their vocabulary stay light."""
     import subprocess
     import sys
@@ -255,7 +254,7 @@ def test_vocabulary_written_out_for_the_check_matches_its_source() -> None:
     from vit_locality.catalog import DATASETS
     from vit_locality.run.checks import TRAIN_SIZES
 
-    assert tuple(Units) == UNITS
+    assert typing.get_args(StatsConfig.model_fields["units"].annotation) == UNITS
     assert {*TRAIN_SIZES, "synthetic", "glyphs"} == set(DATASETS)  # the two generated sets have no download
 
 

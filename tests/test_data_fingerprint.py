@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from data_fakes import write_fake_cifar10
-from helpers import compose_config, run_cell_as_train, run_train
+from helpers import InProcessTraining, Spawner, compose_config
 
 from vit_locality.data.fingerprint import data_difference, data_fingerprint
 from vit_locality.errors import ConfigError
@@ -50,42 +50,43 @@ def _rewrite(path: Path, change_pixels: bool = False, change_labels: bool = Fals
 
 
 @pytest.fixture
-def complete(tmp_path: Path) -> tuple[Path, Path, dict]:
+def complete(tmp_path: Path, trains: InProcessTraining) -> tuple[Path, Path, dict]:
     root = tmp_path / "data"
     write_fake_cifar10(root, **FAKE)
     run_dir = tmp_path / "run"
-    record = run_cell_as_train(compose_config(_cell(root)), run_dir)
+    record = trains.run_cell_as_train(compose_config(_cell(root)), run_dir)
     assert record["status"] == "complete"
     return root, run_dir, record
 
 
-def test_a_complete_cell_whose_training_pixels_changed_is_refused_saying_so(complete: tuple[Path, Path, dict]) -> None:
+def test_a_complete_cell_whose_training_pixels_changed_is_refused_saying_so(
+    complete: tuple[Path, Path, dict], trains: InProcessTraining
+) -> None:
     root, run_dir, record = complete
     before = (run_dir / "results.json").read_bytes()
-    assert run_cell_as_train(compose_config(_cell(root)), run_dir)["status"] == "complete"  # same data: skipped
+    assert trains.run_cell_as_train(compose_config(_cell(root)), run_dir)["status"] == "complete"  # same data: skipped
     _rewrite(root / "cifar-10-batches-py" / "data_batch_1", change_pixels=True)  # every image, labels kept
     with pytest.raises(ConfigError) as refused:
-        run_cell_as_train(compose_config(_cell(root)), run_dir)
+        trains.run_cell_as_train(compose_config(_cell(root)), run_dir)
     message = str(refused.value)
     assert "measured on other data (the train split's pixels differ)" in message and "\n" not in message
     assert refused.value.exit_code == 2
     assert (run_dir / "results.json").read_bytes() == before  # the finished result untouched
 
 
-def test_changed_test_labels_are_named_as_such(complete: tuple[Path, Path, dict]) -> None:
+def test_changed_test_labels_are_named_as_such(complete: tuple[Path, Path, dict], trains: InProcessTraining) -> None:
     root, run_dir, _ = complete
     _rewrite(root / "cifar-10-batches-py" / "test_batch", change_labels=True)
     with pytest.raises(ConfigError, match=r"other data \(the eval split's labels, the test split's labels differ\)"):
-        run_cell_as_train(compose_config(_cell(root)), run_dir)
+        trains.run_cell_as_train(compose_config(_cell(root)), run_dir)
 
 
-@pytest.mark.slow
 def test_train_refuses_changed_pixels_in_one_line_with_status_2(
-    complete: tuple[Path, Path, dict], tmp_path: Path
+    complete: tuple[Path, Path, dict], tmp_path: Path, spawns: Spawner
 ) -> None:
     root, run_dir, _ = complete
     _rewrite(root / "cifar-10-batches-py" / "data_batch_3", change_pixels=True)
-    proc = run_train([*_cell(root), f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    proc = spawns.run_train([*_cell(root), f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = [line for line in (proc.stdout + proc.stderr).splitlines() if "measured on other data" in line]
     assert "the train split's pixels differ" in line

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import QUICK, REPO, run_train
+from helpers import QUICK, REPO, Spawner
 from vit_locality.callbacks.epoch_log import duration_text, epochs_left
 
 
@@ -29,13 +29,12 @@ def test_epochs_left_by_epochs_and_by_steps() -> None:
     assert epochs_left(trainer) == 0
 
 
-@pytest.mark.slow
-def test_a_sweep_logs_time_left_prints_its_table_and_no_warning(tmp_path: Path) -> None:
+def test_a_sweep_logs_time_left_prints_its_table_and_no_warning(tmp_path: Path, spawns: Spawner) -> None:
     """Workers on (the default), a 2-epoch 2-cell sweep: each epoch line but the last says the time left, stderr
     holds no warning, and the sweep ends with a table of its cells."""
     quick = [a for a in QUICK if not a.startswith(("trainer.max_epochs", "data.num_workers"))]
     args = ["-m", *quick, "trainer.max_epochs=2", "loss.ls=0,0.1", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    done = run_train(args, tmp_path)
+    done = spawns.run_train(args, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line for line in done.stdout.splitlines() if re.search(r"epoch \d/2 \(", line)]
     assert len(lines) == 4
@@ -46,7 +45,7 @@ def test_a_sweep_logs_time_left_prints_its_table_and_no_warning(tmp_path: Path) 
     assert "Modern" in table and "-LS" in table and "complete" in table
 
 
-def test_make_clean_keeps_results_and_clean_runs_asks() -> None:
+def test_make_clean_keeps_results_and_clean_runs_asks(spawns: Spawner) -> None:
     dry = subprocess.run(["make", "-n", "clean"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert "multirun" not in dry and "outputs" not in dry and "reports" not in dry and "data" not in dry
     refused = subprocess.run(["make", "clean-runs"], cwd=REPO, input="n\n", capture_output=True, text=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import host_syncs as cells
 import pytest
 import torch
+from helpers import InProcessTraining
 from host_syncs import HostSyncCounter
 
 import vit_locality.augment.batched_autoaugment as batched
@@ -55,7 +56,7 @@ def test_host_resident_tensors_are_not_counted() -> None:
 
 
 @pytest.mark.parametrize("cell", list(cells.CELLS))
-def test_every_cell_trains_without_host_syncs_but_the_allowed_ones(cell: str) -> None:
+def test_every_cell_trains_without_host_syncs_but_the_allowed_ones(cell: str, trains: InProcessTraining) -> None:
     counts = cells.count_cell(cells.CELLS[cell])
     assert cells.unexpected(counts) == []
     mean, quiet, causes = cells.summary(counts)
@@ -65,7 +66,7 @@ def test_every_cell_trains_without_host_syncs_but_the_allowed_ones(cell: str) ->
     assert checks == [3, 7]
 
 
-def test_a_host_read_in_cutmix_fails_the_count(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_host_read_in_cutmix_fails_the_count(monkeypatch: pytest.MonkeyPatch, trains: InProcessTraining) -> None:
     """The mutant: CutMix reading its lambda on the host again, as it did before."""
     real = mixing.cutmix_batch
 

@@ -17,6 +17,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 import torch
+from helpers import Spawner
 from omegaconf import OmegaConf
 
 from tests.helpers import QUICK, compose_config
@@ -190,7 +191,7 @@ def _chromium() -> str | None:
     return next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
 
 
-def test_page_renders_whole_in_headless_chromium_offline(page: Path, tmp_path: Path) -> None:
+def test_page_renders_whole_in_headless_chromium_offline(page: Path, tmp_path: Path, spawns: Spawner) -> None:
     """A screenshot tall enough for the page: it must show the footer's colour bar (so everything above it was laid
     out within the shot) and real content (figures), with every network request routed to nowhere."""
     browser = _chromium()

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import REPO
+from helpers import REPO, Spawner
 
 CARD = {"pyproject.toml", "conf", "vit_locality", "callbacks", "tests", "multirun", "Makefile"}
 ALSO = {"train.py", "README.md", "docs", "LICENSE", "BENCHMARKS.md", "benchmarks", ".ci", ".gitignore"}
@@ -17,7 +17,7 @@ def tracked_top_level() -> set[str]:
     return {name.split("/", 1)[0] for name in names}
 
 
-def test_top_level_is_the_card() -> None:
+def test_top_level_is_the_card(spawns: Spawner) -> None:
     top = tracked_top_level()
     assert top >= CARD
     assert top <= CARD | ALSO, f"not on the card: {sorted(top - CARD - ALSO)}"
@@ -32,13 +32,13 @@ def ruff_bans(path: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_no_code_imports_the_checkout_only_names() -> None:
+def test_no_code_imports_the_checkout_only_names(spawns: Spawner) -> None:
     for folder in ("vit_locality", "callbacks", "tests", "benchmarks", "train.py"):
         done = ruff_bans(REPO / folder)
         assert done.returncode == 0, done.stdout
 
 
-def test_the_ban_catches_a_top_level_callbacks_import(tmp_path: Path) -> None:
+def test_the_ban_catches_a_top_level_callbacks_import(tmp_path: Path, spawns: Spawner) -> None:
     probe = REPO / "vit_locality" / "_banned_import_probe.py"
     probe.write_text("import callbacks\nfrom conf import x\n")
     try:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import pytest
-from helpers import CONF, QUICK, run_train
+from helpers import CONF, QUICK, Spawner
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from vit_locality.callbacks import EpochLineProgress, EpochLogCallback, progress_display
 
@@ -62,11 +61,10 @@ def test_parallel_cells_name_themselves_once() -> None:
         root.removeHandler(handler)
 
 
-@pytest.mark.slow
-def test_a_redirected_sweep_logs_each_line_once_without_a_bar(tmp_path: Path) -> None:
+def test_a_redirected_sweep_logs_each_line_once_without_a_bar(tmp_path: Path, spawns: Spawner) -> None:
     """The user's command, its output to a file: `train.py -m ... seed=0,1 > log` with the default tqdm style."""
     quick = [arg for arg in QUICK if not arg.startswith("callbacks.progress_bar")]
-    proc = run_train(["-m", *quick, "callbacks.progress_bar=tqdm", "seed=0,1", "sweep_name=logs"], tmp_path)
+    proc = spawns.run_train(["-m", *quick, "callbacks.progress_bar=tqdm", "seed=0,1", "sweep_name=logs"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr
     assert out.count("`Trainer.fit` stopped") == 2  # once per cell, not twice (Lightning's handler and Hydra's)
@@ -105,11 +103,12 @@ def test_a_run_name_title_fits_its_picture() -> None:
     assert plots.wrap_title("a_b", 5, 10) == "a_b" and "\n" in plots.wrap_title(LONG_NAME, 5.5, 10)
 
 
-@pytest.mark.slow
-def test_debug_overfit_is_quick_and_memorises(tmp_path: Path) -> None:
+def test_debug_overfit_is_quick_and_memorises(tmp_path: Path, spawns: Spawner) -> None:
     """`python train.py debug=overfit data=synthetic model=vit_tiny` took 5 minutes; the target is under 1 minute of
     training (import and start-up on top, on a shared 2-core machine)."""
-    proc = run_train(["debug=overfit", "data=synthetic", "model=vit_tiny", "startup.print_config=false"], tmp_path)
+    proc = spawns.run_train(
+        ["debug=overfit", "data=synthetic", "model=vit_tiny", "startup.print_config=false"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     epochs = [line for line in (proc.stdout + proc.stderr).splitlines() if "train/loss_epoch" in line]
     seconds = [float(line.split("/50 (")[1].split(" s")[0]) for line in epochs]  # each epoch's own duration

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, compose_config, run_cell_as_train
+from helpers import QUICK, InProcessTraining, compose_config
 
 from vit_locality.config.metric_names import eval_prefix, selection_problem
 from vit_locality.errors import ConfigError
@@ -52,9 +52,11 @@ def test_a_search_on_val_without_a_held_out_split_is_one_line() -> None:
 
 
 @pytest.mark.parametrize(("val_size", "prefix", "absent"), [(0, "test_epoch", "val"), (64, "val", "test_epoch")])
-def test_a_run_logs_its_split_by_name(tmp_path: Path, val_size: int, prefix: str, absent: str) -> None:
+def test_a_run_logs_its_split_by_name(
+    tmp_path: Path, val_size: int, prefix: str, absent: str, trains: InProcessTraining
+) -> None:
     cfg = compose_config([*QUICK, "stats.enabled=false", f"data.val_size={val_size}"])
-    record = run_cell_as_train(cfg, tmp_path / "run")
+    record = trains.run_cell_as_train(cfg, tmp_path / "run")
     metrics = record["metrics"]
     assert {f"{prefix}/acc1", f"{prefix}/loss", "test/acc1"} <= set(metrics)
     assert not any(key.startswith(f"{absent}/") for key in metrics)

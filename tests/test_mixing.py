@@ -95,8 +95,8 @@ ONE_MIXER = "false when aug.cutmix=true (one mixer)"
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["aug.mixup=true", "aug.mixup_alpha=-1"], "aug.mixup_alpha=-1.0 is not allowed: > 0, finite"),
-        (["aug.mixup=true", "aug.mixup_alpha=0"], "aug.mixup_alpha=0.0 is not allowed: > 0, finite"),
+        (["aug.mixup=true", "aug.mixup_alpha=-1"], "aug.mixup_alpha=-1 is not allowed: > 0, finite"),
+        (["aug.mixup=true", "aug.mixup_alpha=0"], "aug.mixup_alpha=0 is not allowed: > 0, finite"),
         (["aug.mixup=true", "aug.mixup_alpha=inf"], "aug.mixup_alpha=inf is not allowed: > 0, finite"),
         (
             ["aug.mixup=true", "aug.cutmix=true"],

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, REPO, run_train
+from helpers import QUICK, REPO, Spawner
 
 from vit_locality.paths import CONF_DIR
 from vit_locality.precheck.preflight import check_command
@@ -60,7 +60,7 @@ cli()
 """
 
 
-def test_a_search_without_the_search_extra_says_what_to_install(tmp_path: Path) -> None:
+def test_a_search_without_the_search_extra_says_what_to_install(tmp_path: Path, spawns: Spawner) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")  # the test hides it; it must be there to hide
     done = subprocess.run([sys.executable, "-c", HIDE_OPTUNA], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 2
@@ -109,15 +109,14 @@ def test_a_tag_with_a_control_character_from_a_config_file_is_refused() -> None:
     ],
     ids=["n_jobs", "tag", "flag", "wandb"],
 )
-def test_each_refusal_is_one_line_and_exit_status_2(args: list[str], tmp_path: Path) -> None:
-    done = run_train([*args, *TINY], cwd=tmp_path, timeout=120)
+def test_each_refusal_is_one_line_and_exit_status_2(args: list[str], tmp_path: Path, spawns: Spawner) -> None:
+    done = spawns.run_train([*args, *TINY], cwd=tmp_path, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("error: "), done.stderr
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
 
 
-@pytest.mark.slow
-def test_a_search_whose_every_trial_is_nan_ends_in_one_line(tmp_path: Path) -> None:
+def test_a_search_whose_every_trial_is_nan_ends_in_one_line(tmp_path: Path, spawns: Spawner) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     sweep = tmp_path / "search"
     args = [
@@ -135,7 +134,7 @@ def test_a_search_whose_every_trial_is_nan_ends_in_one_line(tmp_path: Path) -> N
         "optimized_metric=val/loss",
         "hydra.sweeper.direction=minimize",
     ]  # fmt: skip  (val/loss: NaN at lr 1e30)
-    done = run_train(args, tmp_path, timeout=600)
+    done = spawns.run_train(args, tmp_path, timeout=600)
     output = done.stdout + done.stderr
     assert "Traceback" not in output and "No trials are completed" not in output, output[-3000:]
     assert done.returncode == 1
@@ -144,9 +143,9 @@ def test_a_search_whose_every_trial_is_nan_ends_in_one_line(tmp_path: Path) -> N
     assert len(list(sweep.glob("*/results.json"))) == 2
 
 
-def test_a_missing_data_root_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+def test_a_missing_data_root_is_refused_before_anything_is_made(tmp_path: Path, spawns: Spawner) -> None:
     root = tmp_path / "no" / "such" / "dir"
-    done = run_train(["data=cifar10", f"data.root={root}", "data.download=false"], cwd=tmp_path, timeout=120)
+    done = spawns.run_train(["data=cifar10", f"data.root={root}", "data.download=false"], cwd=tmp_path, timeout=120)
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert str(root) in line and "data.download=false" in line and "cifar-10-python.tar.gz" in line
@@ -251,7 +250,7 @@ def test_make_demo_ends_with_the_table() -> None:
     assert all("> " in line or ">> " in line for line in recipe if "vit_locality.report " in line)
 
 
-def test_the_summary_make_demo_ends_with_prints_the_table_last(tmp_path: Path) -> None:
+def test_the_summary_make_demo_ends_with_prints_the_table_last(tmp_path: Path, spawns: Spawner) -> None:
     """The demo's last command, run as the Makefile runs it on a finished 8-cell sweep: exit 0, nothing on stderr,
     and the table (header, rule, one row per cell in the paper's order) ends the output, followed only by its one
     line of units."""
@@ -280,11 +279,10 @@ def test_the_summary_make_demo_ends_with_prints_the_table_last(tmp_path: Path) -
     assert all(row.startswith("| ") and row.endswith(" |") for row in table)
 
 
-@pytest.mark.slow
-def test_a_step_limited_run_logs_its_loss_and_reads_right_in_the_report(tmp_path: Path) -> None:
+def test_a_step_limited_run_logs_its_loss_and_reads_right_in_the_report(tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "steps"
     args = [*QUICK, "trainer.max_steps=3", "trainer.max_epochs=200", "stats.enabled=false", f"hydra.run.dir={run_dir}"]
-    done = run_train(args, cwd=tmp_path)
+    done = spawns.run_train(args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [line for line in (done.stdout + done.stderr).splitlines() if "epoch 1/200" in line]
     assert "step 3/3" in line and "train/loss_epoch" in line and not line.rstrip().endswith(":")
@@ -301,14 +299,13 @@ def test_a_step_limited_run_logs_its_loss_and_reads_right_in_the_report(tmp_path
     assert report.stdout.strip().splitlines()[-1].startswith("no table: every run under")
 
 
-@pytest.mark.slow
-def test_a_refused_resume_names_the_settings_and_leaves_no_run_directory(tmp_path: Path) -> None:
+def test_a_refused_resume_names_the_settings_and_leaves_no_run_directory(tmp_path: Path, spawns: Spawner) -> None:
     args = [*QUICK, "stats.enabled=false", "startup.print_config=false"]
-    first = run_train(args, cwd=tmp_path)
+    first = spawns.run_train(args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     (cell,) = (tmp_path / "outputs").iterdir()
     resume = [f"ckpt_path={cell / 'checkpoints' / 'last.ckpt'}", "ckpt_mode=resume"]
-    refused = run_train([*args, "optim.lr=0.003", *resume, "startup.print_config=true"], cwd=tmp_path)
+    refused = spawns.run_train([*args, "optim.lr=0.003", *resume, "startup.print_config=true"], cwd=tmp_path)
     assert refused.returncode == 2
     # The pre-check's one line (precheck/start_check.py), before Hydra makes a directory or prints the config.
     assert refused.stdout == "" and refused.stderr.startswith("error: ckpt_path="), refused.stderr[-3000:]
@@ -316,5 +313,5 @@ def test_a_refused_resume_names_the_settings_and_leaves_no_run_directory(tmp_pat
     assert "with ckpt_mode=resume: the checkpoint is another cell's; the settings that differ: optim.lr 0.001" in line
     assert not any(part for part in line.split() if len(part) == 16 and part.isalnum() and not part.isalpha())
     assert list((tmp_path / "outputs").iterdir()) == [cell]  # no run directory for the refused command
-    resumed = run_train([*args, *resume], cwd=tmp_path)  # its own cell passes the pre-check and continues
+    resumed = spawns.run_train([*args, *resume], cwd=tmp_path)  # its own cell passes the pre-check and continues
     assert resumed.returncode == 0, resumed.stderr[-3000:]

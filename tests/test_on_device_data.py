@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUICK, compose_config, run_cell_as_train, run_train
+from helpers import QUICK, InProcessTraining, Spawner, compose_config
 from torchvision.transforms import v2
 
 from vit_locality.config.identity import identity_hash
@@ -240,16 +240,18 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
 
 
-def test_a_cell_records_like_the_worker_path_and_resumes_exactly(tmp_path: Path, caplog) -> None:
+def test_a_cell_records_like_the_worker_path_and_resumes_exactly(
+    tmp_path: Path, caplog, trains: InProcessTraining
+) -> None:
     """A whole Modern cell on CPU tensors: a complete record with the worker path's sections; then a run resumed
     from the end of its first epoch (the `.prev` copy of last.ckpt) ends on the unbroken run's weights."""
     cfg = compose_config(ON_DEVICE)
     unbroken = tmp_path / "unbroken"
-    record = run_cell_as_train(cfg, unbroken)
+    record = trains.run_cell_as_train(cfg, unbroken)
     stored = json.loads((unbroken / "results.json").read_text())
     assert stored["status"] == "complete" and record["status"] == "complete"
     assert 0 <= stored["metrics"]["test/acc1"] <= 1 and stored["attention"]
-    worker = run_cell_as_train(compose_config([*ON_DEVICE, "data.on_device=false"]), tmp_path / "worker")
+    worker = trains.run_cell_as_train(compose_config([*ON_DEVICE, "data.on_device=false"]), tmp_path / "worker")
     assert set(worker) == set(stored) and set(worker["metrics"]) == set(stored["metrics"])
     assert (stored["protocol"]["autoaug_device"], worker["protocol"]["autoaug_device"]) == ("data_on_device", "cpu")
     assert "autoaugment(cifar10, batched on the device)" in stored["protocol"]["description"]
@@ -259,26 +261,27 @@ def test_a_cell_records_like_the_worker_path_and_resumes_exactly(tmp_path: Path,
     shutil.copy(unbroken / "checkpoints" / "last.prev.ckpt", resumed / "checkpoints" / "last.ckpt")
     assert torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0  # epoch 0 finished
     with caplog.at_level(logging.INFO, logger="vit_locality"):
-        run_cell_as_train(compose_config(ON_DEVICE), resumed)
+        trains.run_cell_as_train(compose_config(ON_DEVICE), resumed)
     assert "(1 epochs done)" in caplog.text  # it did resume, rather than train both epochs again
     first, second = _weights(unbroken), _weights(resumed)
     assert [k for k in first if not torch.equal(first[k], second[k])] == []
     assert json.loads((resumed / "results.json").read_text())["metrics"]["test/acc1"] == stored["metrics"]["test/acc1"]
 
 
-@pytest.mark.slow  # two DDP processes
-def test_ddp_with_on_device_data_trains_as_one_process(tmp_path: Path) -> None:
+def test_ddp_with_on_device_data_trains_as_one_process(
+    tmp_path: Path, trains: InProcessTraining, spawns: Spawner
+) -> None:
     """2 gloo processes, each with its shard and its rows of the global batch's draws: without CutMix (drawn per
     process) the averaged gradients are the one-process batch's, so the weights agree up to float summation order."""
     same = [*ON_DEVICE, "aug.cutmix=false", "trainer.deterministic=true", "stats.probe_size=64"]
     ddp_dir = tmp_path / "ddp"
     ddp = [*[a for a in same if a != "trainer=cpu"], "trainer=ddp_cpu"]
-    proc = run_train([*ddp, f"hydra.run.dir={ddp_dir}"], cwd=tmp_path)
+    proc = spawns.run_train([*ddp, f"hydra.run.dir={ddp_dir}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((ddp_dir / "results.json").read_text())
     assert record["status"] == "complete" and record["batch"]["world_size"] == 2 and record["steps"] == 2 * 256 // 64
     one = tmp_path / "one"
-    run_cell_as_train(compose_config(same), one)
+    trains.run_cell_as_train(compose_config(same), one)
     first, second = _weights(ddp_dir), _weights(one)
     assert first.keys() == second.keys()
     for key in first:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
-from helpers import compose_config
+from helpers import InProcessTraining, compose_config
 
 from vit_locality.model.classifier import warmup_cosine, warmup_cosine_schedule
 from vit_locality.run.builders import build_datamodule, build_module, split_global_batch
@@ -138,7 +138,7 @@ def _fit(max_epochs: int, **trainer_options) -> tuple[L.Trainer, list[list[float
     return trainer, rates.per_batch
 
 
-def test_schedule_steps_every_batch() -> None:
+def test_schedule_steps_every_batch(trains: InProcessTraining) -> None:
     """2 epochs of 8 batches: 16 steps, warm-up 8. Stepped per batch, batch j trains at 1e-3 x f(j): j / 8 of the
     peak rising through the first epoch, then the cosine over 8 steps (f(12) = 1/2, f(15) = (1 + cos(7 pi / 8)) / 2).
     Stepped per epoch, the whole first epoch would train at 1/8 of the peak."""
@@ -150,7 +150,7 @@ def test_schedule_steps_every_batch() -> None:
     assert {j: lr[j] for j in expected} == pytest.approx({j: 1e-3 * f for j, f in expected.items()})
 
 
-def test_schedule_length_counts_optimiser_steps() -> None:
+def test_schedule_length_counts_optimiser_steps(trains: InProcessTraining) -> None:
     """The cosine must end on the run's last optimiser step, so its length is Lightning's
     `estimated_stepping_batches`: epochs x ceil(batches an epoch / accumulation). Here 3 epochs of 5 batches
     (limit_train_batches) with accumulate_grad_batches=2: ceil(5 / 2) = 3 steps an epoch (the epoch's last, odd

@@ -9,17 +9,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import QUICK, run_train
+from helpers import QUICK, Spawner
 
 
-@pytest.mark.slow
-def test_a_diverging_trial_is_a_failed_trial_and_the_search_goes_on(tmp_path: Path) -> None:
+def test_a_diverging_trial_is_a_failed_trial_and_the_search_goes_on(tmp_path: Path, spawns: Spawner) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     sweep = tmp_path / "search"
     args = ["-m", "hparams_search=optuna_lr", *QUICK, "data.train_size=192", "data.val_size=64",
             "optim.lr=choice(0.001,1e30)", "hydra.sweeper.n_trials=3", "sweep.continue_on_error=true",
             "stats.enabled=false", f"hydra.sweep.dir={sweep}", "startup.print_config=false"]  # fmt: skip
-    done = run_train(args, tmp_path, timeout=900)
+    done = spawns.run_train(args, tmp_path, timeout=900)
     output = done.stdout + done.stderr
     assert "Values cannot be specified" not in output and "Traceback" not in output, output[-3000:]
     records = [json.loads(p.read_text()) for p in sweep.glob("*/results.json")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_config
+from helpers import InProcessTraining, compose_config
 
 from vit_locality.augment.fixed_batches import fixed_batches
 from vit_locality.model.classifier import ViTClassifier
@@ -51,7 +51,11 @@ def _trained_inputs(overrides: list[str], tmp_path: Path, monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("on_device", ["false", "true"])
 def test_overfitting_sees_the_same_images_every_epoch(
-    on_device: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    on_device: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    trains: InProcessTraining,
 ) -> None:
     """The Modern protocol (crop, flip, AutoAugment, CutMix) under `trainer.overfit_batches=1`: both epochs train on
     identical tensors, the first images of the training set unaugmented; the same cell without it does not."""

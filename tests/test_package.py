@@ -14,9 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import REPO
-
-pytestmark = pytest.mark.slow
+from helpers import REPO, Spawner
 
 SCRIPTS = (
     "vit-locality-train",
@@ -46,7 +44,7 @@ def source_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(tmp_path_factory: pytest.TempPathFactory, spawns: Spawner) -> Path:
     """The built wheel; what the build printed is saved beside it as build.log."""
     out = tmp_path_factory.mktemp("dist")
     source = source_copy(tmp_path_factory)
@@ -94,7 +92,7 @@ def new_venv(tmp_path_factory: pytest.TempPathFactory, install: list[str]) -> Pa
 
 
 @pytest.fixture(scope="module", params=["wheel", "editable"])
-def fresh_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fresh_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, spawns: Spawner) -> Path:
     if request.param == "wheel":
         return new_venv(tmp_path_factory, [str(request.getfixturevalue("wheel"))])
     return new_venv(tmp_path_factory, ["-e", str(REPO)])

@@ -7,12 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from helpers import QUICK, QUICK_NAME, REPO, run_train
+from helpers import QUICK, QUICK_NAME, REPO, Spawner
 
 from vit_locality.store.record import scan_records
-
-pytestmark = pytest.mark.slow
 
 
 def run_report(args: list[str]) -> subprocess.CompletedProcess:
@@ -20,12 +17,12 @@ def run_report(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
-def test_ablation_experiment_renders_the_paper_table(tmp_path: Path) -> None:
+def test_ablation_experiment_renders_the_paper_table(tmp_path: Path, spawns: Spawner) -> None:
     """The 8-cell grid: one run directory per cell, named by its flags, then the report; no pictures per run (the
     report does not read them; test_train_cli.py checks them)."""
     sweep = tmp_path / "ablation"
     args = ["-m", "experiment=ablation", *QUICK, "stats.pictures=false", f"hydra.sweep.dir={sweep}"]
-    proc = run_train(args, cwd=tmp_path, timeout=600)
+    proc = spawns.run_train(args, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = scan_records([sweep]).complete
     assert len(runs) == 8 and all(run.config["sweep_name"] == "ablation" for run in runs)
@@ -53,13 +50,13 @@ def test_ablation_experiment_renders_the_paper_table(tmp_path: Path) -> None:
             assert files and all(f.stat().st_size > 1000 for f in files), (stem, suffix)
 
     # Running the same sweep again trains nothing: every cell is complete with the same config.
-    again = run_train(args, cwd=tmp_path)
+    again = spawns.run_train(args, cwd=tmp_path)
     assert again.returncode == 0 and (again.stdout + again.stderr).count("complete already") == 8
 
 
-def test_protocols_experiment_sweeps_baseline_and_modern(tmp_path: Path) -> None:
+def test_protocols_experiment_sweeps_baseline_and_modern(tmp_path: Path, spawns: Spawner) -> None:
     sweep = tmp_path / "protocols"
-    proc = run_train(["-m", "experiment=protocols", *QUICK, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    proc = spawns.run_train(["-m", "experiment=protocols", *QUICK, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = sorted(run.protocol.cell_name for run in scan_records([sweep]).complete)
     assert cells == ["Baseline", "Modern"]

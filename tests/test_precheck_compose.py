@@ -14,7 +14,6 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from vit_locality.config.schema import register_schemas
 from vit_locality.precheck import preflight, resolvers
 from vit_locality.precheck.names import fitted_name, identity_settings, reference_choices
 from vit_locality.precheck.preflight import check_command
@@ -86,9 +85,9 @@ def test_flags_and_values_that_are_not_flags_pass(args: list[str]) -> None:
     ("args", "message"),
     [
         (["+seed=3"], "+seed: seed is set already; drop the + to change it, or use ++seed= either way"),
-        (["~seed=5"], "~seed: nothing to delete (seed is 0, not 5)"),
+        (["~seed=5"], "~seed=5: nothing to delete (seed has another value)"),
         (["~logger.wandb"], "~logger.wandb: nothing to delete (logger.wandb is null or absent)"),
-        (["~stats.pictures"], "~stats.pictures is not allowed: a setting the schema declares (set it instead)"),
+        (["~stats.pictures"], "stats.pictures: missing, and the run needs it (deleted with ~stats.pictures?)"),
     ],
 )
 def test_hydras_refusals_are_one_line(args: list[str], message: str) -> None:
@@ -109,7 +108,6 @@ def _named_against_its_reference(cell: list[str]) -> str:
     """The name by its definition: the base and every identity setting that differs from the config of the cell's
     data and model choices alone, that reference composed here."""
     register_resolvers()
-    register_schemas()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="train", overrides=cell, return_hydra_config=True)
         reference = compose(config_name="train", overrides=list(reference_choices(cfg.hydra.runtime.choices)))
@@ -121,7 +119,6 @@ def _named_against_its_reference(cell: list[str]) -> str:
 def _resolved_in_a_job(cell: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
     """`run_name` as the job resolves it, with Hydra's compose API out of reach of the resolver."""
     register_resolvers()
-    register_schemas()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="train", overrides=cell, return_hydra_config=True)
 
@@ -182,7 +179,6 @@ def test_a_config_without_its_choices_finds_its_name_by_identity(monkeypatch: py
     assert check_command([*SHORT, "optim.lr=0.002"], CONF, names=names) == []
     (name,) = names.names.values()
     register_resolvers()
-    register_schemas()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="train", overrides=[*SHORT, "optim.lr=0.002"])
     assert name.endswith("_optim.lr-0.002_stats.probe_size-64_trainer.max_steps-2")
@@ -191,7 +187,7 @@ def test_a_config_without_its_choices_finds_its_name_by_identity(monkeypatch: py
 
 
 def test_a_schema_refusal_names_the_declared_type() -> None:
-    assert check_command(["threads=abc"], CONF) == ["threads='abc' is not allowed: an integer or null"]
+    assert check_command(["threads=abc"], CONF) == ["threads='abc' is not allowed: an integer in [1, 1024], or null"]
     assert check_command(["ckpt_mode=bogus"], CONF) == ["ckpt_mode='bogus' is not allowed: one of weights, resume"]
 
 

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 import torch
-from helpers import compose_config
+from helpers import CONF, Spawner, compose_config
+from omegaconf import OmegaConf
 
 from vit_locality.config.protocol_sections import AugConfig
 from vit_locality.config.settings import typed_section
@@ -34,7 +35,7 @@ def _cfg(*overrides: str):
     return compose_config(["data=synthetic", "model=vit_tiny", *overrides])
 
 
-def test_protocol_imports_without_torch() -> None:
+def test_protocol_imports_without_torch(spawns: Spawner) -> None:
     """The config checks build it before torch loads."""
     import subprocess
 
@@ -55,7 +56,7 @@ def test_from_cfg_resolves_the_policy_and_where_autoaugment_runs() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("aug.cutmix_alpha=-1", "aug.cutmix_alpha=-1.0 is not allowed: > 0, finite"),  # the schema makes it a float
+        ("aug.cutmix_alpha=-1", "aug.cutmix_alpha=-1 is not allowed: > 0, finite"),  # the value as typed
         ("aug.cutmix_alpha=inf", "aug.cutmix_alpha=inf is not allowed: > 0, finite"),
         ("aug.cutmix_prob=1.5", "aug.cutmix_prob=1.5 is not allowed: a number in [0, 1]"),
         ("aug.cutmix_prob=-0.1", "aug.cutmix_prob=-0.1 is not allowed: a number in [0, 1]"),
@@ -77,15 +78,20 @@ def test_settings_at_the_edges_of_their_ranges_pass(override: str) -> None:
     Protocol.from_cfg(_cfg(override))
 
 
+AUG = OmegaConf.to_container(OmegaConf.load(CONF / "aug" / "default.yaml"))
+
+
 def test_the_aug_section_checks_its_flags_ranges_and_one_mixer() -> None:
     """The fields' ranges and the rule across them, declared on the typed `aug` section itself."""
     with pytest.raises(ConfigError, match=r"^aug.cutmix=1 is not allowed: true or false$"):
-        typed_section(AugConfig, {"cutmix": 1}, "aug")
-    with pytest.raises(ConfigError, match=r"^aug.cutmix_alpha=-1.0 is not allowed: > 0, finite$"):
-        typed_section(AugConfig, {"cutmix_alpha": -1.0}, "aug")
+        typed_section(AugConfig, {**AUG, "cutmix": 1}, "aug")
+    with pytest.raises(ConfigError, match=r"^aug.cutmix_alpha=-1 is not allowed: > 0, finite$"):
+        typed_section(AugConfig, {**AUG, "cutmix_alpha": -1}, "aug")
     with pytest.raises(ConfigError, match=r"^aug.mixup=True is not allowed: false when aug.cutmix=true"):
-        typed_section(AugConfig, {"cutmix": True, "mixup": True}, "aug")
-    assert typed_section(AugConfig, {"mixup_alpha": 2}, "aug").mixup_alpha == 2.0  # an int is taken as a float
+        typed_section(AugConfig, {**AUG, "cutmix": True, "mixup": True}, "aug")
+    with pytest.raises(ConfigError, match=r"^aug.mixup: missing"):  # the YAML file holds every default
+        typed_section(AugConfig, {k: v for k, v in AUG.items() if k != "mixup"}, "aug")
+    assert typed_section(AugConfig, {**AUG, "mixup_alpha": 2}, "aug").mixup_alpha == 2.0  # an int is taken as a float
 
 
 def test_colorjitter_cannot_run_batched() -> None:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import Spawner
 from scipy import stats
 
 from vit_locality.report.__main__ import main
@@ -445,7 +446,7 @@ def test_cli_writes_tables_and_figures(sweeps: dict[str, Path], tmp_path: Path, 
     assert not list(out.glob("*cifar10_*"))
 
 
-def test_cli_errors(sweeps: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_cli_errors(sweeps: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture, spawns: Spawner) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     missing = subprocess.run(
         [sys.executable, "-m", "vit_locality.report", "ablation", str(tmp_path / "nope")],

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import Spawner
 from test_report import write_run
 
 from vit_locality.store.file_read import CSV_SIZE_LIMIT, UnreadableFile, read_csv_rows, read_regular_file
@@ -63,7 +64,9 @@ def sweep(tmp_path: Path) -> dict[str, Path]:
     return {"root": root, **runs}
 
 
-def test_figures_skip_a_fifo_and_a_dev_zero_link_and_render_the_rest(sweep: dict[str, Path], tmp_path: Path) -> None:
+def test_figures_skip_a_fifo_and_a_dev_zero_link_and_render_the_rest(
+    sweep: dict[str, Path], tmp_path: Path, spawns: Spawner
+) -> None:
     out = tmp_path / "out"
     proc = report("figures", str(sweep["root"]), "--out", str(out))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
@@ -81,7 +84,9 @@ def test_figures_skip_a_fifo_and_a_dev_zero_link_and_render_the_rest(sweep: dict
         assert (out / f"{kind}_cifar100_vit_paper.png").stat().st_size > 1000
 
 
-def test_instruments_and_the_page_skip_a_log_a_checkpoint_and_a_picture(sweep: dict[str, Path], tmp_path: Path) -> None:
+def test_instruments_and_the_page_skip_a_log_a_checkpoint_and_a_picture(
+    sweep: dict[str, Path], tmp_path: Path, spawns: Spawner
+) -> None:
     others = sweep["others"]
     proc = report("all", str(sweep["root"]), "--out", str(tmp_path / "all"), "--box-images", "0")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUICK, compose_config, run_cell_as_train
+from helpers import QUICK, InProcessTraining, compose_config
 from omegaconf import OmegaConf
 from test_report import write_run
 from test_report_claims import config
@@ -140,15 +140,14 @@ def test_the_summary_lists_a_debug_run_as_the_reports_do(tmp_path: Path, capsys:
     assert {run_dir for run_dir, _ in agg.skipped} == {debug, below}
 
 
-@pytest.mark.slow
-def test_a_trained_cell_started_from_another_seeds_checkpoint(tmp_path: Path) -> None:
+def test_a_trained_cell_started_from_another_seeds_checkpoint(tmp_path: Path, trains: InProcessTraining) -> None:
     """Trained as a user trains: seed 1 from scratch, then seed 0 from seed 1's last.ckpt and seed 0 from scratch."""
     cell = [*QUICK, "stats.probe_size=64"]
     sweep = tmp_path / "sweep"
-    run_cell_as_train(compose_config([*cell, "seed=1"]), sweep / "s1")
+    trains.run_cell_as_train(compose_config([*cell, "seed=1"]), sweep / "s1")
     checkpoint = sweep / "s1" / "checkpoints" / "last.ckpt"
-    started = run_cell_as_train(compose_config([*cell, "seed=0", f"ckpt_path={checkpoint}"]), sweep / "s0_ckpt")
-    run_cell_as_train(compose_config([*cell, "seed=0"]), sweep / "s0")
+    started = trains.run_cell_as_train(compose_config([*cell, "seed=0", f"ckpt_path={checkpoint}"]), sweep / "s0_ckpt")
+    trains.run_cell_as_train(compose_config([*cell, "seed=0"]), sweep / "s0")
     short = started["start"]["ckpt_sha256"][:10]
     agg = aggregate([sweep])
     assert agg.skipped == []

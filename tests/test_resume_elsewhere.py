@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import QUICK, compose_config, run_cell_as_train
+from helpers import QUICK, InProcessTraining, compose_config
 
 from vit_locality.model.classifier import ViTClassifier
 from vit_locality.run.cell import CellInterrupted
@@ -49,18 +49,18 @@ def _same_rows(resumed: list[dict[str, str]], unbroken: list[dict[str, str]]) ->
 
 
 @pytest.fixture(scope="module")
-def unbroken(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def unbroken(tmp_path_factory: pytest.TempPathFactory, trains: InProcessTraining) -> tuple[Path, dict[str, Any]]:
     run_dir = tmp_path_factory.mktemp("unbroken") / "run"
-    return run_dir, run_cell_as_train(compose_config(CELL), run_dir)
+    return run_dir, trains.run_cell_as_train(compose_config(CELL), run_dir)
 
 
 def test_a_complete_cell_resumed_into_a_new_directory_is_a_whole_cell(
-    unbroken: tuple[Path, dict[str, Any]], tmp_path: Path
+    unbroken: tuple[Path, dict[str, Any]], tmp_path: Path, trains: InProcessTraining
 ) -> None:
     source, expected = unbroken
     checkpoint = source / "checkpoints" / "last.ckpt"
     run_dir = tmp_path / "elsewhere"
-    record = run_cell_as_train(compose_config([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume"]), run_dir)
+    record = trains.run_cell_as_train(compose_config([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume"]), run_dir)
     assert record["status"] == "complete"
     assert _keys(record) == _keys(expected)  # train/acc1, train/loss_epoch, test_epoch/*, attention.initial, ...
     assert record["metrics"] == pytest.approx(expected["metrics"])
@@ -70,14 +70,14 @@ def test_a_complete_cell_resumed_into_a_new_directory_is_a_whole_cell(
 
 
 def test_a_checkpoint_without_its_directory_resumes_and_says_the_history_is_missing(
-    unbroken: tuple[Path, dict[str, Any]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    unbroken: tuple[Path, dict[str, Any]], tmp_path: Path, caplog: pytest.LogCaptureFixture, trains: InProcessTraining
 ) -> None:
     source, expected = unbroken
     lonely = tmp_path / "lonely.ckpt"
     shutil.copy(source / "checkpoints" / "last.ckpt", lonely)
     run_dir = tmp_path / "elsewhere"
     with caplog.at_level(logging.WARNING, logger="vit_locality"):
-        record = run_cell_as_train(compose_config([*CELL, f"ckpt_path={lonely}", "ckpt_mode=resume"]), run_dir)
+        record = trains.run_cell_as_train(compose_config([*CELL, f"ckpt_path={lonely}", "ckpt_mode=resume"]), run_dir)
     assert record["start"]["history_from"] is None
     assert "holds the statistics of the epochs after epoch 2 only" in caplog.text
     assert {row["epoch"] for row in _rows(run_dir)} == {"2"}  # the final model, measured again
@@ -85,7 +85,7 @@ def test_a_checkpoint_without_its_directory_resumes_and_says_the_history_is_miss
 
 
 def test_an_interrupted_checkpoint_resumed_into_a_new_directory_keeps_the_whole_history(
-    unbroken: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    unbroken: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trains: InProcessTraining
 ) -> None:
     """SIGTERM mid-epoch 2 (interrupted.ckpt), then the cell resumed from that file into another directory: the
     same figures, record keys and statistics rows as the unbroken run."""
@@ -100,11 +100,11 @@ def test_an_interrupted_checkpoint_resumed_into_a_new_directory_keeps_the_whole_
 
     monkeypatch.setattr(ViTClassifier, "training_step", terminated_at_step_6)
     with pytest.raises(CellInterrupted):
-        run_cell_as_train(compose_config(CELL), stopped)
+        trains.run_cell_as_train(compose_config(CELL), stopped)
     monkeypatch.setattr(ViTClassifier, "training_step", real)
     interrupted = stopped / "checkpoints" / "interrupted.ckpt"
     run_dir = tmp_path / "elsewhere"
-    record = run_cell_as_train(compose_config([*CELL, f"ckpt_path={interrupted}", "ckpt_mode=resume"]), run_dir)
+    record = trains.run_cell_as_train(compose_config([*CELL, f"ckpt_path={interrupted}", "ckpt_mode=resume"]), run_dir)
     assert record["metrics"]["test/acc1"] == expected["metrics"]["test/acc1"]  # bit-exact
     assert record["metrics"] == pytest.approx(expected["metrics"])
     assert _keys(record) == _keys(expected)

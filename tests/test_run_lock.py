@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, Spawner
 
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.run.lock import LOCK_FILE, LockHolder, RunLock, RunLocked
@@ -77,7 +77,7 @@ def test_the_lock_file_is_readable_as_the_umask_allows(tmp_path, umask) -> None:
     assert mode == 0o666 & ~umask
 
 
-def test_a_holder_in_another_process_is_refused_until_it_is_killed(tmp_path) -> None:
+def test_a_holder_in_another_process_is_refused_until_it_is_killed(tmp_path, spawns: Spawner) -> None:
     child = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(tmp_path)], env=CHILD_ENV, stdout=subprocess.PIPE, text=True
     )
@@ -94,7 +94,7 @@ def test_a_holder_in_another_process_is_refused_until_it_is_killed(tmp_path) -> 
         assert holder_record(tmp_path).pid == os.getpid()
 
 
-def test_a_forked_worker_that_ends_leaves_the_lock_with_its_parent(tmp_path) -> None:
+def test_a_forked_worker_that_ends_leaves_the_lock_with_its_parent(tmp_path, spawns: Spawner) -> None:
     """Data workers forked during a run share the open lock file; their exit must not drop the parent's lock."""
     with RunLock(tmp_path):
         worker = multiprocessing.get_context("fork").Process(target=sys.exit)
@@ -139,7 +139,7 @@ fcntl.flock = unsupported
 """
 
 
-def test_without_flock_a_killed_holder_is_taken_over(tmp_path, no_flock) -> None:
+def test_without_flock_a_killed_holder_is_taken_over(tmp_path, no_flock, spawns: Spawner) -> None:
     pid, marker = killed_holder(tmp_path)
     assert marker[:2] == [str(pid), socket.gethostname()]  # filelock's marker: PID, host, process start
     with RunLock(tmp_path):
@@ -147,7 +147,7 @@ def test_without_flock_a_killed_holder_is_taken_over(tmp_path, no_flock) -> None
     assert not (tmp_path / LOCK_FILE).exists()
 
 
-def test_without_flock_a_pid_reused_by_an_unrelated_process_is_taken_over(tmp_path, no_flock) -> None:
+def test_without_flock_a_pid_reused_by_an_unrelated_process_is_taken_over(tmp_path, no_flock, spawns: Spawner) -> None:
     """The killed holder's PID now belongs to another live process (here: our parent, started at another time):
     the recorded process start tells the two apart, and the lock is taken over instead of refused naming it."""
     _, marker = killed_holder(tmp_path)
@@ -157,7 +157,7 @@ def test_without_flock_a_pid_reused_by_an_unrelated_process_is_taken_over(tmp_pa
         assert LockHolder.read(tmp_path / LOCK_FILE).pid == os.getpid()
 
 
-def test_without_flock_a_live_holder_is_refused(tmp_path, no_flock) -> None:
+def test_without_flock_a_live_holder_is_refused(tmp_path, no_flock, spawns: Spawner) -> None:
     with RunLock(tmp_path), pytest.raises(RunLocked, match=f"in use by PID {os.getpid()} on {socket.gethostname()} "):
         RunLock(tmp_path).acquire()
     child = subprocess.Popen(
@@ -175,7 +175,9 @@ def test_without_flock_a_live_holder_is_refused(tmp_path, no_flock) -> None:
     assert "delete" not in str(refusal.value)  # its process can be checked from here
 
 
-def test_without_flock_a_holder_on_another_host_is_refused_with_the_way_out(tmp_path, no_flock) -> None:
+def test_without_flock_a_holder_on_another_host_is_refused_with_the_way_out(
+    tmp_path, no_flock, spawns: Spawner
+) -> None:
     pid, marker = killed_holder(tmp_path)
     (tmp_path / LOCK_FILE).write_text("\n".join([str(pid), "elsewhere", *marker[2:]]) + "\n")
     with pytest.raises(RunLocked) as refusal:
@@ -184,9 +186,9 @@ def test_without_flock_a_holder_on_another_host_is_refused_with_the_way_out(tmp_
     assert str(refusal.value).endswith(f"if it is no longer running, delete {tmp_path / LOCK_FILE}")
 
 
-def test_train_py_refuses_a_locked_run_directory_with_status_2_and_one_line(tmp_path) -> None:
+def test_train_py_refuses_a_locked_run_directory_with_status_2_and_one_line(tmp_path, spawns: Spawner) -> None:
     """The entry point takes the status from RunLocked itself: 2, with the refusal as its one line."""
-    from helpers import QUICK, run_train
+    from helpers import QUICK
 
     run_dir = tmp_path / "run"
     holder = subprocess.Popen(
@@ -194,7 +196,7 @@ def test_train_py_refuses_a_locked_run_directory_with_status_2_and_one_line(tmp_
     )
     try:
         assert holder.stdout.readline().strip() == "holding"
-        proc = run_train([*QUICK, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+        proc = spawns.run_train([*QUICK, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
@@ -225,7 +227,7 @@ print(taken, flush=True)
 """
 
 
-def test_contenders_that_remove_the_lock_file_never_hold_it_together(tmp_path) -> None:
+def test_contenders_that_remove_the_lock_file_never_hold_it_together(tmp_path, spawns: Spawner) -> None:
     """Release removes `.lock` while holding it; a contender that opened the removed file must not run beside one
     that created the next file."""
     contenders = [

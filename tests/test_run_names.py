@@ -8,11 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, compose_config, run_train
+from helpers import QUICK, Spawner, compose_config
 from hydra import compose, initialize_config_dir
 
 from vit_locality.config.identity import canonical_text, identity_hash
-from vit_locality.config.schema import register_schemas
 from vit_locality.paths import CONF_DIR
 from vit_locality.precheck.names import MAX_NAME_CHARS, fitted_name, identity_settings, named_settings
 from vit_locality.precheck.preflight import check_command
@@ -103,16 +102,17 @@ def test_a_sweep_over_two_spellings_of_one_value_is_refused_as_one_cell(sweep: s
     assert len(problems) == 1 and "are one cell" in problems[0] and "give each value once" in problems[0]
 
 
-@pytest.mark.slow
-def test_ten_tuning_settings_train_into_a_fitted_directory_with_the_full_settings_recorded(tmp_path: Path) -> None:
+def test_ten_tuning_settings_train_into_a_fitted_directory_with_the_full_settings_recorded(
+    tmp_path: Path, spawns: Spawner
+) -> None:
     sweep = tmp_path / "sweep"
-    proc = run_train(["-m", *QUICK, *TUNING, "stats.enabled=false", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    proc = spawns.run_train(["-m", *QUICK, *TUNING, "stats.enabled=false", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert len(run_dir.name) <= MAX_NAME_CHARS and "_hash-" in run_dir.name
     config = json.loads((run_dir / "results.json").read_text())["config"]
     assert config["optim"]["betas"] == [0.9, 0.95] and config["data"]["split_seed"] == 1
-    again = run_train(
+    again = spawns.run_train(
         ["-m", *QUICK, *TUNING, "stats.enabled=false", "optim.lr=2e-3", f"hydra.sweep.dir={sweep}"], cwd=tmp_path
     )
     assert again.returncode == 0, again.stderr[-3000:]
@@ -128,7 +128,6 @@ def job_name(overrides: list[str]) -> str:
     names = CellNames()
     assert check_command(["-m", *overrides], CONF_DIR, names=names) == []  # -m: a saved sweep's cells are listed
     register_resolvers()
-    register_schemas()
     before = os.environ.get(CELL_NAMES_ENV)
     names.hand_over()
     try:
@@ -194,24 +193,23 @@ def test_the_sweep_check_names_a_cell_as_the_job_does() -> None:
     assert check_command(["-m", "data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=1,2"], CONF_DIR) == []
 
 
-@pytest.mark.slow
-def test_a_refused_directory_names_an_override_that_runs_the_cell(tmp_path: Path) -> None:
+def test_a_refused_directory_names_an_override_that_runs_the_cell(tmp_path: Path, spawns: Spawner) -> None:
     """A single run refused its directory (it holds a complete run of another config) is told what to type; typed,
     the advice runs the cell elsewhere, the other run untouched."""
     args = [*QUICK, "trainer.max_steps=2", "stats.enabled=false"]
-    first = run_train(args, cwd=tmp_path)
+    first = spawns.run_train(args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     (run_dir,) = (tmp_path / "outputs").iterdir()
     results = run_dir / "results.json"
     record = json.loads(results.read_text())
     record["identity_hash"] = "0" * 16  # as a run of another config would have left it
     results.write_text(json.dumps(record))
-    refused = run_train(args, cwd=tmp_path)
+    refused = spawns.run_train(args, cwd=tmp_path)
     assert refused.returncode == 2
     line = next(line for line in (refused.stdout + refused.stderr).splitlines() if "different config" in line)
     advice = line.rsplit(" add ", 1)[1].strip()
     assert advice.startswith("hydra.run.dir=")
-    followed = run_train([*args, advice], cwd=tmp_path)
+    followed = spawns.run_train([*args, advice], cwd=tmp_path)
     assert followed.returncode == 0, followed.stderr[-3000:]
     assert json.loads(results.read_text())["identity_hash"] == "0" * 16
     assert json.loads((Path(advice.split("=", 1)[1]) / "results.json").read_text())["status"] == "complete"

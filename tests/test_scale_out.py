@@ -10,13 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, REPO, TRAIN_THREADS, run_train
+from helpers import QUICK, REPO, TRAIN_THREADS, Spawner
 
 from vit_locality.precheck.names import fitted_name
 from vit_locality.report.aggregate import aggregate
 from vit_locality.store.record import scan_records
-
-pytestmark = pytest.mark.slow
 
 DDP = [*[a for a in QUICK if a != "trainer=cpu"], "trainer=ddp_cpu", "stats.probe_size=64", "stats.pictures=false"]
 
@@ -25,9 +23,9 @@ def _record(run_dir: Path) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 
 
-def test_ddp_cell_splits_the_batch_and_measures_like_one_process(tmp_path: Path) -> None:
+def test_ddp_cell_splits_the_batch_and_measures_like_one_process(tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "ddp"
-    proc = run_train([*DDP, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    proc = spawns.run_train([*DDP, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = _record(run_dir)
     assert record["status"] == "complete"
@@ -47,9 +45,9 @@ def test_ddp_cell_splits_the_batch_and_measures_like_one_process(tmp_path: Path)
     assert flat(analysis["per_head"]["entropy"]) == pytest.approx(flat(trained["entropy"]), abs=1e-5)
 
 
-def test_ddp_inside_a_multirun_is_not_re_expanded(tmp_path: Path) -> None:
+def test_ddp_inside_a_multirun_is_not_re_expanded(tmp_path: Path, spawns: Spawner) -> None:
     sweep = tmp_path / "sweep"
-    proc = run_train(["-m", "loss.ls=0,0.1", *DDP, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
+    proc = spawns.run_train(["-m", "loss.ls=0,0.1", *DDP, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     named = {"data.batch_size": "64", "data.test_size": "64", "data.train_size": "256", "stats.probe_size": "64"}
@@ -63,17 +61,17 @@ def test_ddp_inside_a_multirun_is_not_re_expanded(tmp_path: Path) -> None:
     assert all(_record(sweep / c)["batch"]["world_size"] == 2 for c in cells)
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
 
-    again = run_train(["-m", "loss.ls=0,0.1", *DDP, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    again = spawns.run_train(["-m", "loss.ls=0,0.1", *DDP, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert again.returncode == 0 and (again.stdout + again.stderr).count("complete already") == 2
 
 
 @pytest.mark.parametrize(
     "launcher", [["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], ["hydra/launcher=submitit_local"]]
 )
-def test_parallel_launchers_complete_four_cells(launcher: list[str], tmp_path: Path) -> None:
+def test_parallel_launchers_complete_four_cells(launcher: list[str], tmp_path: Path, spawns: Spawner) -> None:
     sweep = tmp_path / "sweep"
     args = ["-m", "aug.cutmix=true,false", "loss.ls=0,0.1", *QUICK, "stats.pictures=false", *launcher]
-    proc = run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
+    proc = spawns.run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(scan_records([sweep]).complete) == 4
     groups = aggregate([sweep]).groups

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import Spawner
 from torchvision.transforms.v2 import functional as TF
 
 from vit_locality.catalog import DATASET_DEFAULT_POLICY, DATASETS
@@ -249,7 +250,7 @@ def test_every_data_set_name_has_its_datamodule_and_policy() -> None:
         assert cls().default_policy == DATASET_DEFAULT_POLICY[name]  # constructing one reads no files
 
 
-def test_a_synthetic_run_imports_no_other_datamodule() -> None:
+def test_a_synthetic_run_imports_no_other_datamodule(spawns: Spawner) -> None:
     """The registry imports a datamodule's module only when its data set is chosen: building and loading the
     synthetic datamodule (as a run does) leaves the file readers and the downloader unimported."""
     code = (

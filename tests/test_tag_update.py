@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import QUICK, compose_config, run_cell_as_train
+from helpers import QUICK, InProcessTraining, compose_config
 from test_wandb import of_kind, wandb_records
 
 from vit_locality.config.identity import identity_hash
@@ -22,21 +22,24 @@ def no_training(*args: Any, **kwargs: Any) -> None:
 
 
 @pytest.fixture
-def complete_cell(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+def complete_cell(tmp_path: Path, trains: InProcessTraining) -> tuple[Path, dict[str, Any]]:
     run_dir = tmp_path / "run"
-    run_cell_as_train(compose_config([*CELL, "tags=[first]"]), run_dir)
+    trains.run_cell_as_train(compose_config([*CELL, "tags=[first]"]), run_dir)
     return run_dir, json.loads((run_dir / "results.json").read_text())
 
 
 def test_new_tags_reach_the_record_without_retraining(
-    complete_cell: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    complete_cell: tuple[Path, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    trains: InProcessTraining,
 ) -> None:
     run_dir, before = complete_cell
     monkeypatch.setattr(cell, "build_trainer", no_training)
     cfg = compose_config([*CELL, "tags=[first,paper,v2]"])
     assert identity_hash(cfg) == before["identity_hash"]  # tags are outside the identity
     with caplog.at_level(logging.INFO, logger="vit_locality"):
-        returned = run_cell_as_train(cfg, run_dir)
+        returned = trains.run_cell_as_train(cfg, run_dir)
     after = json.loads((run_dir / "results.json").read_text())
     assert after["tags"] == ["first", "paper", "v2"]
     (update,) = after["label_updates"]
@@ -50,24 +53,26 @@ def test_new_tags_reach_the_record_without_retraining(
 
 
 def test_tags_already_there_or_fewer_change_nothing(
-    complete_cell: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+    complete_cell: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, trains: InProcessTraining
 ) -> None:
     run_dir, before = complete_cell
     monkeypatch.setattr(cell, "build_trainer", no_training)
     for tags in ("tags=[first]", "tags=[]"):  # tags are only ever added
-        run_cell_as_train(compose_config([*CELL, tags]), run_dir)
+        trains.run_cell_as_train(compose_config([*CELL, tags]), run_dir)
         assert json.loads((run_dir / "results.json").read_text()) == before
 
 
-def test_a_setting_inside_the_identity_is_no_tag_update(complete_cell: tuple[Path, dict[str, Any]]) -> None:
+def test_a_setting_inside_the_identity_is_no_tag_update(
+    complete_cell: tuple[Path, dict[str, Any]], trains: InProcessTraining
+) -> None:
     """Only settings outside the identity ride along: another seed is another cell, refused in this directory."""
     run_dir, _ = complete_cell
     with pytest.raises(Exception, match="already holds a complete run with a different config"):
-        run_cell_as_train(compose_config([*CELL, "tags=[first,paper]", "seed=1"]), run_dir)
+        trains.run_cell_as_train(compose_config([*CELL, "tags=[first,paper]", "seed=1"]), run_dir)
 
 
 def test_the_cells_wandb_run_takes_the_new_tags(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, trains: InProcessTraining
 ) -> None:
     """Offline: the tag update is a second offline run of the same id (what `wandb sync` merges), tagged with the
     cell's own tags and the new ones, and logging no metric."""
@@ -77,14 +82,14 @@ def test_the_cells_wandb_run_takes_the_new_tags(
     monkeypatch.setenv("WANDB_SILENT", "true")
     run_dir = tmp_path / "run"
     wandb_cell = [*CELL, "logger=wandb"]
-    run_cell_as_train(compose_config([*wandb_cell, "tags=[first]"]), run_dir)
+    trains.run_cell_as_train(compose_config([*wandb_cell, "tags=[first]"]), run_dir)
     wandb.teardown()
     (first_run,) = (run_dir / "wandb").glob("offline-run-*")
     (first_record,) = of_kind(wandb_records(next(first_run.glob("run-*.wandb"))), "run")
 
     monkeypatch.setattr(cell, "build_trainer", no_training)
     with caplog.at_level(logging.INFO, logger="vit_locality"):
-        run_cell_as_train(compose_config([*wandb_cell, "tags=[first,paper]"]), run_dir)
+        trains.run_cell_as_train(compose_config([*wandb_cell, "tags=[first,paper]"]), run_dir)
     wandb.teardown()
     (second_run,) = set((run_dir / "wandb").glob("offline-run-*")) - {first_run}
     records = wandb_records(next(second_run.glob("run-*.wandb")))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import CONF, QUICK, compose_config, run_cell_as_train, run_train
+from helpers import CONF, QUICK, InProcessTraining, Spawner, compose_config
 
 from vit_locality.config.identity import identity_hash, run_identity
 from vit_locality.precheck.preflight import check_command
@@ -31,7 +31,7 @@ def restore_threads():
     [
         ("threads=0", "threads=0 is not allowed: an integer in [1, 1024]"),
         ("threads=4096", "threads=4096 is not allowed: an integer in [1, 1024]"),
-        ("threads=abc", "threads='abc' is not allowed: an integer or null"),
+        ("threads=abc", "threads='abc' is not allowed: an integer in [1, 1024], or null"),
     ],
 )
 def test_a_bad_thread_count_is_one_line_before_anything_runs(override: str, message: str) -> None:
@@ -55,7 +55,7 @@ def test_the_thread_count_is_no_part_of_the_identity() -> None:
 
 
 def test_a_cell_builds_its_model_at_the_set_count_and_records_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_threads: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_threads: int, trains: InProcessTraining
 ) -> None:
     torch.set_num_threads(2)
     seen: list[int] = []
@@ -66,19 +66,18 @@ def test_a_cell_builds_its_model_at_the_set_count_and_records_it(
         return build_module(*args, **kwargs)
 
     monkeypatch.setattr(cell, "build_module", counting_build)
-    record = run_cell_as_train(compose_config([*CELL, "threads=1"]), tmp_path / "run")
+    record = trains.run_cell_as_train(compose_config([*CELL, "threads=1"]), tmp_path / "run")
     assert seen == [1] and record["threads"] == 1
     assert record["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
     assert on_disk["status"] == "complete" and on_disk["threads"] == 1 and on_disk["config"]["threads"] == 1
 
 
-@pytest.mark.slow
-def test_joblib_workers_use_the_set_count(tmp_path: Path) -> None:
+def test_joblib_workers_use_the_set_count(tmp_path: Path, spawns: Spawner) -> None:
     """Cells in joblib's worker processes (started with one thread under make test) compute with `threads`."""
     sweep = tmp_path / "sweep"
     args = ["-m", "loss.ls=0,0.1", *CELL, "threads=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
-    proc = run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
+    proc = spawns.run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(path.read_text()) for path in sorted(sweep.rglob("results.json"))]
     assert len(records) == 2 and all(record["threads"] == 2 for record in records)
@@ -86,11 +85,11 @@ def test_joblib_workers_use_the_set_count(tmp_path: Path) -> None:
 
 
 def test_the_kernels_vector_instructions_are_recorded_as_pinned(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawns: Spawner
 ) -> None:
     """`ATEN_CPU_CAPABILITY` (what make demo pins to avx2) chooses torch's kernels, and with them the rounding of a
     cell's numbers: the record says which it computed with."""
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")  # the plain kernels every x86-64 and ARM machine has
-    proc = run_train([*CELL, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    proc = spawns.run_train([*CELL, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "results.json").read_text())["cpu_capability"] == "DEFAULT"

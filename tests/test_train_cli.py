@@ -8,18 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, run_train
-
-pytestmark = pytest.mark.slow
+from helpers import QUICK, Spawner
 
 
 def _results(run_dir: Path) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 
 
-def test_single_run_writes_a_complete_record(tmp_path: Path) -> None:
+def test_single_run_writes_a_complete_record(tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "run"
-    proc = run_train([*QUICK, "protocol=modern", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    proc = spawns.run_train([*QUICK, "protocol=modern", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = _results(run_dir)
     assert list(record)[-1] == "status" and record["status"] == "complete"
@@ -48,28 +46,28 @@ def test_single_run_writes_a_complete_record(tmp_path: Path) -> None:
 
     # The same command again: the cell is complete, so nothing is trained and nothing changes.
     before = (run_dir / "results.json").read_text()
-    again = run_train([*QUICK, "protocol=modern", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    again = spawns.run_train([*QUICK, "protocol=modern", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert again.returncode == 0 and "complete already" in again.stdout + again.stderr
     assert (run_dir / "results.json").read_text() == before
 
     # A different config aimed at the same directory is refused, and the finished result survives.
-    clash = run_train([*QUICK, "protocol=modern", "optim.lr=0.01", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    clash = spawns.run_train([*QUICK, "protocol=modern", "optim.lr=0.01", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert clash.returncode == 2 and "different config" in clash.stdout + clash.stderr
     assert (run_dir / "results.json").read_text() == before
 
 
-def test_bad_value_fails_before_any_run_directory(tmp_path: Path) -> None:
+def test_bad_value_fails_before_any_run_directory(tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "bad"
-    proc = run_train([*QUICK, "loss.ls=1.5", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    proc = spawns.run_train([*QUICK, "loss.ls=1.5", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert proc.returncode == 2
     out = proc.stdout + proc.stderr
     assert "loss.ls=1.5 is not allowed" in out and "Traceback" not in out
     assert not (run_dir / "results.json").exists()
 
 
-def test_wandb_logger_runs_offline_without_credentials(tmp_path: Path) -> None:
+def test_wandb_logger_runs_offline_without_credentials(tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "wb"
-    proc = run_train([*QUICK, "logger=wandb", "stats.pictures=false", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    proc = spawns.run_train([*QUICK, "logger=wandb", "stats.pictures=false", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     offline_runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline_runs) == 1  # one W&B run per cell, written locally
@@ -77,9 +75,9 @@ def test_wandb_logger_runs_offline_without_credentials(tmp_path: Path) -> None:
     assert _results(run_dir)["status"] == "complete"
 
 
-def test_missing_data_offline_is_one_clear_line(tmp_path: Path) -> None:
+def test_missing_data_offline_is_one_clear_line(tmp_path: Path, spawns: Spawner) -> None:
     args = ["data=cifar10", "model=vit_tiny", f"data.root={tmp_path / 'empty'}", "data.download=false"]
-    proc = run_train([*args, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    proc = spawns.run_train([*args, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out
     assert str(tmp_path / "empty") in out and "cifar-10-python.tar.gz" in out

@@ -15,7 +15,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import yaml
-from helpers import CONF, QUICK, compose_config, run_train
+from helpers import CONF, QUICK, Spawner, compose_config
 from omegaconf import OmegaConf
 
 from vit_locality.config.identity import identity_hash
@@ -52,7 +52,7 @@ def _lightning_loaded_by_check(args: list[str]) -> bool:
     return out.strip() == "True"
 
 
-def test_the_trainer_signature_is_read_only_for_other_trainer_settings() -> None:
+def test_the_trainer_signature_is_read_only_for_other_trainer_settings(spawns: Spawner) -> None:
     """Lightning takes seconds to import: a command with only the declared trainer settings is checked without it."""
     assert not _lightning_loaded_by_check(["data=synthetic", "trainer.max_epochs=3", "trainer=cpu"])
     assert _lightning_loaded_by_check(["data=synthetic", "+trainer.max_steps=3"])
@@ -162,9 +162,10 @@ def test_config_tree_shows_every_section_with_values() -> None:
     assert compose_config(["experiment=demo"]).startup.print_config is False
 
 
-@pytest.mark.slow
-def test_fast_dev_run_ends_at_once_with_a_record(tmp_path: Path) -> None:
-    done = run_train([*QUICK, "debug=fdr", "trainer.max_epochs=200", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+def test_fast_dev_run_ends_at_once_with_a_record(tmp_path: Path, spawns: Spawner) -> None:
+    done = spawns.run_train(
+        [*QUICK, "debug=fdr", "trainer.max_epochs=200", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path
+    )
     assert done.returncode == 0, done.stderr[-1500:]
     record = json.loads((tmp_path / "run" / "results.json").read_text())
     assert record["status"] == "complete" and record["config"]["trainer"]["fast_dev_run"] is True
@@ -172,22 +173,20 @@ def test_fast_dev_run_ends_at_once_with_a_record(tmp_path: Path) -> None:
     assert "config" in done.stdout and "├── data" in done.stdout  # the tree printed at start
 
 
-@pytest.mark.slow
-def test_rich_progress_bar_runs(tmp_path: Path) -> None:
+def test_rich_progress_bar_runs(tmp_path: Path, spawns: Spawner) -> None:
     args = [*QUICK, "callbacks.progress_bar=rich", "startup.print_config=false", f"hydra.run.dir={tmp_path / 'run'}"]
-    done = run_train(args, tmp_path)
+    done = spawns.run_train(args, tmp_path)
     assert done.returncode == 0, done.stderr[-1500:]
     assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "complete"
 
 
-@pytest.mark.slow
-def test_optuna_search_optimises_the_metric_the_cells_return(tmp_path: Path) -> None:
+def test_optuna_search_optimises_the_metric_the_cells_return(tmp_path: Path, spawns: Spawner) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     sweep = tmp_path / "search"
     quick = [a for a in QUICK if not a.startswith("data.num_workers")]  # data workers on, as users run it
     args = ["-m", "hparams_search=optuna_lr", *quick, "data.train_size=192", "data.val_size=64",
             "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={sweep}", "startup.print_config=false"]  # fmt: skip
-    done = run_train(args, tmp_path, timeout=600)
+    done = spawns.run_train(args, tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     records = [json.loads(p.read_text()) for p in sweep.glob("*/results.json")]
     assert len(records) == 3 and all(r["status"] == "complete" for r in records)

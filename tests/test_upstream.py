@@ -8,6 +8,7 @@ import sys
 import hydra._internal.utils
 import pytest
 import torch
+from helpers import Spawner
 from torchvision.transforms import v2
 
 from vit_locality import upstream
@@ -88,7 +89,7 @@ def test_hydra_args_parser() -> None:
     assert args.config_name is None and args.config_path is None and args.config_dir is None
 
 
-def test_importing_upstream_does_not_import_hydra() -> None:
+def test_importing_upstream_does_not_import_hydra(spawns: Spawner) -> None:
     code = "import sys, vit_locality.upstream; assert 'hydra' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 

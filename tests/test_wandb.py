@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import QUICK, QUICK_NAME, compose_config, run_cell_as_train, run_train
+from helpers import QUICK, QUICK_NAME, InProcessTraining, Spawner, compose_config
 from matplotlib.colors import to_rgba
 from omegaconf import OmegaConf
 
@@ -215,13 +215,13 @@ def test_wandb_is_quiet_unless_the_user_asks() -> None:
 
 
 @pytest.fixture(scope="module")
-def wandb_cell(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def wandb_cell(tmp_path_factory: pytest.TempPathFactory, spawns: Spawner) -> dict[str, Any]:
     """A 2-epoch CutMix cell logged to W&B offline, with the final checkpoint as an artifact and two tags."""
     tmp = tmp_path_factory.mktemp("wandb_cell")
     run_dir = tmp / "run"
     args = [a for a in QUICK if not a.startswith("trainer.max_epochs")] + ["trainer.max_epochs=2"]
     args += ["protocol=modern", "logger=wandb", "logger.wandb.log_model=true", "tags=[paper,v2]", "sweep_name=abl"]
-    proc = run_train([*args, f"hydra.run.dir={run_dir}"], cwd=tmp)
+    proc = spawns.run_train([*args, f"hydra.run.dir={run_dir}"], cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
     wandb_dir = offline_run(run_dir)
     return {
@@ -233,7 +233,6 @@ def wandb_cell(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
 
 
-@pytest.mark.slow
 def test_run_is_grouped_by_cell_typed_by_data_and_tagged(wandb_cell: dict[str, Any]) -> None:
     (run,) = of_kind(wandb_cell["records"], "run")
     run_name = wandb_cell["record"]["run_name"]
@@ -245,7 +244,6 @@ def test_run_is_grouped_by_cell_typed_by_data_and_tagged(wandb_cell: dict[str, A
     assert wandb_cell["record"]["tags"] == ["paper", "v2"]
 
 
-@pytest.mark.slow
 def test_config_is_the_hydra_config_alone(wandb_cell: dict[str, Any]) -> None:
     records = wandb_cell["records"]
     (run,) = of_kind(records, "run")
@@ -258,7 +256,6 @@ def test_config_is_the_hydra_config_alone(wandb_cell: dict[str, Any]) -> None:
     assert not {"lr", "cutmix", "label_smoothing", "num_classes"} & set(config)
 
 
-@pytest.mark.slow
 def test_one_metric_name_and_one_epoch_numbering(wandb_cell: dict[str, Any]) -> None:
     rows = history_rows(wandb_cell["records"])
     keys = {key for row in rows for key in row}
@@ -279,7 +276,6 @@ def test_one_metric_name_and_one_epoch_numbering(wandb_cell: dict[str, Any]) -> 
     assert record["epochs"] == 2 and "train/acc1" in record["metrics"] and "epoch" not in record["metrics"]
 
 
-@pytest.mark.slow
 def test_run_files_and_checkpoint_reach_wandb_before_it_finishes(wandb_cell: dict[str, Any]) -> None:
     records = wandb_cell["records"]
     kinds = [r.WhichOneof("record_type") for r in records]
@@ -296,15 +292,15 @@ def test_run_files_and_checkpoint_reach_wandb_before_it_finishes(wandb_cell: dic
     assert exit_record.exit_code == 0
 
 
-@pytest.mark.slow
 def test_wandb_chatter_is_silenced_and_the_sync_command_shown(wandb_cell: dict[str, Any]) -> None:
     proc = wandb_cell["proc"]
     assert [line for line in proc.stderr.splitlines() if line.startswith("wandb:")] == []
     assert f"wandb sync {wandb_cell['wandb_dir']}" in proc.stdout + proc.stderr
 
 
+# spawns: wandb.init starts W&B's service process (and runs git), offline too.
 def test_a_failed_cell_marks_its_run_failed_and_upload_errors_never_fail_a_cell(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, spawns: Spawner
 ) -> None:
     import wandb
 
@@ -326,13 +322,12 @@ def test_a_failed_cell_marks_its_run_failed_and_upload_errors_never_fail_a_cell(
     assert exit_record.exit_code == 1
 
 
-@pytest.mark.slow
-def test_a_sweep_gives_one_group_per_cell_and_one_run_per_seed(tmp_path: Path) -> None:
+def test_a_sweep_gives_one_group_per_cell_and_one_run_per_seed(tmp_path: Path, spawns: Spawner) -> None:
     """Cells of one multirun share a process: each gets its own run, seeds of a cell share a group, and the README's
     `wandb sync multirun/<sweep>/*/wandb/offline-run-*` names every run of the sweep."""
     sweep = tmp_path / "multirun" / "abl"
     args = ["-m", *QUICK, "logger=wandb", "stats.pictures=false", "seed=0,1", "aug.cutmix=true,false"]
-    proc = run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
+    proc = spawns.run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = sorted(sweep.glob("*/wandb/offline-run-*"))
     assert len(runs) == 4
@@ -349,8 +344,9 @@ def test_a_sweep_gives_one_group_per_cell_and_one_run_per_seed(tmp_path: Path) -
 # --- the report run --------------------------------------------------------------------------------------------------
 
 
+# spawns: wandb.init starts W&B's service process (and runs git), offline too.
 def test_report_publishes_tables_figures_scatter_and_layer_curves(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawns: Spawner
 ) -> None:
     from test_report import ACC100, ENT100, MAD100, ORDER, write_run
 
@@ -397,7 +393,9 @@ def test_report_publishes_tables_figures_scatter_and_layer_curves(
 # --- the run id follows the cell, not its folder ---------------------------------------------------------------------
 
 
-def test_a_copied_cell_retagged_elsewhere_keeps_its_wandb_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_copied_cell_retagged_elsewhere_keeps_its_wandb_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trains: InProcessTraining
+) -> None:
     """The README's workflow: a sweep folder copied elsewhere and a cell re-tagged there. The tag update continues
     the cell's W&B run (the id its record holds from the first start), so `wandb sync` merges it into that run
     instead of creating a run that holds only the tags. A record from before ids were recorded: its W&B files'."""
@@ -412,7 +410,7 @@ def test_a_copied_cell_retagged_elsewhere_keeps_its_wandb_run(tmp_path: Path, mo
     monkeypatch.setenv("WANDB_SILENT", "true")
     args = [*QUICK, "logger=wandb", "stats.enabled=false"]
     original = tmp_path / "sweep" / "cell"
-    record = run_cell_as_train(compose_config([*args, "tags=[first]"]), original)
+    record = trains.run_cell_as_train(compose_config([*args, "tags=[first]"]), original)
     wandb.teardown()
     run_id = record[RUN_ID_ENTRY]
     (first,) = (original / "wandb").glob("offline-run-*")
@@ -421,7 +419,7 @@ def test_a_copied_cell_retagged_elsewhere_keeps_its_wandb_run(tmp_path: Path, mo
 
     def retagged_id(run_dir: Path) -> str:
         before = set((run_dir / "wandb").glob("offline-run-*"))
-        run_cell_as_train(compose_config([*args, "tags=[first,paper]"]), run_dir)
+        trains.run_cell_as_train(compose_config([*args, "tags=[first,paper]"]), run_dir)
         wandb.teardown()
         (update,) = set((run_dir / "wandb").glob("offline-run-*")) - before
         (run,) = {r.run_id for r in of_kind(wandb_records(next(update.glob("run-*.wandb"))), "run")}

@@ -22,7 +22,6 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
 from vit_locality.precheck.resolvers import register_resolvers
@@ -203,7 +202,6 @@ def cli() -> None:
     from vit_locality.precheck.preflight import check_command
 
     register_resolvers()
-    register_schemas()  # the stats group's file names its schema
     problems = check_command(sys.argv[1:], CONF_DIR, config_name="analyze")
     for problem in problems[:-1]:
         print(f"error: {problem}", file=sys.stderr)

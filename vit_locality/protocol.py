@@ -59,7 +59,7 @@ class Protocol:
         """The protocol of validated `aug` and `loss` sections, the policy resolved for `data_name`; `on_device`: the
         data sit on the training device and augment there (data.on_device.data_on_device)."""
         names = {f.name for f in fields(cls)}
-        settings = {f.name: getattr(s, f.name) for s in (aug, loss) for f in fields(s) if f.name in names}
+        settings = {name: getattr(s, name) for s in (aug, loss) for name in type(s).model_fields if name in names}
         settings["policy"] = resolve_policy(str(aug.policy), data_name)
         settings["autoaug_device"] = "data_on_device" if on_device else str(aug.device)
         return cls(**settings).normalized()

@@ -21,7 +21,6 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
 from vit_locality.precheck.preflight import check_command
@@ -148,7 +147,6 @@ def cli() -> None:
     if names:  # the jobs' `run_name` looks its name up (a saved cell re-run with -cp keeps the names it was given)
         names.hand_over()
     register_resolvers()  # before main(): Hydra resolves run_name when it builds the output directory
-    register_schemas()  # before main(): the config groups' files name their schemas
     from vit_locality.sweep.verdict import COMMAND_ID_ENV, new_command_id, report_verdict, sweep_dir_of
 
     sweep_dir = sweep_dir_of(sys.argv[1:], CONF_DIR)

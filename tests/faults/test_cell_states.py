@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUICK, compose_config, run_cell_as_train
+from helpers import QUICK, InProcessTraining, Spawner, compose_config
 
 from vit_locality.data import synthetic
 from vit_locality.errors import ConfigError
@@ -33,9 +33,9 @@ def _status(run_dir: Path) -> str:
     return json.loads((run_dir / "results.json").read_text())["status"]
 
 
-def _complete_twice(run_dir: Path, args: list[str] = CELL) -> dict:
+def _complete_twice(trains: InProcessTraining, run_dir: Path, args: list[str] = CELL) -> dict:
     """Run the cell again and check it ends complete with both epochs' statistics, once each."""
-    record = run_cell_as_train(compose_config(args), run_dir)
+    record = trains.run_cell_as_train(compose_config(args), run_dir)
     assert record["status"] == "complete" and _status(run_dir) == "complete"
     epochs = [int(row["epoch"]) for row in csv.DictReader((run_dir / "attention_stats.csv").open())]
     assert sorted(set(epochs)) == [0, 1, 2] and len(epochs) == 3 * 4 * 4  # no evaluation doubled or lost
@@ -43,26 +43,30 @@ def _complete_twice(run_dir: Path, args: list[str] = CELL) -> dict:
     return record
 
 
-def test_a_cell_whose_record_was_lost_after_its_last_checkpoint_finishes(tmp_path: Path) -> None:
+def test_a_cell_whose_record_was_lost_after_its_last_checkpoint_finishes(
+    tmp_path: Path, trains: InProcessTraining
+) -> None:
     """Killed during the final probe or the test phase: last.ckpt is at max_epochs and the record says running."""
     run_dir = tmp_path / "run"
-    first = run_cell_as_train(compose_config(CELL), run_dir)
+    first = trains.run_cell_as_train(compose_config(CELL), run_dir)
     record = json.loads((run_dir / "results.json").read_text())
     record["status"] = "running"
     (run_dir / "results.json").write_text(json.dumps(record))
-    again = _complete_twice(run_dir)
+    again = _complete_twice(trains, run_dir)
     assert again["metrics"]["test/acc1"] == first["metrics"]["test/acc1"]
     assert again["attention"]["initial"] == pytest.approx(first["attention"]["initial"])
 
 
-def test_a_damaged_record_is_rewritten_by_finishing_the_cell(tmp_path: Path) -> None:
+def test_a_damaged_record_is_rewritten_by_finishing_the_cell(tmp_path: Path, trains: InProcessTraining) -> None:
     run_dir = tmp_path / "run"
-    run_cell_as_train(compose_config(CELL), run_dir)
+    trains.run_cell_as_train(compose_config(CELL), run_dir)
     (run_dir / "results.json").write_text('{"status": "comp')
-    _complete_twice(run_dir)
+    _complete_twice(trains, run_dir)
 
 
-def test_sigterm_between_fit_and_test_is_recorded_and_resumes(tmp_path: Path, monkeypatch) -> None:
+def test_sigterm_between_fit_and_test_is_recorded_and_resumes(
+    tmp_path: Path, monkeypatch, trains: InProcessTraining
+) -> None:
     run_dir = tmp_path / "run"
     real = ViTClassifier.on_test_start
 
@@ -71,13 +75,15 @@ def test_sigterm_between_fit_and_test_is_recorded_and_resumes(tmp_path: Path, mo
 
     monkeypatch.setattr(ViTClassifier, "on_test_start", terminated, raising=False)
     with pytest.raises(CellInterrupted) as stopped:
-        run_cell_as_train(compose_config(CELL), run_dir)
+        trains.run_cell_as_train(compose_config(CELL), run_dir)
     assert stopped.value.exit_code == 143 and _status(run_dir) == "interrupted"
     monkeypatch.setattr(ViTClassifier, "on_test_start", real, raising=False)
-    _complete_twice(run_dir)
+    _complete_twice(trains, run_dir)
 
 
-def test_sigterm_before_the_trainer_exists_leaves_a_record(tmp_path: Path, monkeypatch) -> None:
+def test_sigterm_before_the_trainer_exists_leaves_a_record(
+    tmp_path: Path, monkeypatch, trains: InProcessTraining
+) -> None:
     run_dir = tmp_path / "run"
     real = builders.build_module
 
@@ -88,19 +94,20 @@ def test_sigterm_before_the_trainer_exists_leaves_a_record(tmp_path: Path, monke
     monkeypatch.setattr("vit_locality.run.cell.build_module", terminated)
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(CellInterrupted):
-        run_cell_as_train(compose_config(CELL), run_dir)
+        trains.run_cell_as_train(compose_config(CELL), run_dir)
     assert _status(run_dir) == "interrupted"
     assert signal.getsignal(signal.SIGTERM) == before  # the cell's handler does not outlive the cell
 
 
-def test_no_training_batches_still_completes(tmp_path: Path) -> None:
+def test_no_training_batches_still_completes(tmp_path: Path, trains: InProcessTraining) -> None:
     """`trainer.limit_train_batches=0`: fit has no training start; the statistics come from the final probe."""
     run_dir = tmp_path / "run"
-    record = run_cell_as_train(compose_config([*CELL, "trainer.limit_train_batches=0"]), run_dir)
+    record = trains.run_cell_as_train(compose_config([*CELL, "trainer.limit_train_batches=0"]), run_dir)
     assert record["status"] == "complete" and record["steps"] == 0
 
 
-def test_a_failure_building_the_callbacks_is_recorded(tmp_path: Path) -> None:
+# spawns: the failed cell's record holds the code's git commit (`git rev-parse`, tracking/versions.py).
+def test_a_failure_building_the_callbacks_is_recorded(tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "run"
 
     def broken(cfg, run_dir):
@@ -112,11 +119,11 @@ def test_a_failure_building_the_callbacks_is_recorded(tmp_path: Path) -> None:
     assert record["status"] == "failed" and "callback construction failed" in record["error"]
 
 
-def test_a_quick_check_is_never_taken_for_the_full_run(tmp_path: Path) -> None:
+def test_a_quick_check_is_never_taken_for_the_full_run(tmp_path: Path, trains: InProcessTraining) -> None:
     run_dir = tmp_path / "run"
-    run_cell_as_train(compose_config([*CELL, "trainer.limit_train_batches=1"]), run_dir)
+    trains.run_cell_as_train(compose_config([*CELL, "trainer.limit_train_batches=1"]), run_dir)
     with pytest.raises(ConfigError, match="complete run with a different config"):
-        run_cell_as_train(compose_config(CELL), run_dir)
+        trains.run_cell_as_train(compose_config(CELL), run_dir)
     assert read_record(run_dir).data["steps"] == 2  # the quick check's record is kept, untouched
 
 
@@ -137,9 +144,9 @@ def test_the_identity_covers_every_setting_that_changes_numbers() -> None:
         assert identity_hash(compose_config([*CELL, same])) == base, same
 
 
-def test_a_complete_run_on_other_data_is_not_reused(tmp_path: Path, monkeypatch) -> None:
+def test_a_complete_run_on_other_data_is_not_reused(tmp_path: Path, monkeypatch, trains: InProcessTraining) -> None:
     run_dir = tmp_path / "run"
-    run_cell_as_train(compose_config(CELL), run_dir)
+    trains.run_cell_as_train(compose_config(CELL), run_dir)
     real = synthetic.generate_synthetic
 
     def other_labels(*args, **kwargs):
@@ -148,46 +155,50 @@ def test_a_complete_run_on_other_data_is_not_reused(tmp_path: Path, monkeypatch)
 
     monkeypatch.setattr(synthetic, "generate_synthetic", other_labels)
     with pytest.raises(ConfigError, match="measured on other data"):
-        run_cell_as_train(compose_config(CELL), run_dir)
+        trains.run_cell_as_train(compose_config(CELL), run_dir)
     assert _status(run_dir) == "complete"
 
 
-def test_a_complete_run_that_records_no_data_fingerprint_is_not_reused(tmp_path: Path) -> None:
+def test_a_complete_run_that_records_no_data_fingerprint_is_not_reused(
+    tmp_path: Path, trains: InProcessTraining
+) -> None:
     """Reuse needs evidence of the same data: a record without a fingerprint is refused, never assumed to match."""
     run_dir = tmp_path / "run"
-    run_cell_as_train(compose_config(CELL), run_dir)
+    trains.run_cell_as_train(compose_config(CELL), run_dir)
     record = json.loads((run_dir / "results.json").read_text())
     del record["data_fingerprint"]
     (run_dir / "results.json").write_text(json.dumps(record))
     with pytest.raises(ConfigError, match=r"measured on other data \(its data fingerprint \(none\) differs"):
-        run_cell_as_train(compose_config(CELL), run_dir)
+        trains.run_cell_as_train(compose_config(CELL), run_dir)
     assert _status(run_dir) == "complete"
 
 
-def test_an_unfinished_attempt_of_another_config_is_set_aside_not_deleted(tmp_path: Path) -> None:
+def test_an_unfinished_attempt_of_another_config_is_set_aside_not_deleted(
+    tmp_path: Path, trains: InProcessTraining
+) -> None:
     run_dir = tmp_path / "run"
-    run_cell_as_train(compose_config([*CELL, "optim.lr=0.01"]), run_dir)
+    trains.run_cell_as_train(compose_config([*CELL, "optim.lr=0.01"]), run_dir)
     record = json.loads((run_dir / "results.json").read_text())
     record["status"] = "failed"
     (run_dir / "results.json").write_text(json.dumps(record))
     (run_dir / "checkpoints" / "last.ckpt").unlink()  # its checkpoint would be refused as foreign
-    _complete_twice(run_dir)
+    _complete_twice(trains, run_dir)
     kept = list((run_dir / "previous_attempts").glob("*/results.json"))
     assert len(kept) == 1 and json.loads(kept[0].read_text())["config"]["optim"]["lr"] == 0.01
 
 
-def test_run_files_are_readable_by_the_team(tmp_path: Path) -> None:
+def test_run_files_are_readable_by_the_team(tmp_path: Path, trains: InProcessTraining) -> None:
     previous = os.umask(0o022)
     try:
         run_dir = tmp_path / "run"
-        run_cell_as_train(compose_config(CELL), run_dir)
+        trains.run_cell_as_train(compose_config(CELL), run_dir)
     finally:
         os.umask(previous)
     for name in ("results.json", "attention_stats.csv", "csv/metrics.csv"):
         assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o644, name
 
 
-def test_resume_keeps_every_metrics_row_once(tmp_path: Path, monkeypatch) -> None:
+def test_resume_keeps_every_metrics_row_once(tmp_path: Path, monkeypatch, trains: InProcessTraining) -> None:
     """SIGTERM in epoch 2 (a real signal, handled by Lightning: interrupted.ckpt), then the same cell again: every
     step's training row of metrics.csv is there exactly once, those logged before the interruption included."""
     run_dir = tmp_path / "run"
@@ -201,12 +212,12 @@ def test_resume_keeps_every_metrics_row_once(tmp_path: Path, monkeypatch) -> Non
 
     monkeypatch.setattr(ViTClassifier, "training_step", terminated_at_step_6)
     with pytest.raises(CellInterrupted):
-        run_cell_as_train(compose_config(args), run_dir)
+        trains.run_cell_as_train(compose_config(args), run_dir)
     assert (run_dir / "checkpoints" / "interrupted.ckpt").exists()
     logged = [int(r["step"]) for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open()) if r.get("train/loss")]
     assert 0 in logged  # epoch 1's rows were on disk before the interruption
     monkeypatch.setattr(ViTClassifier, "training_step", real)
-    _complete_twice(run_dir, args)
+    _complete_twice(trains, run_dir, args)
     steps = [int(r["step"]) for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open()) if r.get("train/loss")]
     assert sorted(steps) == list(range(8))
 
@@ -223,7 +234,9 @@ def test_run_directory_names_show_every_setting_the_command_changes() -> None:
     assert "=" not in suffix(["optim.betas=[0.9,0.99]"])
 
 
-def test_an_interruption_never_checkpoints_non_finite_weights(tmp_path: Path, monkeypatch) -> None:
+def test_an_interruption_never_checkpoints_non_finite_weights(
+    tmp_path: Path, monkeypatch, trains: InProcessTraining
+) -> None:
     """On a GPU a NaN is noticed only every 25 steps: a signal in between must not save the poisoned weights."""
     run_dir = tmp_path / "run"
     real = ViTClassifier.training_step
@@ -238,7 +251,7 @@ def test_an_interruption_never_checkpoints_non_finite_weights(tmp_path: Path, mo
     monkeypatch.setattr(ViTClassifier, "training_step", poisoned_then_terminated)
     monkeypatch.setattr(ViTClassifier, "_note_nonfinite", lambda self, loss: None)  # as on a GPU between checks
     with pytest.raises(CellInterrupted):
-        run_cell_as_train(compose_config(CELL), run_dir)
+        trains.run_cell_as_train(compose_config(CELL), run_dir)
     assert not (run_dir / "checkpoints" / "interrupted.ckpt").exists()
     assert (run_dir / "checkpoints" / "last.ckpt").exists()  # epoch 1's, the resume point
 
@@ -253,10 +266,10 @@ def test_every_attempt_of_a_cell_continues_one_wandb_run(tmp_path: Path) -> None
     assert wandb_run_id(cfg, tmp_path / "a") != wandb_run_id(compose_config([*CELL, "seed=1"]), tmp_path / "a")
 
 
-def test_the_record_says_what_was_measured_on_and_cutmix_prob(tmp_path: Path) -> None:
+def test_the_record_says_what_was_measured_on_and_cutmix_prob(tmp_path: Path, trains: InProcessTraining) -> None:
     run_dir = tmp_path / "run"
     args = [*CELL, "data.val_size=32", "stats.probe_size=48", "aug.cutmix_prob=0.5", "trainer.max_epochs=1"]
-    record = run_cell_as_train(compose_config(args), run_dir)
+    record = trains.run_cell_as_train(compose_config(args), run_dir)
     # 256 training images, 32 of them held out for validation; 64 test images; the probe takes 32 of the 32.
     assert record["measured_on"] == {"eval_split": "val", "eval_images": 32, "test_images": 64, "probe_images": 32}
     assert json.loads((run_dir / "results.json").read_text())["record_version"] == RECORD_VERSION

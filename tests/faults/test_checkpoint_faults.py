@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO
+from helpers import REPO, Spawner
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from test_checkpoint_io import IDENTITY, lightning_checkpoint, saved_step, write_checkpoints
 
@@ -50,7 +50,7 @@ AtomicCheckpointIO().save_checkpoint(lightning_checkpoint(8, 2), sys.argv[1])
 """
 
 
-def test_sigkill_while_writing_leaves_the_previous_checkpoint_to_resume(tmp_path) -> None:
+def test_sigkill_while_writing_leaves_the_previous_checkpoint_to_resume(tmp_path, spawns: Spawner) -> None:
     target = last_checkpoint(tmp_path)
     AtomicCheckpointIO().save_checkpoint(lightning_checkpoint(4, 1), target)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "OMP_NUM_THREADS": "1"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, run_train
+from helpers import QUICK, Spawner
 from test_checkpoint_io import IDENTITY, write_checkpoints
 
 from vit_locality.errors import exit_code_of
@@ -33,11 +33,10 @@ def test_a_directory_in_place_of_a_checkpoint_is_refused_not_skipped(tmp_path: P
     assert previous_checkpoint(blocked).is_file()  # the predecessor was there to fall back on, and was not used
 
 
-@pytest.mark.slow
-def test_train_refuses_a_directory_named_last_ckpt_before_training(tmp_path: Path) -> None:
+def test_train_refuses_a_directory_named_last_ckpt_before_training(tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "run"
     last_checkpoint(run_dir).mkdir(parents=True)
-    proc = run_train([*QUICK, f"hydra.run.dir={run_dir}"], cwd=tmp_path, timeout=300)
+    proc = spawns.run_train([*QUICK, f"hydra.run.dir={run_dir}"], cwd=tmp_path, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "where a checkpoint file belongs" in line]
     assert len(errors) == 1 and "Epoch" not in proc.stdout + proc.stderr

@@ -8,12 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import CONF, QUICK, compose_config, run_train
+from helpers import CONF, QUICK, Spawner, compose_config
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from vit_locality.config.identity import identity_hash
-from vit_locality.config.schema import register_schemas
 from vit_locality.precheck.names import named_settings
 from vit_locality.precheck.preflight import check_command
 from vit_locality.precheck.resolvers import register_resolvers
@@ -73,7 +72,7 @@ REFUSED = [
     (["+optim.momentum=0.9"], f"+optim.momentum: {NOT_READ} (the nearest real one is optim.betas)"),
     (
         ["+foo=1"],
-        f"+foo: {NOT_READ} (the real ones here are ckpt_path, ckpt_mode, threads, seed, optimized_metric, tags",
+        f"+foo: {NOT_READ} (the real ones here are seed, threads, optimized_metric, tags, ckpt_path, ckpt_mode",
     ),
     (["+ckpt_path=foo.ckpt"], "ckpt_path='foo.ckpt' is not allowed: null or a checkpoint file this user can read"),
     (["++new_top_level=x"], f"+new_top_level: {NOT_READ}"),
@@ -186,7 +185,6 @@ def test_trainer_arguments_without_plus_are_the_same_cell_as_with_it() -> None:
 
 def _every_group() -> list[str]:
     register_resolvers()
-    register_schemas()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         groups = [*loader.list_groups(""), *(f"hydra/{group}" for group in loader.list_groups("hydra"))]
@@ -200,7 +198,6 @@ def test_an_unknown_option_of_every_group_is_one_line(group: str) -> None:
     assert "_common" not in problems[0] and "\n" not in problems[0]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -211,18 +208,19 @@ def test_an_unknown_option_of_every_group_is_one_line(group: str) -> None:
         (["-m", *QUICK, "+trainer.max_time=00:01:00:00,abc"], "error: trainer.max_time='abc' is not allowed"),
     ],
 )
-def test_train_py_refuses_in_one_line_and_starts_no_cell(args: list[str], message: str, tmp_path: Path) -> None:
+def test_train_py_refuses_in_one_line_and_starts_no_cell(
+    args: list[str], message: str, tmp_path: Path, spawns: Spawner
+) -> None:
     out_dir = tmp_path / "out"
-    proc = run_train([*args, f"hydra.run.dir={out_dir}", f"hydra.sweep.dir={out_dir}"], cwd=tmp_path)
+    proc = spawns.run_train([*args, f"hydra.run.dir={out_dir}", f"hydra.sweep.dir={out_dir}"], cwd=tmp_path)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), proc.stderr[-2000:]
     assert not out_dir.exists()  # the first cell of the sweep never started
 
 
-@pytest.mark.slow
-def test_a_trainer_argument_without_plus_trains(tmp_path: Path) -> None:
+def test_a_trainer_argument_without_plus_trains(tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "run"
-    done = run_train(
+    done = spawns.run_train(
         [*QUICK, "trainer.max_steps=2", "startup.print_config=false", f"hydra.run.dir={run_dir}"], tmp_path
     )
     assert done.returncode == 0, done.stderr[-1500:]

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, Spawner
 from test_results import BAD_RECORDS, complete_payload
 
 from vit_locality.store.record import write_record
@@ -45,7 +45,7 @@ def ours_looking_checkpoint(run_dir: Path) -> Path:
     return path
 
 
-def test_analyze_without_a_checkpoint() -> None:
+def test_analyze_without_a_checkpoint(spawns: Spawner) -> None:
     line = error_line(run_module("vit_locality.analyze", []), 2)
     assert line.startswith("error: ckpt_path is not set: pass ckpt_path=")
 
@@ -59,13 +59,13 @@ def test_analyze_without_a_checkpoint() -> None:
     ],
     ids=["a directory", "missing", "empty"],
 )
-def test_analyze_checkpoint_that_is_no_file(tmp_path: Path, make, message: str) -> None:
+def test_analyze_checkpoint_that_is_no_file(tmp_path: Path, make, message: str, spawns: Spawner) -> None:
     checkpoint = make(tmp_path)
     line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
     assert line == f"error: ckpt_path={str(checkpoint)!r} is not allowed: a .ckpt file written by train.py {message}"
 
 
-def test_analyze_checkpoint_of_random_bytes(tmp_path: Path) -> None:
+def test_analyze_checkpoint_of_random_bytes(tmp_path: Path, spawns: Spawner) -> None:
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(os.urandom(4096))
     line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
@@ -73,7 +73,7 @@ def test_analyze_checkpoint_of_random_bytes(tmp_path: Path) -> None:
     assert "torch cannot read it" in line
 
 
-def test_analyze_foreign_checkpoint(tmp_path: Path) -> None:
+def test_analyze_foreign_checkpoint(tmp_path: Path, spawns: Spawner) -> None:
     import torch
 
     checkpoint = tmp_path / "other.ckpt"
@@ -82,7 +82,7 @@ def test_analyze_foreign_checkpoint(tmp_path: Path) -> None:
     assert line.endswith("a checkpoint written by train.py (it holds no state_dict or hyper_parameters)")
 
 
-def test_analyze_run_directory_whose_record_is_a_list(tmp_path: Path) -> None:
+def test_analyze_run_directory_whose_record_is_a_list(tmp_path: Path, spawns: Spawner) -> None:
     checkpoint = ours_looking_checkpoint(tmp_path / "run")
     (tmp_path / "run" / "results.json").write_text("[]")
     line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
@@ -98,14 +98,14 @@ def test_analyze_run_directory_whose_record_is_a_list(tmp_path: Path) -> None:
         ("device=tpu", "device='tpu' is not allowed: one of auto, cpu, cuda"),
     ],
 )
-def test_analyze_bad_settings(tmp_path: Path, setting: str, message: str) -> None:
+def test_analyze_bad_settings(tmp_path: Path, setting: str, message: str, spawns: Spawner) -> None:
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(b"never read: the settings are checked first")
     line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}", setting]), 2)
     assert line.startswith(f"error: {message}")
 
 
-def test_analyze_out_dir_below_a_file(tmp_path: Path) -> None:
+def test_analyze_out_dir_below_a_file(tmp_path: Path, spawns: Spawner) -> None:
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(b"x")
     out_dir = checkpoint / "analysis"
@@ -145,7 +145,7 @@ def bad_runs(sweep: Path) -> int:
 
 
 @pytest.mark.parametrize("module", ["vit_locality.report", "vit_locality.report.summary"])
-def test_unusable_records_are_listed_one_line_each(tmp_path: Path, module: str) -> None:
+def test_unusable_records_are_listed_one_line_each(tmp_path: Path, module: str, spawns: Spawner) -> None:
     sweep = tmp_path / "sweep"
     count = bad_runs(sweep)
     complete_run(sweep / "good", seed=0)
@@ -157,7 +157,7 @@ def test_unusable_records_are_listed_one_line_each(tmp_path: Path, module: str) 
     assert any("not UTF-8" in line for line in skipped) and any("min_mad_early=nan" in line for line in skipped)
 
 
-def test_report_with_nothing_usable_lists_why_and_exits_0(tmp_path: Path) -> None:
+def test_report_with_nothing_usable_lists_why_and_exits_0(tmp_path: Path, spawns: Spawner) -> None:
     sweep = tmp_path / "sweep"
     count = bad_runs(sweep)
     proc = run_module("vit_locality.report", ["ablation", str(sweep), "--out", str(tmp_path / "out")])
@@ -167,7 +167,7 @@ def test_report_with_nothing_usable_lists_why_and_exits_0(tmp_path: Path) -> Non
     assert not (tmp_path / "out").exists()
 
 
-def test_one_model_name_of_two_depths_is_a_warning(tmp_path: Path) -> None:
+def test_one_model_name_of_two_depths_is_a_warning(tmp_path: Path, spawns: Spawner) -> None:
     sweep = tmp_path / "sweep"
     complete_run(sweep / "shallow", seed=0, depth=4)
     complete_run(sweep / "deep", seed=1, depth=8)
@@ -176,7 +176,7 @@ def test_one_model_name_of_two_depths_is_a_warning(tmp_path: Path) -> None:
     assert line.startswith("warning: synthetic/vit_tiny pools runs of different architectures (depth 4, 8)")
 
 
-def test_garbage_attention_csv_is_left_out_of_the_emergence_figure(tmp_path: Path) -> None:
+def test_garbage_attention_csv_is_left_out_of_the_emergence_figure(tmp_path: Path, spawns: Spawner) -> None:
     sweep = tmp_path / "sweep"
     good = complete_run(sweep / "good", seed=0)
     with (good / "attention_stats.csv").open("w", newline="") as handle:
@@ -199,7 +199,7 @@ def test_garbage_attention_csv_is_left_out_of_the_emergence_figure(tmp_path: Pat
     assert (out / "emergence_synthetic_vit_tiny.png").stat().st_size > 1000
 
 
-def test_out_that_is_a_file(tmp_path: Path) -> None:
+def test_out_that_is_a_file(tmp_path: Path, spawns: Spawner) -> None:
     sweep = tmp_path / "sweep"
     complete_run(sweep / "good", seed=0)
     out = tmp_path / "reports.txt"
@@ -209,7 +209,7 @@ def test_out_that_is_a_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("module", ["vit_locality.report", "vit_locality.report.summary"])
-def test_sweep_directory_missing_or_a_file(tmp_path: Path, module: str) -> None:
+def test_sweep_directory_missing_or_a_file(tmp_path: Path, module: str, spawns: Spawner) -> None:
     a_file = tmp_path / "sweep.json"
     a_file.write_text("{}")
     for path, why in ((tmp_path / "nope", "does not exist"), (a_file, "is not a directory")):
@@ -217,7 +217,7 @@ def test_sweep_directory_missing_or_a_file(tmp_path: Path, module: str) -> None:
         assert error_line(run_module(module, args), 2) == f"error: sweep directory {path} {why}"
 
 
-def test_linked_run_directory_is_reported(tmp_path: Path) -> None:
+def test_linked_run_directory_is_reported(tmp_path: Path, spawns: Spawner) -> None:
     elsewhere = complete_run(tmp_path / "elsewhere" / "run", seed=3)
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -227,7 +227,7 @@ def test_linked_run_directory_is_reported(tmp_path: Path) -> None:
     assert str(sweep / "linked") in proc.stdout and "skipped" not in proc.stdout
 
 
-def test_nothing_is_written_for_a_record_that_is_not_json(tmp_path: Path) -> None:
+def test_nothing_is_written_for_a_record_that_is_not_json(tmp_path: Path, spawns: Spawner) -> None:
     """The summary reads; a broken record in a sweep never makes it write or rewrite anything."""
     sweep = tmp_path / "sweep"
     (sweep / "run").mkdir(parents=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUICK, run_train, start_paced_train, wait_for_step
+from helpers import QUICK, Spawner, wait_for_step
 
 from vit_locality.run.interrupts import SigtermGate
 
@@ -42,8 +42,8 @@ def _mid_epoch_step(rng: random.Random) -> int:
     return rng.choice([s for s in range(STEPS_PER_EPOCH + 1, EPOCHS * STEPS_PER_EPOCH) if s % STEPS_PER_EPOCH])
 
 
-def _unbroken(args: list[str], run_dir: Path, cwd: Path) -> Path:
-    proc = run_train([*args, f"hydra.run.dir={run_dir}"], cwd=cwd)
+def _unbroken(spawns: Spawner, args: list[str], run_dir: Path, cwd: Path) -> Path:
+    proc = spawns.run_train([*args, f"hydra.run.dir={run_dir}"], cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 
@@ -66,23 +66,25 @@ def test_the_first_ctrl_c_during_fit_is_handed_to_the_sigterm_handler_and_the_se
 
 
 @pytest.fixture(scope="module")
-def unbroken_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def unbroken_runs(tmp_path_factory: pytest.TempPathFactory, spawns: Spawner) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("unbroken")
-    return {"workers": _unbroken(WORKERS, root / "workers", root), "on_device": _unbroken(ON_DEVICE, root / "od", root)}
+    return {
+        "workers": _unbroken(spawns, WORKERS, root / "workers", root),
+        "on_device": _unbroken(spawns, ON_DEVICE, root / "od", root),
+    }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "sig", "code"),
     [("workers", signal.SIGTERM, 143), ("workers", signal.SIGINT, 130), ("on_device", signal.SIGTERM, 143)],
 )
 def test_a_signal_mid_epoch_resumes_to_the_unbroken_weights(
-    path: str, sig: signal.Signals, code: int, unbroken_runs: dict[str, Path], tmp_path: Path
+    path: str, sig: signal.Signals, code: int, unbroken_runs: dict[str, Path], tmp_path: Path, spawns: Spawner
 ) -> None:
     args = [*(WORKERS if path == "workers" else ON_DEVICE), f"hydra.run.dir={tmp_path / 'run'}"]
     step = _mid_epoch_step(random.Random())
     log, progress, run_dir = tmp_path / "stopped.log", tmp_path / "step", tmp_path / "run"
-    proc = start_paced_train(args, tmp_path, log, progress, pause_s=0.3)
+    proc = spawns.start_paced_train(args, tmp_path, log, progress, pause_s=0.3)
     wait_for_step(progress, step, proc)
     os.killpg(proc.pid, sig)  # during the pause after `step`: the stop comes at that batch's end
     assert proc.wait(timeout=120) == code, f"signalled after step {step}\n" + log.read_text()[-3000:]
@@ -90,7 +92,7 @@ def test_a_signal_mid_epoch_resumes_to_the_unbroken_weights(
     saved = _checkpoint(run_dir, "interrupted.ckpt")
     assert saved["global_step"] == step
 
-    resumed = run_train(args, cwd=tmp_path)
+    resumed = spawns.run_train(args, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     output = resumed.stdout + resumed.stderr
     assert f"after its batch {step % STEPS_PER_EPOCH}" in output and "not resumable" not in output, output[-3000:]

@@ -8,11 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, REPO, run_train, start_train
+from helpers import QUICK, REPO, Spawner
 from omegaconf import OmegaConf
 from test_results import complete_payload
 
-from vit_locality.config.schema import register_schemas
 from vit_locality.paths import CONF_DIR
 from vit_locality.precheck.names import fitted_name
 from vit_locality.precheck.resolvers import register_resolvers
@@ -29,16 +28,17 @@ from vit_locality.sweep.verdict import (
 )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "launcher", [["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], []], ids=["joblib", "basic"]
 )
-def test_a_failed_cell_fails_the_sweep_and_every_cell_has_its_own_directory(tmp_path: Path, launcher) -> None:
+def test_a_failed_cell_fails_the_sweep_and_every_cell_has_its_own_directory(
+    tmp_path: Path, launcher, spawns: Spawner
+) -> None:
     """`-m optim.lr=...` (not one of the protocol flags): two cells, two directories; the diverging one fails, the
     other completes, and the launching process prints both and exits 1 though the cells ran in other processes."""
     sweep = tmp_path / "sweep"
     args = ["-m", "optim.lr=0.001,1e30", *QUICK, "sweep.continue_on_error=true", "stats.pictures=false", *launcher]
-    proc = run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
+    proc = spawns.run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
     names = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     base = "synthetic_vit_tiny_aa1_cm1_ls0.1_s0"
@@ -132,7 +132,6 @@ def test_cells_of_other_commands_and_their_verdicts_do_not_count(tmp_path: Path,
 
 def test_the_entry_point_finds_the_sweep_directory_hydra_uses(tmp_path: Path) -> None:
     register_resolvers()  # as the entry point does before it asks
-    register_schemas()
     assert sweep_dir_of(["data=synthetic"], CONF_DIR) is None  # no -m: no sweep
     assert sweep_dir_of(["-m", "seed=0,1", "sweep_name=demo"], CONF_DIR) == Path("multirun/demo")
     where = tmp_path / "here"
@@ -150,18 +149,19 @@ def _wait_for_a_cell(sweep: Path, part: str, proc: subprocess.Popen, timeout: fl
         time.sleep(0.05)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=1"]], ids=["basic", "joblib"]
 )
-def test_two_commands_in_one_sweep_directory_each_judge_their_own_cells(tmp_path: Path, launcher) -> None:
+def test_two_commands_in_one_sweep_directory_each_judge_their_own_cells(
+    tmp_path: Path, launcher, spawns: Spawner
+) -> None:
     """The second command starts its cell while the first runs, and is still training when the first ends: the
     first exits 0 on its own cell, and each command's verdict lists its own cell only."""
     sweep = tmp_path / "sweep"
     common = ["-m", *QUICK, "stats.enabled=false", *launcher, f"hydra.sweep.dir={sweep}"]
-    first = start_train([*common, "seed=1"], cwd=tmp_path, log=tmp_path / "first.log")
+    first = spawns.start_train([*common, "seed=1"], cwd=tmp_path, log=tmp_path / "first.log")
     _wait_for_a_cell(sweep, "_s1_", first)
-    second = start_train([*common, "seed=2", "trainer.max_epochs=6"], cwd=tmp_path, log=tmp_path / "second.log")
+    second = spawns.start_train([*common, "seed=2", "trainer.max_epochs=6"], cwd=tmp_path, log=tmp_path / "second.log")
     try:
         assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
         second_running = second.poll() is None

@@ -10,19 +10,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUICK, compose_config, run_cell_as_train, run_train, start_paced_train, wait_for_step
+from helpers import QUICK, InProcessTraining, Spawner, compose_config, wait_for_step
 
 from vit_locality.model.classifier import NonFiniteLossError, ViTClassifier
 from vit_locality.store.record import scan_records
-
-pytestmark = pytest.mark.slow
 
 
 def _record(run_dir: Path) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 
 
-def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch) -> None:
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(
+    tmp_path, monkeypatch, trains: InProcessTraining
+) -> None:
     real_loss = ViTClassifier.training_loss
 
     def poisoned(self, images, labels):
@@ -33,7 +33,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monk
     cfg = compose_config([*QUICK, "trainer.max_epochs=3", "stats.pictures=false"])  # 4 steps per epoch
     run_dir = tmp_path / "run"
     with pytest.raises(NonFiniteLossError, match="step 6 "):
-        run_cell_as_train(cfg, run_dir)
+        trains.run_cell_as_train(cfg, run_dir)
     record = _record(run_dir)
     assert record["status"] == "failed" and "non-finite training loss at step 6" in record["error"]
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
@@ -57,10 +57,10 @@ STEPS_PER_EPOCH = 256 // 32
 # SIGINT, and SIGKILL then the same command, are held to the unbroken run's weights in test_exact_resume.py and
 # test_worker_faults.py; this one checks what a resumed run leaves: one statistics row per head and epoch.
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143)])
-def test_signal_saves_a_resumable_checkpoint(sig: signal.Signals, code: int, tmp_path: Path) -> None:
+def test_signal_saves_a_resumable_checkpoint(sig: signal.Signals, code: int, tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "run"
     args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
-    proc = start_paced_train(args, tmp_path, tmp_path / "first.log", tmp_path / "step", pause_s=0.3)
+    proc = spawns.start_paced_train(args, tmp_path, tmp_path / "first.log", tmp_path / "step", pause_s=0.3)
     wait_for_step(tmp_path / "step", STEPS_PER_EPOCH + 3, proc)  # in epoch 2, after the first epoch's last.ckpt
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
     proc.send_signal(sig)
@@ -68,7 +68,7 @@ def test_signal_saves_a_resumable_checkpoint(sig: signal.Signals, code: int, tmp
     assert _record(run_dir)["status"] == "interrupted"
     assert (run_dir / "checkpoints" / "interrupted.ckpt").exists()
 
-    again = run_train(args, cwd=tmp_path)
+    again = spawns.run_train(args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming epoch 2" in again.stdout + again.stderr
     record = _record(run_dir)
@@ -78,14 +78,16 @@ def test_signal_saves_a_resumable_checkpoint(sig: signal.Signals, code: int, tmp
     assert sorted(set(epochs)) == [0, 1, 2, 3] and all(epochs.count(e) == 16 for e in set(epochs))
 
 
-def _lr_sweep(tmp_path: Path, extra: list[str]) -> subprocess.CompletedProcess:
+def _lr_sweep(spawns: Spawner, tmp_path: Path, extra: list[str]) -> subprocess.CompletedProcess:
     sweep = tmp_path / "sweep"
     args = ["-m", *QUICK, "trainer.max_epochs=2", "optim.lr=1e12,0.001", "stats.pictures=false"]
-    return run_train([*args, *extra, f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=lr${optim.lr}"], cwd=tmp_path)
+    return spawns.run_train(
+        [*args, *extra, f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=lr${optim.lr}"], cwd=tmp_path
+    )
 
 
-def test_a_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
-    proc = _lr_sweep(tmp_path, ["sweep.continue_on_error=true"])
+def test_a_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path: Path, spawns: Spawner) -> None:
+    proc = _lr_sweep(spawns, tmp_path, ["sweep.continue_on_error=true"])
     assert proc.returncode == 1 and "1 cell(s) not complete" in proc.stderr
     bad, good = _record(tmp_path / "sweep" / "lr1000000000000.0"), _record(tmp_path / "sweep" / "lr0.001")
     assert bad["status"] == "failed" and "non-finite" in bad["error"]
@@ -94,8 +96,8 @@ def test_a_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None
     assert len(runs.complete) == 1 and [why for _, why in runs.skipped] == ["status is 'failed'"]
 
 
-def test_without_continue_on_error_the_sweep_stops_at_the_failed_cell(tmp_path: Path) -> None:
-    proc = _lr_sweep(tmp_path, [])
+def test_without_continue_on_error_the_sweep_stops_at_the_failed_cell(tmp_path: Path, spawns: Spawner) -> None:
+    proc = _lr_sweep(spawns, tmp_path, [])
     assert proc.returncode == 3
     assert _record(tmp_path / "sweep" / "lr1000000000000.0")["status"] == "failed"
     assert not (tmp_path / "sweep" / "lr0.001").exists()

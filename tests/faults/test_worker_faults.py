@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUICK, REPO, run_train, start_train, wait_for
+from helpers import QUICK, REPO, Spawner, wait_for
 
 from vit_locality.store.record import scan_records
-
-pytestmark = pytest.mark.slow
 
 # Two epochs of 8 steps, AutoAugment and CutMix on (the default protocol), two data workers: long enough that a
 # signal sent as the first epoch's checkpoint appears lands in the second epoch.
@@ -69,18 +67,20 @@ def _assert_group_ends(pgid: int, timeout: float = 30) -> None:
 
 
 @pytest.fixture(scope="module")
-def unbroken(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def unbroken(tmp_path_factory: pytest.TempPathFactory, spawns: Spawner) -> Path:
     """An unbroken run with two data workers."""
     run_dir = tmp_path_factory.mktemp("unbroken") / "run"
-    proc = run_train([*WORKERS, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
+    proc = spawns.run_train([*WORKERS, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 
 
-def test_sigkill_with_workers_then_same_command_ends_on_the_unbroken_weights(unbroken: Path, tmp_path: Path) -> None:
+def test_sigkill_with_workers_then_same_command_ends_on_the_unbroken_weights(
+    unbroken: Path, tmp_path: Path, spawns: Spawner
+) -> None:
     broken = tmp_path / "broken"
     args = [*WORKERS, f"hydra.run.dir={broken}"]
-    proc = start_train(args, tmp_path, tmp_path / "killed.log", own_group=True)
+    proc = spawns.start_train(args, tmp_path, tmp_path / "killed.log", own_group=True)
     wait_for(broken / "checkpoints" / "last.ckpt", proc)
     time.sleep(0.3)  # into the second epoch
     proc.send_signal(signal.SIGKILL)  # the main process only: its data workers must notice on their own
@@ -88,24 +88,24 @@ def test_sigkill_with_workers_then_same_command_ends_on_the_unbroken_weights(unb
     _assert_group_ends(proc.pid)
     assert _record(broken)["status"] == "running"
 
-    resumed = run_train(args, cwd=tmp_path)
+    resumed = spawns.run_train(args, cwd=tmp_path)
     assert resumed.returncode == 0 and "resuming" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
     _assert_same_weights(unbroken, broken)
     assert _record(unbroken)["metrics"]["test/acc1"] == _record(broken)["metrics"]["test/acc1"]
 
 
-def test_the_number_of_workers_does_not_change_the_weights(unbroken: Path, tmp_path: Path) -> None:
+def test_the_number_of_workers_does_not_change_the_weights(unbroken: Path, tmp_path: Path, spawns: Spawner) -> None:
     in_process = tmp_path / "in_process"
-    proc = run_train([*_with(WORKERS, **{"data.num_workers": 0}), f"hydra.run.dir={in_process}"], cwd=tmp_path)
+    proc = spawns.run_train([*_with(WORKERS, **{"data.num_workers": 0}), f"hydra.run.dir={in_process}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _assert_same_weights(unbroken, in_process)
 
 
-def test_sigterm_to_the_process_group_saves_a_resumable_checkpoint(tmp_path: Path) -> None:
+def test_sigterm_to_the_process_group_saves_a_resumable_checkpoint(tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "run"
     args = [*WORKERS, f"hydra.run.dir={run_dir}"]
     log = tmp_path / "terminated.log"
-    proc = start_train(args, tmp_path, log, own_group=True)
+    proc = spawns.start_train(args, tmp_path, log, own_group=True)
     wait_for(run_dir / "checkpoints" / "last.ckpt", proc)
     os.killpg(proc.pid, signal.SIGTERM)  # main process and data workers alike
     assert proc.wait(timeout=120) == 143, log.read_text()[-3000:]
@@ -114,12 +114,12 @@ def test_sigterm_to_the_process_group_saves_a_resumable_checkpoint(tmp_path: Pat
     assert _record(run_dir)["status"] == "interrupted"
     assert (run_dir / "checkpoints" / "interrupted.ckpt").exists()
 
-    again = run_train(args, cwd=tmp_path)
+    again = spawns.run_train(args, cwd=tmp_path)
     assert again.returncode == 0 and "resuming" in again.stdout + again.stderr, again.stderr[-3000:]
     assert _record(run_dir)["status"] == "complete"
 
 
-def test_a_process_that_fails_with_live_workers_still_exits(tmp_path: Path) -> None:
+def test_a_process_that_fails_with_live_workers_still_exits(tmp_path: Path, spawns: Spawner) -> None:
     """At exit multiprocessing sends its daemonic workers SIGTERM and waits for them: the workers that ignore a
     group's SIGTERM must still obey their parent's, or the exit waits forever."""
     script = (
@@ -136,11 +136,11 @@ def test_a_process_that_fails_with_live_workers_still_exits(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     "launcher", [["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], ["hydra/launcher=submitit_local"]]
 )
-def test_parallel_cells_with_data_workers_complete(launcher: list[str], tmp_path: Path) -> None:
+def test_parallel_cells_with_data_workers_complete(launcher: list[str], tmp_path: Path, spawns: Spawner) -> None:
     """joblib runs cells in loky worker processes, whose default process class cannot start the DataLoader's."""
     sweep = tmp_path / "sweep"
     cell = [a for a in QUICK if not a.startswith("data.num_workers")]  # the data set's default workers
     args = ["-m", "protocol=baseline,modern", *cell, "stats.pictures=false", *launcher, f"hydra.sweep.dir={sweep}"]
-    proc = run_train(args, cwd=tmp_path)
+    proc = spawns.run_train(args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(scan_records([sweep]).complete) == 2

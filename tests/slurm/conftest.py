@@ -1,5 +1,6 @@
 """The tests of tests/slurm/ run cells on a real SLURM cluster: this machine's, started by local_cluster.sh (root
-only). Without one they skip, saying why."""
+only). Without one they skip, saying why. A test that uses the `slurm_cluster` fixture is marked `slurm` and `slow`
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from helpers import Spawner
+
 CLUSTER_SCRIPT = Path(__file__).resolve().parent / "local_cluster.sh"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slurm: runs jobs on the local SLURM cluster (tests/slurm/local_cluster.sh)")
 
 
 def cluster_up() -> bool:
@@ -26,8 +27,9 @@ def cluster_up() -> bool:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster() -> None:
-    """The local cluster is up: started here when it is not and this user may start it, else the test skips."""
+def slurm_cluster(spawns: Spawner) -> None:
+    """The local cluster is up: started here when it is not and this user may start it, else the test skips. A test
+    that uses it is in the `slurm` and `slow` tiers (tests/conftest.py); it spawns (sinfo, sbatch, train.py)."""
     if cluster_up():
         return
     if os.geteuid() != 0:

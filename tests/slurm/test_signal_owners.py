@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import Spawner
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vit_locality.run.builders import slurm_environment
@@ -61,7 +62,7 @@ def test_submitit_gets_the_time_limit_once_after_the_cell_and_a_refusal_says_why
     ]
 
 
-def test_a_data_worker_ignores_sigusr2() -> None:
+def test_a_data_worker_ignores_sigusr2(spawns: Spawner) -> None:
     code = (
         "import os, signal, time\n"
         "signal.signal(signal.SIGUSR2, lambda *a: os._exit(7))\n"  # what a worker inherits: submitit's handler

@@ -28,7 +28,8 @@ import torch
 from data_fakes import write_fake_cifar10
 from helpers import QUICK, REPO
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
+# Every test here needs the cluster: through the fixture, the slurm and slow tiers (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
 STEPS_PER_EPOCH = 8
 ON_SLURM = [  # after the launcher's choice (hydra/launcher=slurm unless the args choose slurm_node)

@@ -20,11 +20,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from vit_locality.config.settings import outside_identity_keys
+from vit_locality.config.settings import identity_marks, settings_of
 
 # Settings that do not change what a cell computes (dotted keys; a key covers everything below it): the fields the
-# schema marks OUTSIDE_IDENTITY, and the few keys it does not declare.
-NOT_IDENTITY = outside_identity_keys()
+# schema marks OUTSIDE_IDENTITY, and the few keys it does not declare; and settings left out at a neutral value.
+NOT_IDENTITY, NEUTRAL = identity_marks()
 
 
 def covered_by_not_identity(key: str) -> bool:
@@ -37,27 +37,20 @@ def _covered(key: str, prefixes: Iterable[str]) -> bool:
 
 
 def run_identity(cfg: Any) -> dict[str, Any]:
-    """The settings that define the cell, as plain data (dotted key -> value). `cfg`: the composed config, the
-    resolved config as plain data, or the cell's typed settings (read through their plain `config`)."""
-    cfg = _config_of(cfg)
+    """The settings that define the cell, as plain data (dotted key -> value), each as validated (`loss.ls=0` and
+    `0.0` are one value). `cfg`: the cell's typed settings, a composed config (validated here, once per process),
+    or a record's config (validated when it was run)."""
     flat: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
                 walk(value, f"{prefix}.{key}" if prefix else str(key))
-        elif not _covered(prefix, NOT_IDENTITY):
+        elif not _covered(prefix, NOT_IDENTITY) and not (prefix in NEUTRAL and node == NEUTRAL[prefix]):
             flat[prefix] = node
 
-    if not OmegaConf.is_config(cfg):
-        walk({k: v for k, v in cfg.items() if k not in ("hydra", "run_name")}, "")
-        return _stored_units(flat)
-    container = OmegaConf.to_container(cfg, resolve=False)
-    walk({k: v for k, v in container.items() if k not in ("hydra", "run_name")}, "")
-    resolved = {key: OmegaConf.select(cfg, key) for key in flat}  # resolve each kept value only
-    return _stored_units(
-        {key: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for key, v in resolved.items()}
-    )
+    walk({k: v for k, v in _config_of(cfg).items() if k not in ("hydra", "run_name")}, "")
+    return _stored_units(flat)
 
 
 HASH_CHARS = 10  # hex digits of a hash shown in a name (a run directory's, a start checkpoint's)
@@ -77,9 +70,10 @@ def _stored_units(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def _config_of(cfg: Any) -> Any:
-    """A composed config or a plain mapping as it is; typed settings (config.settings.RunSettings) as their plain
-    resolved config."""
-    return cfg if OmegaConf.is_config(cfg) or isinstance(cfg, Mapping) else cfg.config
+    """The plain config of typed settings or of a composed config (validated), or a plain mapping as it is."""
+    if OmegaConf.is_config(cfg):
+        return settings_of(cfg, named=False).config
+    return cfg if isinstance(cfg, Mapping) else cfg.config
 
 
 # What the same settings compute changes with the code's random streams: 2 draws every training batch's CutMix,

@@ -1,57 +1,40 @@
 """One cell's config as one typed, frozen object (`RunSettings`), validated once.
 
-The sections are the schema's frozen stdlib dataclasses (schema.py, protocol_sections.py), which Hydra's
-ConfigStore types the config with while composing; after composition the resolved values are validated by
-pydantic v2's TypeAdapter
-against the same classes: each field's range beside the field (`Annotated[..., Field(...), Allowed(...)]`), the
-rules across a section's fields in its `__post_init__`, the rules across sections in `RunSettings.__post_init__`.
-Stdlib dataclasses rather than pydantic models because one class then serves both: OmegaConf reads a stdlib
-dataclass and ignores the pydantic metadata, and cannot read a pydantic dataclass. A refusal is the project's one
-line (`model.depth=0 is not allowed: an integer in [1, 64]`), never pydantic's report.
-
-`settings_of(cfg)` builds the object once per resolved config and process, so the pre-check's validation is the
-cell's when both run in one process.
+Hydra composes the YAML files (its struct mode refuses an unknown key); `settings_of` validates the resolved values
+with pydantic against the section models (schema.py, protocol_sections.py) and the rules across sections below,
+once per resolved config and process, so the pre-check's validation is the cell's when both run in one process.
+`refusal` turns pydantic's first error into the project's one line (`model.depth=0 is not allowed: an integer in
+[1, 64]`), never pydantic's report.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import functools
 import json
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from pydantic import AfterValidator, PlainValidator, TypeAdapter, ValidationError
-
-from vit_locality.config.file_access import file_problem
-from vit_locality.config.metric_names import selection_problem
-from vit_locality.config.protocol_sections import AugConfig, LossConfig, check_policy_device
-from vit_locality.config.schema import (
-    DECLARED_TRAINER_KEYS,
-    VARIANTS,
-    CallbacksConfig,
-    CkptMode,
-    DataConfig,
-    LoggerConfig,
-    ModelConfig,
-    OptimConfig,
-    StartupConfig,
-    StatsConfig,
-    TrainerConfig,
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
 )
-from vit_locality.config.trainer_checks import check_global_batch, check_trainer_limits, check_val_check_interval
-from vit_locality.config.value_rules import (
+
+from vit_locality.config.fields import (
     OUTSIDE_IDENTITY,
     SAFE_NAME_RULE,
-    Allowed,
-    Flag,
+    Choice,
     Int,
+    NeutralAt,
     Rule,
     SafeName,
     check,
@@ -59,6 +42,24 @@ from vit_locality.config.value_rules import (
     outside_identity,
     safe_name,
 )
+from vit_locality.config.file_access import file_problem
+from vit_locality.config.metric_names import selection_problem
+from vit_locality.config.protocol_sections import AugConfig, LossConfig, check_policy_device
+from vit_locality.config.schema import (
+    DECLARED_TRAINER_KEYS,
+    VARIANTS,
+    CallbacksConfig,
+    DataConfig,
+    LoggerConfig,
+    ModelConfig,
+    OptimConfig,
+    StartupConfig,
+    StatsConfig,
+    SweepConfig,
+    TrainerConfig,
+    variant_of,
+)
+from vit_locality.config.trainer_checks import check_global_batch, check_trainer_limits, check_val_check_interval
 from vit_locality.errors import ConfigError
 
 # ruff: noqa: UP007, UP045
@@ -79,6 +80,14 @@ RECORD_METRICS = (
 METRIC_RULE = f"null or a figure every record has: one of {', '.join(RECORD_METRICS)}"
 
 
+TYPE_WORDS = {
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+}
+
+
 @functools.cache
 def _adapter(cls: Any) -> TypeAdapter:
     return TypeAdapter(cls)
@@ -86,16 +95,24 @@ def _adapter(cls: Any) -> TypeAdapter:
 
 def refusal(error: ValidationError, cls: Any, values: Any, prefix: str = "") -> ConfigError:
     """pydantic's first error as the project's one line: the dotted setting, its value as composed and what the
-    field allows (its `Allowed`), or the rule's own ConfigError where a `__post_init__` raised one."""
+    field allows (its description), or the rule's own ConfigError where a model validator raised one."""
     first = error.errors(include_url=False)[0]
     cause = (first.get("ctx") or {}).get("error")
     if isinstance(cause, ConfigError):
         return cause
+    loc = [str(part) for part in first["loc"]]
     if first["type"] == "missing":
-        return missing(".".join(str(part) for part in (prefix, *first["loc"]) if part))
-    path, rule = _field_rule(cls, [str(part) for part in first["loc"]])
-    under = first["type"] in ("greater_than", "greater_than_equal") and rule is not None and rule.below
-    allowed = rule.below if under else rule.text if rule else None
+        return missing(".".join(part for part in (prefix, *loc) if part))
+    if first["type"] == "extra_forbidden":
+        return ConfigError(f"{'.'.join(part for part in (prefix, *loc) if part)}: no such setting")
+    path, field = _declared_field(cls, values, loc)
+    below = (field.json_schema_extra or {}).get("below") if field is not None else None
+    under = first["type"] in ("greater_than", "greater_than_equal") and below
+    allowed = below if under else field.description if field is not None else None
+    if allowed and first["type"] in TYPE_WORDS and allowed[:1] in "<>":  # `abc` for `> 0`: say the type first
+        allowed = f"{TYPE_WORDS[first['type']]} {allowed}"
+    if not allowed and isinstance(cause, ValueError):  # a rule's own words (a field inside Optional[...])
+        allowed = str(cause)
     value = values
     for part in path:
         value = value.get(part) if isinstance(value, Mapping) else first["input"]
@@ -103,71 +120,55 @@ def refusal(error: ValidationError, cls: Any, values: Any, prefix: str = "") -> 
     return ConfigError(f"{key}={value!r} is not allowed: {allowed or first['msg']}")
 
 
-def _field_rule(cls: Any, loc: list[str]) -> tuple[list[str], Allowed | None]:
-    """The path down to the deepest declared field on `loc`, and that field's `Allowed` (None if it has none)."""
+def _declared_field(cls: Any, values: Any, loc: list[str]) -> tuple[list[str], Any]:
+    """The path down to the deepest declared field on `loc`, and that field's FieldInfo (None if none)."""
     path: list[str] = []
-    allowed = None
-    hint: Any = cls
+    field = None
+    model: Any = cls
     for part in loc:
-        hint = _dataclass_in(hint)
-        if hint is None:
-            break
-        hints = typing.get_type_hints(hint, include_extras=True)
-        if part not in hints:
+        model = _model_in(model, path[-1] if path else "", values)
+        if model is None or part not in model.model_fields:
             break
         path.append(part)
-        hint = hints[part]
-        rules = [meta for meta in getattr(hint, "__metadata__", ()) if isinstance(meta, Allowed)]
-        allowed = rules[0] if rules else None
-    return path, allowed
+        field = model.model_fields[part]
+        values = values.get(part) if isinstance(values, Mapping) else None
+        model = field.annotation
+    return path, field
 
 
-def _dataclass_in(hint: Any) -> Any:
-    """The dataclass a field's type holds (`Optional[WandbConfig]` -> WandbConfig), or None. Classes only: pydantic's
-    validators in `Annotated` metadata (AfterValidator(...)) are dataclass instances, not sections."""
-
-    def is_section(candidate: Any) -> bool:
-        return isinstance(candidate, type) and dataclasses.is_dataclass(candidate)
-
+def _model_in(hint: Any, section: str, values: Any) -> Any:
+    """The section model a field's type holds (`Optional[WandbConfig]` -> WandbConfig; a data or model section:
+    its variant), or None."""
+    if section in VARIANTS and isinstance(hint, type) and issubclass(hint, BaseModel) and hint in VARIANTS[section]:
+        return variant_of(section, values)
     for candidate in (hint, *typing.get_args(hint)):
-        if is_section(candidate):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate
-        inner = typing.get_args(candidate)
-        if inner and is_section(inner[0]):
-            return inner[0]
     return None
 
 
-def typed_section(cls: Any, values: Any, prefix: str, context: dict | None = None) -> Any:
+def typed_section(cls: Any, values: Any, prefix: str) -> Any:
     """One section's values validated into `cls` (raises the one-line ConfigError)."""
     try:
-        return _adapter(cls).validate_python(values, context=context)
+        return _adapter(cls).validate_python(values)
     except ValidationError as error:
         raise refusal(error, cls, values, prefix) from None
 
 
 def _variant(section: str, values: Any) -> Any:
-    """A data or model section in the schema whose fields are its keys (a synthetic set's, a conv stem's)."""
-    keys = set(values) if isinstance(values, Mapping) else set()
-    for cls in VARIANTS[section]:
-        if keys == {f.name for f in dataclasses.fields(cls)}:
-            return typed_section(cls, values, section)
-    return typed_section(VARIANTS[section][-1], values, section)
+    """A data or model section in its variant's model (a synthetic set's, a conv stem's)."""
+    return typed_section(variant_of(section, values), values, section)
 
 
 def _tags(tags: Any) -> bool:
     return isinstance(tags, list) and all(isinstance(t, str) and 0 < len(t) <= 64 and t.isprintable() for t in tags)
 
 
-@dataclass(frozen=True)
-class SweepConfig:
-    continue_on_error: Flag() = False  # true: a failed cell is recorded (status "failed") and the sweep goes on
-
-
-@dataclass(frozen=True)
-class RunSettings:
+class RunSettings(BaseModel):
     """A cell's validated config: every section typed, the Trainer's other arguments apart (`trainer_options`), and
     the rules across sections checked (CutMix needs two images a batch, the early layers are the model's, ...)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     aug: AugConfig
     loss: LossConfig
@@ -183,19 +184,21 @@ class RunSettings:
     seed: Int(0, MAX_SEED)
     sweep: outside_identity(SweepConfig)
     sweep_name: outside_identity(SafeName(Any))
-    run_name: outside_identity(SafeName(Any))
+    run_name: outside_identity(Optional[SafeName(Any)]) = None  # None while the name itself is being computed
     # The thread count changes the order of float sums, hence a cell's last bits (as the accelerator and
     # model.compile do): how a cell is computed, recorded with the run facts, not which cell it is.
-    threads: outside_identity(Int(1, MAX_THREADS, nullable=True)) = None  # null: torch's default
-    tags: outside_identity(Rule(_tags, TAGS_RULE, Any)) = ()  # labels for W&B and the record
-    optimized_metric: outside_identity(Rule(lambda m: m is None or m in RECORD_METRICS, METRIC_RULE, Any)) = None
+    threads: outside_identity(Int(1, MAX_THREADS, nullable=True))  # null: torch's default
+    tags: outside_identity(Rule(_tags, TAGS_RULE))  # labels for W&B and the record
+    optimized_metric: outside_identity(Rule(lambda m: m is None or m in RECORD_METRICS, METRIC_RULE))
     # A start from weights enters the identity as the file's content hash (identity.start_checkpoint), not its path.
-    ckpt_path: outside_identity(Optional[str]) = None
-    ckpt_mode: outside_identity(CkptMode) = CkptMode.weights
-    # The resolved config as plain data, as composed: the record's `config`, W&B's config, the identity's source.
-    config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    ckpt_path: outside_identity(Rule(lambda v: v is None or isinstance(v, str), "null or a file path"))
+    ckpt_mode: outside_identity(Choice("weights", "resume"))
+    # The resolved config as plain data, each declared value as validated (`loss.ls=0` and `0.0` are one value):
+    # the record's `config`, W&B's config, the identity's source.
+    config: dict[str, Any] = Field(default_factory=dict, repr=False)
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _across_sections(self) -> RunSettings:
         check_policy_device(self.aug, self.data.name)
         batch = self.data.batch_size
         check(batch >= 2 or not self.aug.cutmix, "data.batch_size", batch, ">= 2 when aug.cutmix=true")
@@ -204,6 +207,7 @@ class RunSettings:
         early_layers_rule(self.stats.early_layers, self.model.depth)
         self._check_metric()
         self._check_start()
+        return self
 
     def _check_metric(self) -> None:
         metric = self.optimized_metric
@@ -217,7 +221,7 @@ class RunSettings:
         """`ckpt_path`: a checkpoint file this user can read, or null; whether it is a checkpoint, and of which cell,
         the run itself finds out before anything is recorded (run/start.py)."""
         checkpoint = self.ckpt_path
-        resume_alone = checkpoint is None and self.ckpt_mode == CkptMode.resume
+        resume_alone = checkpoint is None and self.ckpt_mode == "resume"
         check(not resume_alone, "ckpt_mode", "resume", "only with ckpt_path=FILE (the checkpoint to resume from)")
         if checkpoint is not None:
             problem = file_problem(Path(checkpoint).expanduser()) if checkpoint != "" else "empty"
@@ -239,7 +243,14 @@ def missing(key: str) -> ConfigError:
     return ConfigError(f"{key}: missing, and the run needs it (deleted with ~{key}?)")
 
 
-def resolved(cfg: DictConfig) -> dict[str, Any]:
+REQUIRED = tuple(
+    name
+    for name, field in RunSettings.model_fields.items()
+    if field.is_required() and name not in ("trainer_options", "config")
+)
+
+
+def resolved(cfg: DictConfig, named: bool = True) -> dict[str, Any]:
     """The composed config as plain data, interpolations resolved (Hydra's own section left out); a setting the run
     needs that the config lacks, or a value that does not resolve, is a one-line ConfigError naming its key."""
     for name in REQUIRED:
@@ -247,7 +258,7 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
             raise missing(name)
     values: dict[str, Any] = {}
     for key in cfg:
-        if key == "hydra":
+        if key == "hydra" or (key == "run_name" and not named):
             continue
         try:
             node = cfg[key]
@@ -255,13 +266,6 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
         except OmegaConfBaseException as error:
             raise ConfigError(f"{key}: {str(error).splitlines()[0]}") from None
     return values
-
-
-REQUIRED = tuple(
-    f.name
-    for f in dataclasses.fields(RunSettings)
-    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name != "trainer_options"
-)
 
 
 def undeclared_trainer_arguments(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -273,23 +277,43 @@ def undeclared_trainer_arguments(values: Mapping[str, Any]) -> dict[str, Any]:
 def build_settings(values: Mapping[str, Any]) -> RunSettings:
     """A resolved config validated into RunSettings: every rule of the config, none of this machine's
     (run.checks.validate adds those)."""
-    plain = {**values, "trainer_options": undeclared_trainer_arguments(values), "config": dict(values)}
-    return typed_section(RunSettings, plain, "")
+    plain = {k: v for k, v in values.items() if k != "config"}
+    others = undeclared_trainer_arguments(values)
+    if isinstance(plain.get("trainer"), Mapping):
+        plain["trainer"] = {k: v for k, v in plain["trainer"].items() if k not in others}
+    settings = typed_section(RunSettings, {**plain, "trainer_options": others}, "")
+    return settings.model_copy(update={"config": _as_validated(dict(values), settings)})
+
+
+def _as_validated(values: dict[str, Any], model: BaseModel) -> dict[str, Any]:
+    """The resolved values with each declared value as its field validated it (an int where a float is declared
+    becomes that float), keys and order as composed; undeclared keys (other Trainer arguments) as written."""
+    typed = {}
+    for key, value in values.items():
+        field_value = getattr(model, key, None) if key in type(model).model_fields else None
+        if isinstance(field_value, BaseModel) and isinstance(value, dict):
+            typed[key] = _as_validated(value, field_value)
+        elif key in type(model).model_fields and not isinstance(field_value, BaseModel):
+            typed[key] = list(field_value) if isinstance(field_value, tuple) else field_value
+        else:
+            typed[key] = value
+    return typed
 
 
 _BUILT: dict[str, RunSettings] = {}  # canonical JSON of a resolved config, less run_name -> settings
 _CACHED = 8
 
 
-def settings_of(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
+def settings_of(cfg: DictConfig | Mapping[str, Any], named: bool = True) -> RunSettings:
     """The cell's settings, built once per resolved config in this process: the pre-check's, when the cell runs in
-    the process that checked its command. The run's name is no part of the lookup: the pre-check names a cell by
-    its base, the Hydra job by its full name."""
-    values = resolved(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
+    the process that checked its command. The run's name is no part of the lookup: a cell is validated before its
+    name is known, and the name follows from the rest (`named=False`: the name is left unresolved, for what
+    computes it)."""
+    values = resolved(cfg, named) if isinstance(cfg, DictConfig) else dict(cfg)
     key = json.dumps({k: v for k, v in values.items() if k != "run_name"}, sort_keys=True, default=str)
     built = _BUILT.get(key)
     if built is not None:
-        return built if built.config == values else _renamed(built, values)
+        return built if built.run_name == values.get("run_name") else _renamed(built, values)
     settings = build_settings(values)
     if len(_BUILT) >= _CACHED:
         _BUILT.pop(next(iter(_BUILT)))
@@ -300,10 +324,9 @@ def settings_of(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
 def _renamed(settings: RunSettings, values: dict[str, Any]) -> RunSettings:
     """Validated settings under another run name (the only difference): the name checked, the rest kept."""
     name = values.get("run_name")
-    check(safe_name(name), "run_name", name, SAFE_NAME_RULE)
-    renamed = copy.copy(settings)
-    renamed.__dict__.update(run_name=name, config=values)  # a frozen dataclass: its fields are set once, here
-    return renamed
+    check(name is None or safe_name(name), "run_name", name, SAFE_NAME_RULE)
+    config = {**settings.config, "run_name": name} if name is not None else settings.config
+    return settings.model_copy(update={"run_name": name, "config": config})
 
 
 def as_settings(cfg: RunSettings | DictConfig) -> RunSettings:
@@ -316,20 +339,29 @@ def as_settings(cfg: RunSettings | DictConfig) -> RunSettings:
 UNDECLARED_OUTSIDE_IDENTITY = ("hydra", "trainer.profiler", "trainer.enable_model_summary", "trainer.detect_anomaly")
 
 
-def outside_identity_keys() -> tuple[str, ...]:
-    """Every dotted key marked OUTSIDE_IDENTITY in the schema (a marked section covers its keys), then the
-    undeclared ones: what identity.NOT_IDENTITY holds."""
-    keys: list[str] = []
+def _marks(model: type[BaseModel]) -> typing.Iterator[tuple[str, Any, list[Any]]]:
+    for name, field in model.model_fields.items():
+        yield name, field.annotation, field.metadata
 
-    def walk(cls: Any, prefix: str) -> None:
-        for name, hint in typing.get_type_hints(cls, include_extras=True).items():
+
+def identity_marks() -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The dotted keys marked OUTSIDE_IDENTITY (a marked section covers its keys), then the undeclared ones: what
+    identity.NOT_IDENTITY holds; and the keys left out of the identity at a neutral value (NeutralAt), with it."""
+    keys: list[str] = []
+    neutral: dict[str, Any] = {}
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, hint, metadata in _marks(model):
             key = f"{prefix}{name}"
-            if OUTSIDE_IDENTITY in getattr(hint, "__metadata__", ()):
+            if OUTSIDE_IDENTITY in metadata:
                 keys.append(key)
                 continue
-            section = _dataclass_in(hint)
+            for mark in metadata:
+                if isinstance(mark, NeutralAt):
+                    neutral[key] = mark.value
+            section = _model_in(hint, "", None)
             for variant in VARIANTS.get(key, [section] if section is not None else []):
                 walk(variant, key + ".")
 
     walk(RunSettings, "")
-    return tuple(dict.fromkeys([*keys, *UNDECLARED_OUTSIDE_IDENTITY]))
+    return tuple(dict.fromkeys([*keys, *UNDECLARED_OUTSIDE_IDENTITY])), neutral

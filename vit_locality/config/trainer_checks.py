@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from vit_locality.config.value_rules import check, is_int
+from vit_locality.config.fields import check, is_int
 
 # Names the trainer takes, from Lightning's own registries (AcceleratorRegistry plus the connector's `auto` and `gpu`,
 # StrategyRegistry plus `auto`, and the `_PRECISION_INPUT` literal plus this project's `auto`). Written out so the

@@ -79,17 +79,3 @@ def check_unread_settings(before: dict[str, Any], added: Iterable[str]) -> None:
         else:
             hint = SPELLING_HINT
         raise ConfigError(f"+{key}: no such setting, and nothing would read it ({hint})")
-
-
-def refuse_non_flags(cfg: DictConfig, overrides: Iterable[Override]) -> None:
-    """A flag (a schema's bool) takes true or false (or null where it may be unset): OmegaConf reads `2`, `yes` or
-    `on` as true, so a value that was not a bool on the command line but is one in the composed config was coerced."""
-    for override in overrides:
-        value = override.value()
-        if override.is_delete() or value is None or isinstance(value, bool | dict | list):
-            continue
-        if isinstance(value, str) and "${" in value:  # an interpolation: what it points at decides
-            continue
-        composed = OmegaConf.select(cfg, override.key_or_group, default=None, throw_on_resolution_failure=False)
-        if isinstance(composed, bool):
-            raise ConfigError(f"{override.key_or_group}={value!r} is not allowed: true or false")

@@ -34,7 +34,6 @@ from omegaconf.errors import (
 
 from vit_locality.config.file_access import check_directory
 from vit_locality.config.identity import RESUME_MODE, canonical_value, covered_by_not_identity, identity_hash
-from vit_locality.config.schema import register_schemas
 from vit_locality.errors import ConfigError
 from vit_locality.precheck.names import ABSENT, fitted_name, identity_settings, reference_choices
 from vit_locality.precheck.override_values import (
@@ -42,7 +41,6 @@ from vit_locality.precheck.override_values import (
     may_create_keys,
     new_keys,
     plain,
-    refuse_non_flags,
 )
 from vit_locality.precheck.refusals import _group_options, explain, no_such_setting
 from vit_locality.precheck.resolvers import CellNames, register_resolvers
@@ -116,7 +114,6 @@ class Composer:
             self._refuse_unread(cell, values)  # a key below a null section cannot be set: nothing would read it
             raise
         self._refuse_unread(cell, values)
-        refuse_non_flags(composed[0], [override for _, override in values])
         self._last = (cell, composed)
         return composed
 
@@ -307,7 +304,7 @@ class Plan:
         except (ConfigAttributeError, ConfigKeyError) as error:  # the values are in: a setting the run reads is gone
             return f"{error.full_key}: missing, and the run needs it (deleted with ~{error.full_key}?)"
         except COMPOSITION_ERRORS as error:
-            return explain(error, self.composer.conf_dir)
+            return explain(error, self.composer.conf_dir, [self.composer.parse(text) for text in cell])
 
     def _name(self, cfg: DictConfig, hydra_cfg: DictConfig) -> tuple[str, str | None] | None:
         """The cell's run directory name, as the job's `${cell_name:...}` gives it (identity.identity_settings against
@@ -367,6 +364,13 @@ def _identity_or_none(cfg: DictConfig) -> str | None:
         return None
 
 
+def _parsed(composer: Composer, texts: list[str]) -> list[Override]:
+    try:
+        return [composer.parse(text) for text in texts]
+    except COMPOSITION_ERRORS:
+        return []
+
+
 def check_command(
     argv: list[str],
     conf_dir: Path,
@@ -388,7 +392,6 @@ def check_command(
     config_name = args.config_name or config_name
     remote = any(o.startswith("hydra/launcher=") and "slurm" in o for o in args.overrides)
     register_resolvers()
-    register_schemas()
     with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
         composer = Composer(Path(conf_dir), config_name)
         try:
@@ -396,7 +399,7 @@ def check_command(
         except ConfigError as error:
             return [str(error)]
         except (*COMPOSITION_ERRORS, ValueError) as error:
-            return [explain(error, conf_dir)]
+            return [explain(error, conf_dir, _parsed(composer, args.overrides))]
         if (plan.cell_count or 0) >= MANY_CELLS:  # Hydra composes each cell: say why the first one waits
             print(f"checking the {plan.cell_count} cells of this sweep before the first starts", file=sys.stderr)
         problems = plan.problems()

@@ -127,9 +127,19 @@ def _cell_name(base: str, *, _root_: DictConfig) -> str:
     return fitted_name(base, named_settings(overrides, config_lookup(_root_)))
 
 
+OPEN_TRAINER = "trainer_open"  # conf/trainer/default.yaml starts from it
+
+
 def register_resolvers() -> None:
-    """`${as_01:...}` (bool -> 0/1), `${compact_number:...}` (0.10 -> 0.1) and `${cell_name:<base>}`, used by
-    `run_name`. Idempotent."""
+    """What composing conf/ needs registered first: `${as_01:...}` (bool -> 0/1), `${compact_number:...}` (0.10 ->
+    0.1) and `${cell_name:<base>}`, used by `run_name`; and an empty section open to new keys that the trainer
+    section starts from, so any argument the installed Trainer takes is a `trainer.<name>` setting without `+` (Hydra's
+    struct mode refuses unknown keys everywhere else; run/checks.py asks Lightning about the trainer's). Idempotent."""
+    from hydra.core.config_store import ConfigStore
+
+    open_section = OmegaConf.create({})
+    OmegaConf.set_struct(open_section, False)
+    ConfigStore.instance().store(name=OPEN_TRAINER, node=open_section)
     resolvers = (
         ("as_01", _as_01),
         ("compact_number", _compact_number),

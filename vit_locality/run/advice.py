@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 
 def another_directory(run_dir: Path) -> str:
@@ -47,7 +47,7 @@ def settings_that_differ(cfg: DictConfig, checkpoint: Path) -> str:
     config = (record.data.get("config") if record is not None else None) or {}
     if not isinstance(config, dict) or not config:
         return ""
-    recorded = OmegaConf.create(config)
+    recorded = config  # validated when that cell ran: read as it stands
     theirs, mine = run_identity(recorded), run_identity(cfg)
     differ = [
         f"{key} {canonical_text(theirs.get(key))} there, {canonical_text(mine.get(key))} here"

@@ -9,7 +9,6 @@ also built from a recorded config (an analysis or a report rebuilds a finished r
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel
 
 from vit_locality.augment.per_sample import build_train_transform
 from vit_locality.config.identity import identity_hash
@@ -44,8 +44,8 @@ def resolve_precision(requested: str, accelerator: str) -> str:
 
 def plain(section: Any) -> dict[str, Any]:
     """A section as plain data: a typed section's fields, or a composed one resolved."""
-    if dataclasses.is_dataclass(section):
-        return {field.name: getattr(section, field.name) for field in dataclasses.fields(section)}
+    if isinstance(section, BaseModel):
+        return section.model_dump()
     return OmegaConf.to_container(section, resolve=True)
 
 

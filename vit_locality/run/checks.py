@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from vit_locality.config.fields import check, is_int
 from vit_locality.config.file_access import check_directory, file_problem
 from vit_locality.config.schema import TRAIN_SIZES, StatsConfig
 from vit_locality.config.settings import (
@@ -25,7 +26,6 @@ from vit_locality.config.settings import (
     typed_section,
     undeclared_trainer_arguments,
 )
-from vit_locality.config.value_rules import check, is_int
 from vit_locality.errors import ConfigError
 from vit_locality.run import trainer_options
 from vit_locality.run.data_presence import check_data_present

@@ -1,19 +1,17 @@
-"""The pieces a typed config field is declared with: its range (a pydantic `Field` constraint or validator) and,
-beside it, `Allowed`, the words the one-line refusal uses for what the field takes.
+"""How a config field is declared: its type, its range and, in the same place, the words its one-line refusal uses
+for what it allows (the pydantic `Field`'s description), and whether it is part of the run identity.
 
-The sections (schema.py) are stdlib dataclasses, so that Hydra's ConfigStore types the config while composing and
-pydantic's TypeAdapter checks the ranges once after (settings.py); `Annotated` carries the pydantic metadata, which
-OmegaConf ignores (it sees the plain type). Torch-free and Lightning-free.
+A field's rule lives once, here-declared beside the field in the section models (schema.py, protocol_sections.py);
+pydantic checks it once per cell (settings.py), and `settings.refusal` turns pydantic's first error into the
+project's line: `model.depth=0 is not allowed: an integer in [1, 64]`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from enum import Enum
-from typing import Annotated, Any, Optional
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, Field
 
@@ -25,19 +23,10 @@ SAFE_NAME_RULE = "letters, digits and _ . + - (it names a directory), not starti
 BOOL_RULE = "true or false"
 
 
-@dataclass(frozen=True)
-class Allowed:
-    """What a field allows, in the words of its one-line refusal (`model.depth=0 is not allowed: <text>`); `below`:
-    the words for a value under its minimum, where they differ (a count >= 1 with a large cap says so)."""
-
-    text: str
-    below: str | None = None
-
-
 class OutsideIdentity:
     """Marks a field whose value cannot change what a cell computes (a path, a worker count, a display or logging
-    choice, device placement): the run identity and the directory name leave it out (identity.NOT_IDENTITY is read
-    from these marks). A field without the mark is part of the identity, so a new setting is unless marked."""
+    choice, device placement): the run identity and the directory name leave it out. A field without the mark is
+    part of the identity, so a new setting is unless marked."""
 
     def __repr__(self) -> str:
         return "OUTSIDE_IDENTITY"
@@ -51,12 +40,15 @@ def outside_identity(hint: Any) -> Any:
     return Annotated[hint, OUTSIDE_IDENTITY]
 
 
-class StrChoice(str, Enum):
-    """A closed set of names: each member equals its string, and prints and formats as it (`f"{units}"` gives
-    `grid`, not `Units.grid`), so code comparing or formatting the setting as a string works unchanged."""
+class NeutralAt:
+    """Marks a setting added after runs were recorded: at this value it changes nothing the code computed before it
+    existed, so the identity leaves it out there and every earlier cell keeps its identity (model.drop_path=0.0)."""
 
-    __str__ = str.__str__
-    __format__ = str.__format__
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"NeutralAt({self.value!r})"
 
 
 def check(condition: bool, key: str, value: Any, allowed: str) -> None:
@@ -86,36 +78,46 @@ def Int(  # noqa: N802
     below: str | None = None,
     **constraints: Any,
 ) -> Any:
-    """An integer field in [minimum, maximum] (a bool is not one); `nullable`: null too."""
-    rule = Allowed(allowed or integer_rule(minimum, maximum), below)
-    base = Optional[int] if nullable else int  # noqa: UP045 (OmegaConf reads Optional, not `int | None`)
-    return Annotated[base, Field(strict=True, ge=minimum, le=maximum, **constraints), rule]
+    """An integer field in [minimum, maximum] (a bool is not one); `nullable`: null too; `below`: the words for a
+    value under the minimum where they differ (a count >= 1 with a large cap says so)."""
+    base = Optional[int] if nullable else int  # noqa: UP045
+    extra = {"below": below} if below else None
+    text = allowed or integer_rule(minimum, maximum) + (", or null" if nullable else "")
+    return Annotated[
+        base, Field(strict=True, ge=minimum, le=maximum, description=text, json_schema_extra=extra, **constraints)
+    ]
 
 
 def Number(allowed: str, **bounds: Any) -> Any:  # noqa: N802
     """A finite number (an int is taken as a float) within `bounds` (gt, ge, lt, le)."""
-    return Annotated[float, Field(strict=True, allow_inf_nan=False, **bounds), Allowed(allowed)]
+    return Annotated[float, Field(strict=True, allow_inf_nan=False, description=allowed, **bounds)]
 
 
 def Flag() -> Any:  # noqa: N802
-    return Annotated[bool, Field(strict=True), Allowed(BOOL_RULE)]
+    return Annotated[bool, Field(strict=True, description=BOOL_RULE)]
+
+
+def Choice(*names: str) -> Any:  # noqa: N802
+    """One of a closed set of names (a plain string in the settings)."""
+    return Annotated[Literal[names], Field(description=f"one of {', '.join(names)}")]
 
 
 def Rule(test: Callable[[Any], bool], allowed: str, base: Any = Any) -> Any:  # noqa: N802
     """A field of type `base` whose value must pass `test` (what a range cannot say: a set of values of several
-    types, a pattern); `base` Any where the values span types OmegaConf cannot express (it has no unions)."""
+    types, a pattern)."""
 
     def passes(value: Any) -> Any:
         if not test(value):
             raise ValueError(allowed)
         return value
 
-    return Annotated[base, AfterValidator(passes), Allowed(allowed)]
+    return Annotated[base, AfterValidator(passes), Field(description=allowed)]
 
 
-def OneOf(choices: Iterable[Any], allowed: str | None = None, base: Any = str) -> Any:  # noqa: N802
-    choices = tuple(choices)
-    return Rule(lambda value: value in choices, allowed or f"one of {', '.join(map(str, choices))}", base)
+def OneOf(choices: tuple[Any, ...], allowed: str | None = None) -> Any:  # noqa: N802
+    """One of values of several types (True, False or "auto"): equal in value and in type (1 is not True)."""
+    allowed = allowed or f"one of {', '.join(map(str, choices))}"
+    return Rule(lambda value: any(type(value) is type(c) and value == c for c in choices), allowed)
 
 
 def safe_name(value: Any) -> bool:
