@@ -12,7 +12,7 @@ from helpers import CONF, Spawner, compose_config
 from omegaconf import OmegaConf
 
 from vit_locality.config.protocol_sections import AugConfig
-from vit_locality.config.settings import typed_section
+from vit_locality.config.refusal import typed_section
 from vit_locality.errors import ConfigError
 from vit_locality.model.classifier import OptimSettings, ViTClassifier, adamw_with_decay_groups
 from vit_locality.model.vit import ModelConfig, VisionTransformer

@@ -82,7 +82,7 @@ class Protocol:
         (ConfigError names a value out of range). A cell takes its protocol from its settings instead."""
         from omegaconf import OmegaConf
 
-        from vit_locality.config.settings import typed_section
+        from vit_locality.config.refusal import typed_section
 
         aug = typed_section(AugConfig, OmegaConf.to_container(cfg.aug, resolve=True), "aug")
         loss = typed_section(LossConfig, OmegaConf.to_container(cfg.loss, resolve=True), "loss")
