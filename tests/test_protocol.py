@@ -193,7 +193,7 @@ SMALL = {"depth": 1, "dim": 16, "heads": 2, "mlp_ratio": 2.0}
 def test_hyper_parameters_are_plain_dicts_and_load_weights_only(tmp_path) -> None:
     protocol = Protocol(cutmix=True, ls=0.1)
     module = ViTClassifier(3, 16, [0.5] * 3, [0.25] * 3, ModelConfig(**SMALL), protocol, OptimSettings(lr=0.01))
-    assert module.hparams["model"] == {**SMALL, "stem": "patch", "pos_init": "learned"}
+    assert module.hparams["model"] == {**SMALL, "stem": "patch", "pos_init": "learned", "drop_path": 0.0}
     assert module.hparams["protocol"]["cutmix"] is True and module.hparams["optim"]["lr"] == 0.01
     path = tmp_path / "m.ckpt"
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, path)

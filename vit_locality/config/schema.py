@@ -7,7 +7,7 @@ and Lightning-free: the pre-check validates with these before either loads.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, model_validator
 
@@ -16,6 +16,7 @@ from vit_locality.config.fields import (
     Choice,
     Flag,
     Int,
+    NeutralAt,
     Number,
     OneOf,
     Rule,
@@ -142,6 +143,8 @@ class ModelConfig(BaseModel):
     dim: Int(1, MAX_DIM)
     heads: Int(1)
     mlp_ratio: Number("> 0, finite", gt=0)
+    # Stochastic depth's rate at the last block (DeiT, timm); 0 is the paper's ViT, and leaves the identity as it was.
+    drop_path: Annotated[Number("a number in [0, 1)", ge=0, lt=1), NeutralAt(0.0)]
     compile: outside_identity(OneOf(ON_OFF_AUTO, "auto, true or false"))  # the same maths either way
 
     @model_validator(mode="after")

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchvision.ops import stochastic_depth
 
 from vit_locality.catalog import GRID_SIZE, POSITION_INITS
 from vit_locality.model.position_code import sincos_position_code
@@ -32,6 +33,7 @@ class ModelConfig:
     mlp_ratio: float = 2.0
     stem: str = "patch"
     pos_init: str = "learned"
+    drop_path: float = 0.0  # stochastic depth's rate at the last block (0 in checkpoints written before it)
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> ModelConfig:
@@ -87,10 +89,13 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: x + Attn(LN(x)), then x + MLP(LN(x)); no dropout, no drop-path."""
+    """Pre-norm transformer block: x + Attn(LN(x)), then x + MLP(LN(x)); no dropout. With `drop_path` > 0, each
+    residual branch is dropped per image while training with that probability (stochastic depth, as DeiT trains);
+    at 0 nothing is drawn, so the block computes exactly what it did before the setting existed."""
 
-    def __init__(self, dim: int, heads: int, mlp_ratio: float) -> None:
+    def __init__(self, dim: int, heads: int, mlp_ratio: float, drop_path: float = 0.0) -> None:
         super().__init__()
+        self.drop_path = drop_path
         hidden = int(dim * mlp_ratio)
         self.norm1 = nn.LayerNorm(dim)
         self.attn = Attention(dim, heads)
@@ -100,8 +105,11 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, explicit: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The block's output and, on the explicit path, its attention probabilities (Attention.forward)."""
         attn_out, probs = self.attn(self.norm1(x), explicit)
-        x = x + attn_out
-        return x + self.mlp(self.norm2(x)), probs
+        x = x + self._dropped(attn_out)
+        return x + self._dropped(self.mlp(self.norm2(x))), probs
+
+    def _dropped(self, branch: torch.Tensor) -> torch.Tensor:
+        return stochastic_depth(branch, self.drop_path, "row", self.training) if self.drop_path else branch
 
 
 STEMS = ("patch", "conv")
@@ -154,6 +162,7 @@ class VisionTransformer(nn.Module):
         grid_size: int = GRID_SIZE,
         stem: str = "patch",
         pos_init: str = "learned",
+        drop_path: float = 0.0,
     ) -> None:
         super().__init__()
         if image_size % grid_size:
@@ -174,7 +183,9 @@ class VisionTransformer(nn.Module):
             self.patch_embed = nn.Conv2d(3, dim, kernel_size=self.patch_size, stride=self.patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, self.num_tokens, dim))
-        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio) for _ in range(depth))
+        # Stochastic depth grows linearly with depth, from 0 at the first block to `drop_path` at the last (DeiT).
+        rates = torch.linspace(0, drop_path, depth).tolist() if depth > 1 else [drop_path]
+        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio, rate) for rate in rates)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
         self._init_weights()
