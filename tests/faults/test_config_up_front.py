@@ -68,7 +68,7 @@ REFUSED = [
     # a bad value in the second cell of a sweep
     (["-m", *QUICK, "+trainer.max_time=00:01:00:00,abc"], "trainer.max_time='abc' is not allowed"),
     # overrides nothing reads
-    (["+model.drop_path=0.1"], f"+model.drop_path: {NOT_READ} (the nearest real one is model.depth)"),
+    (["+model.dropout=0.1"], f"+model.dropout: {NOT_READ} (the nearest real one is model.drop_path)"),
     (["+optim.momentum=0.9"], f"+optim.momentum: {NOT_READ} (the nearest real one is optim.betas)"),
     (
         ["+foo=1"],
@@ -202,7 +202,7 @@ def test_an_unknown_option_of_every_group_is_one_line(group: str) -> None:
     ("args", "message"),
     [
         (["hydra/launcher=joblb"], "error: hydra/launcher=joblb is not allowed: one of basic, joblib"),
-        (["+model.drop_path=0.1"], f"error: +model.drop_path: {NOT_READ}"),
+        (["+model.dropout=0.1"], f"error: +model.dropout: {NOT_READ}"),
         (["ckpt_path=foo.ckpt"], "error: ckpt_path='foo.ckpt' is not allowed: null or a checkpoint file"),
         (["trainer.accelerator=mps"], "error: trainer.accelerator='mps' is not allowed here"),
         (["-m", *QUICK, "+trainer.max_time=00:01:00:00,abc"], "error: trainer.max_time='abc' is not allowed"),
