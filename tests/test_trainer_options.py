@@ -33,9 +33,29 @@ from vit_locality.store.record import RunRecord
 def test_parameters_are_the_installed_signature() -> None:
     signature = inspect.signature(L.Trainer.__init__)
     assert set(trainer_parameters()) == set(signature.parameters) - {"self"}
-    assert {"int", "bool"} <= trainer_parameters()["fast_dev_run"]
-    assert {"int", "float", "None"} <= trainer_parameters()["limit_train_batches"]
-    assert {"bool", "str", "None"} == trainer_parameters()["deterministic"]  # Literal["warn"] is a string
+    assert trainer_parameters()["fast_dev_run"].shown == "Union[int, bool]"
+    assert (
+        "Accelerator" in trainer_parameters()["accelerator"].shown
+        and "." not in trainer_parameters()["accelerator"].shown
+    )
+
+
+@pytest.mark.parametrize(
+    "name, accepted, refused",
+    [
+        ("fast_dev_run", [True, 3], ["maybe", 1.5, None]),
+        ("limit_train_batches", [2, 0.5, None], ["all", [1]]),
+        ("deterministic", [True, "warn", None], ["yes", 1]),  # Literal["warn"]: that one string
+        ("max_time", ["00:12:00:00", {"hours": 12}, None], [12, [1]]),
+        ("devices", [1, [0, 1], "auto"], [1.5, None]),
+    ],
+)
+def test_values_are_checked_against_the_trainers_own_annotations(name: str, accepted: list, refused: list) -> None:
+    for value in accepted:
+        check_trainer_options({name: value})
+    for value in refused:
+        with pytest.raises(ConfigError, match=rf"^trainer\.{name}=.* is not allowed: the Trainer takes "):
+            check_trainer_options({name: value})
 
 
 def test_declared_trainer_keys_are_trainer_arguments() -> None:

@@ -1,7 +1,8 @@
 """Every Lightning `Trainer` argument as a `trainer.<name>` setting, checked against the installed Trainer.
 
 The settings conf/trainer/default.yaml declares are typed by the schema (schema.TrainerConfig). Any other one
-(`+trainer.max_steps=3`, or one a debug config sets) is checked here against `inspect.signature(Trainer.__init__)`:
+(`+trainer.max_steps=3`, or one a debug config sets) is checked here against `inspect.signature(Trainer.__init__)`,
+its values by pydantic against the Trainer's own annotations (the Trainer itself checks few types, and late):
 a typo (`+trainer.max_step=3`) or a wrong type (`+trainer.max_steps=abc`) is a one-line error before any cell starts,
 and a Lightning release that adds an argument makes it settable here with no change to this project. Importing
 Lightning takes seconds, so it happens only for a command that uses such a setting.
@@ -13,12 +14,13 @@ import difflib
 import functools
 import inspect
 import logging
-import types
-import typing
+import re
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from vit_locality.errors import ConfigError
 from vit_locality.upstream import accelerator_connector_class
@@ -40,72 +42,35 @@ CHOICES = {
     "gradient_clip_algorithm": ("norm", "value"),
     "profiler": ("simple", "advanced", "pytorch", "xla"),
 }
-# The types in the signature that a config value (YAML scalar or list) can stand for, by name.
-PLAIN_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "None": type(None), "list": list, "dict": dict}
-PATH_TYPES = {"Path", "PathLike"}  # a string in a config
 # The accelerators and strategy a plain command uses: judged without Lightning (the connector check imports it).
 PLAIN_ACCELERATORS = ("auto", "cpu")
 PLAIN_STRATEGIES = ("auto",)
 MAX_TIME_RULE = "DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping such as {hours: 12}, as Lightning's Timer reads it"
 
 
-def _type_names(annotation: Any) -> set[str]:
-    """`Optional[Union[int, float]]` -> {"int", "float", "None"}; `Literal["warn"]` -> {"str"}; `list[int]` ->
-    {"list"}; other classes keep their own names (a value from a config never matches them)."""
-    if annotation is inspect.Parameter.empty or annotation is Any:
-        return {"object"}
-    if annotation is None or annotation is type(None):
-        return {"None"}
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return set().union(*(_type_names(part) for part in typing.get_args(annotation)))
-    if origin is typing.Literal:
-        return {"None" if value is None else type(value).__name__ for value in typing.get_args(annotation)}
-    if origin is not None:  # list[int], dict[str, int], Iterable[Logger] ...
-        return _type_names(origin)
-    if isinstance(annotation, type):
-        if annotation.__name__ in PATH_TYPES:
-            return {"str"}
-        if issubclass(annotation, list | tuple) or annotation.__name__ in ("Sequence", "Iterable"):
-            return {"list"}
-        if issubclass(annotation, dict):
-            return {"dict"}
-        return {annotation.__name__}
-    return {"object"}
+class TrainerArgument(NamedTuple):
+    """One `Trainer.__init__` argument: a strict validator of its annotation (pydantic's, so a value must already be
+    of a type the Trainer takes: `True` is not a count of steps) and the annotation as a reader wants it."""
+
+    check: TypeAdapter
+    shown: str
 
 
 @functools.cache
-def trainer_parameters() -> dict[str, frozenset[str]]:
-    """The installed `Trainer.__init__`'s keyword arguments and the type names each accepts (imports Lightning)."""
+def trainer_parameters() -> dict[str, TrainerArgument]:
+    """The installed `Trainer.__init__`'s keyword arguments (imports Lightning)."""
     try:
         import lightning
     except ImportError:
         raise ConfigError("trainer.*: Lightning is not installed in this environment (pip install lightning)") from None
+    strict = ConfigDict(arbitrary_types_allowed=True, strict=True)
     parameters = list(inspect.signature(lightning.Trainer.__init__).parameters.values())[1:]  # after self
-    return {p.name: frozenset(_type_names(p.annotation)) for p in parameters if p.kind is not p.VAR_KEYWORD}
-
-
-def _accepts(value: Any, names: frozenset[str]) -> bool:
-    if "object" in names or "Any" in names:
-        return True
-    for name in names:
-        kind = PLAIN_TYPES.get(name)
-        if kind is None:
-            continue
-        if kind is bool and isinstance(value, bool):
-            return True
-        if kind is int and isinstance(value, int) and not isinstance(value, bool):
-            return True
-        if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
-            return True
-        if kind in (str, list, dict, type(None)) and isinstance(value, kind):
-            return True
-    return False
-
-
-def _describe(names: frozenset[str]) -> str:
-    shown = [name if name != "None" else "null" for name in sorted(names) if name in PLAIN_TYPES]
-    return " or ".join(dict.fromkeys("a string" if n == "str" else n for n in shown))
+    found = {}
+    for p in (p for p in parameters if p.kind is not p.VAR_KEYWORD):
+        annotation = Any if p.annotation is p.empty else p.annotation
+        shown = re.sub(r"\b(?:[A-Za-z_]\w*\.)+(\w+)", r"\1", inspect.formatannotation(annotation))  # no module paths
+        found[p.name] = TrainerArgument(TypeAdapter(annotation, config=strict), shown)
+    return found
 
 
 def check_trainer_options(trainer: Mapping[str, Any]) -> None:
@@ -119,9 +84,11 @@ def check_trainer_options(trainer: Mapping[str, Any]) -> None:
             close = difflib.get_close_matches(name, [p for p in parameters if p not in RESERVED], n=3, cutoff=0.7)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ConfigError(f"trainer.{name} is not an argument of the installed Lightning Trainer{hint}")
-        names = parameters[name]
-        if not _accepts(value, names):
-            raise ConfigError(f"trainer.{name}={value!r} is not allowed: the Trainer takes {_describe(names)}")
+        try:
+            parameters[name].check.validate_python(value)
+        except ValidationError:
+            shown = parameters[name].shown
+            raise ConfigError(f"trainer.{name}={value!r} is not allowed: the Trainer takes {shown}") from None
         if name in CHOICES and value is not None and value not in CHOICES[name]:
             raise ConfigError(f"trainer.{name}={value!r} is not allowed: one of {', '.join(CHOICES[name])} or null")
     if trainer.get("max_time") is not None:
