@@ -66,7 +66,7 @@ def test_a_data_worker_ignores_sigusr2(spawns: Spawner) -> None:
     code = (
         "import os, signal, time\n"
         "signal.signal(signal.SIGUSR2, lambda *a: os._exit(7))\n"  # what a worker inherits: submitit's handler
-        "from vit_locality.data.base import init_data_worker\n"
+        "from vit_locality.data.workers import init_data_worker\n"
         "init_data_worker(0)\n"
         "os.kill(os.getpid(), signal.SIGUSR2); time.sleep(0.2); print('alive')\n"
     )

@@ -9,10 +9,6 @@ the data workers never change a result.
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import os
-import signal
-import threading
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable
@@ -21,7 +17,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
 from vit_locality.augment.fixed_batches import FIXED_BATCHES_LINE, fixed_batches
@@ -35,47 +30,12 @@ from vit_locality.data.on_device import (
     resolve_on_device,
 )
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw, transform_seeded
+from vit_locality.data.workers import WORKER_START_METHOD, init_data_worker
 from vit_locality.errors import VitLocalityError
 from vit_locality.upstream import batches_completed_in_epoch, epochs_processed
 
-# Python's default start method on this platform ('fork' on Linux up to 3.13), named explicitly: a process started by
-# a launcher with its own process class (joblib's loky workers) has that class as its default, and the DataLoader's
-# plain workers cannot be started through it ("'Process' object has no attribute 'env'").
-WORKER_START_METHOD = multiprocessing.get_all_start_methods()[0]
-
 log = logging.getLogger("vit_locality")
 MID_EPOCH_RESUME_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
-
-
-def init_data_worker(worker_id: int) -> None:
-    """Leave SIGTERM, SIGINT and SIGUSR2 to the main process, which turns them into an interrupted checkpoint and then
-    shuts the workers down (vit_locality.run.interrupts says who owns each). `timeout`, `kill -- -PGID`, `scancel`,
-    Ctrl-C and SLURM's time-limit warning signal the whole process group (or job): a worker that died of it first, or
-    ran the handler it inherited (submitit's requeue), would end the cell as "DataLoader worker ... exited
-    unexpectedly" with no checkpoint. SIGCONT goes back to its default (submitit's handler only logs it).
-
-    A worker still ends with its main process: on SIGKILL its watchdog notices the parent gone, and a SIGTERM from
-    the parent itself (what multiprocessing sends daemonic workers as the interpreter exits) ends it, as torch's own
-    worker handler does; ignored, the exit would wait for the worker forever. Telling the sender apart needs
-    `sigwaitinfo` (Linux, not macOS); without it SIGTERM stays torch's.
-    Lightning's worker seeding (`seed_everything(workers=True)`) is kept; training draws do not depend on it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    signal.signal(signal.SIGCONT, signal.SIG_DFL)
-    if hasattr(signal, "sigwaitinfo"):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # for a thread that would not block it
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # inherited by every thread started from here on
-        parent = os.getppid()
-        threading.Thread(target=_exit_on_sigterm_from, args=(parent,), name="parent-sigterm", daemon=True).start()
-    if os.environ.get("PL_SEED_WORKERS") == "1":
-        pl_worker_init_function(worker_id)
-
-
-def _exit_on_sigterm_from(parent: int) -> None:
-    """Take every SIGTERM (blocked, so none is delivered otherwise) and exit on the one its sender is `parent`."""
-    while signal.sigwaitinfo({signal.SIGTERM}).si_pid != parent:
-        pass
-    os._exit(0)
 
 
 class DataError(VitLocalityError, RuntimeError):

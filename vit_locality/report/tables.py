@@ -1,6 +1,6 @@
 """The paper's two tables (protocols, ablation) built from aggregated runs, as Markdown, CSV and LaTeX
 (`table_format.Table`); a missing cell or figure is "-" and an empty CSV field. Claim (b) is judged in the
-protocols table; under each ablation table, claims (a), (c), (d) (`claims.claims_table`), the main effects and each cell
+protocols table; under each ablation table, claims (a), (c), (d) (claims_table.py), the main effects and each cell
 against Baseline (`contrasts`).
 """
 
@@ -14,7 +14,8 @@ from vit_locality.attention.min_head import MIN_HEAD_KEYS, min_head_control
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
 from vit_locality.report.aggregate import LEVELS, Aggregate, Group, Stat, summarise
 from vit_locality.report.claim_units import DIAGONAL
-from vit_locality.report.claims import LEVEL_NAMES, PAPER_MIN_MAD, claims_table, more_local, more_local_shown
+from vit_locality.report.claims import PAPER_MIN_MAD, more_local, more_local_shown
+from vit_locality.report.claims_table import LEVEL_NAMES, claims_table
 from vit_locality.report.contrasts import contrasts_table
 from vit_locality.report.factorial import main_effects
 from vit_locality.report.record_units import UNITS_NOTE

@@ -14,7 +14,7 @@
   of that batch: a checkpoint of that state cannot resume exactly. So during fit the first Ctrl-C is handed to the
   SIGTERM handler in place (Lightning's: stop after the current batch, with `interrupted.ckpt`), remembered as SIGINT
   (exit 130); a second one raises KeyboardInterrupt at once, and the next run resumes from the last epoch's end.
-- Data workers ignore all three (vit_locality.data.base.init_data_worker): SLURM and `kill -- -PGID` signal every
+- Data workers ignore all three (vit_locality.data.workers.init_data_worker): SLURM and `kill -- -PGID` signal every
   process of the job, and a worker that died of it would fail the cell. A worker forked before it reset its
   handlers runs the gate's, which does nothing outside the process that installed it.
 """

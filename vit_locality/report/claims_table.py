@@ -1,0 +1,102 @@
+"""The part of an ablation table that shows claims (a), (c) and (d): the paper's figure, the measured one and the
+verdict (claims.py judges them), per run and per cell mean, over the image side and over its diagonal."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from vit_locality.report.aggregate import LEVELS, Group
+from vit_locality.report.claim_units import DIAGONAL, GRID_SIDE, conversion_notes
+from vit_locality.report.claims import (
+    NOT_COMPARABLE,
+    NOT_ENOUGH,
+    NOT_INFORMATIVE,
+    ONE_SEED,
+    UNDETERMINED,
+    Claim,
+    Judgement,
+    ablation_claims,
+)
+from vit_locality.report.table_format import DIGITS, SHOWN_SCALE, Table
+
+LEVEL_NAMES = {"run": "per run", "mean": "per cell mean"}
+CLAIM_NOTES = (
+    "per run: every run stands for its cell (the highest CutMix run, the lowest other run, the lowest gain of a"
+    " cell's run over a Baseline run); per cell mean: each cell's mean does; with one run per cell the two agree",
+    "(a) the paper's bounds hold when both bound rows hold; the separation compares the highest CutMix value with"
+    " the lowest value without CutMix",
+    "a value is compared with a printed bound at the bound's printed precision: 0.210 holds for anything that"
+    " rounds (half up) to 0.210 or above (0.2097 holds, 0.2094 fails); gains at two decimals of a point",
+    "(c) the gain over Baseline in points must be at least 5 (the paper: about 6-7); per run the lowest run of the"
+    " cell minus the highest Baseline run",
+    f"{ONE_SEED}: a comparison of measured cells (the separation) with one run in a cell, which gives no spread;"
+    f" {NOT_INFORMATIVE}: the claim would hold, but a run it reads has every early head within 0.01 of uniform"
+    " attention's MAD on its grid (named), so it says nothing about locality",
+    "(d) an equivalence test on cell means (two one-sided Welch t-tests at 5%): holds when the 90% interval of the"
+    " cell's mean minus Baseline's lies inside +-margin, margin = max(0.02, 2 x Baseline's seed std); undetermined"
+    " with fewer than 2 runs in Baseline, the cell or +CM, or when CutMix's own shift is not significant or within"
+    " the margin; one test, shown in both columns",
+    "min MAD in the paper's convention: unit square, renormalised, first 2 layers, converted exactly from each"
+    " record's stats settings (pixels / image size, grid / grid side, diagonal x sqrt 2, other early layers re-read"
+    " per layer); not comparable when a run cannot be (raw weights, no patch size for pixels), with the reason",
+    "the measured columns divide distances by the image side (ours, 'grid side'); the diagonal columns by the image"
+    " diagonal (values / sqrt 2), since the paper does not say which; 'differ' flags a verdict that depends on it;"
+    " claim (d)'s margin, floor included, is / sqrt 2 with them, so its verdict never differs",
+    "not enough runs: a cell the claim needs has no run with that figure (missing: the cells)",
+)
+
+
+def claims_table(cells: dict[str, Group], data: str, model: str, stem: str) -> Table:
+    """The paper's claims (a), (c), (d) on one (data set, model): the paper's figure, the measured one and the
+    verdict, per run and per cell mean, with distances over the image side and over its diagonal. The CSV keeps
+    the compared numbers (accuracy as a fraction)."""
+    headers = ["claim", "paper (CIFAR-100)"]
+    for per in LEVELS:
+        headers += [f"measured {LEVEL_NAMES[per]}", LEVEL_NAMES[per]]
+    headers += [f"diagonal, {LEVEL_NAMES[per]}" for per in LEVELS] + ["conventions"]
+    rows, records = [], []
+    for claim in ablation_claims(cells):
+        row = [claim.statement, claim.paper]
+        record: dict[str, Any] = {"claim": claim.key, "statement": claim.statement, "paper": claim.paper}
+        for per in LEVELS:
+            judgement = claim.judgements[GRID_SIDE, per]
+            row += [measured(claim, judgement), judgement.verdict]
+            record.update({f"{per}_value": judgement.value, f"{per}_bound": judgement.bound})
+            record[f"{per}_verdict"] = judgement.verdict
+            record[f"{per}_reason"] = judgement.reason
+        for per in LEVELS:
+            diagonal = claim.judgements[DIAGONAL, per]
+            row.append(f"{diagonal.verdict}: {measured(claim, diagonal)}")
+            record.update({f"{per}_diagonal_value": diagonal.value, f"{per}_diagonal_bound": diagonal.bound})
+            record[f"{per}_diagonal_verdict"] = diagonal.verdict
+        differ = claim.disagreements
+        row.append(f"differ ({', '.join(LEVEL_NAMES[per] for per in differ)})" if differ else "agree")
+        record["conventions"] = "differ: " + ", ".join(differ) if differ else "agree"
+        rows.append(row)
+        records.append(record)
+    title = f"Paper's claims checked: {data}, {model} (the paper's figures are CIFAR-100's)"
+    notes = [*CLAIM_NOTES, *conversion_notes((name, run) for name, group in cells.items() for run in group.runs)]
+    return Table(stem, title, headers, rows, records, notes)
+
+
+def measured(claim: Claim, judgement: Judgement) -> str:
+    """The figure a verdict was reached on, as printed: min MAD in the paper's convention, a top-1 gain in points;
+    the reason where a claim could not be judged."""
+    if judgement.verdict == NOT_ENOUGH:
+        return f"missing {', '.join(judgement.missing)}"
+    if judgement.verdict == NOT_COMPARABLE:
+        return judgement.reason
+    digits = DIGITS[claim.figure]
+    value, bound = SHOWN_SCALE[claim.figure] * judgement.value, SHOWN_SCALE[claim.figure] * judgement.bound
+    if claim.style == "gain":
+        return f"{value:+.{digits}f}"
+    if claim.style == "equivalence":
+        if math.isnan(value):
+            return judgement.reason
+        low, high = judgement.interval
+        shown = f"{value:+.{digits}f}, 90% [{low:+.{digits}f}, {high:+.{digits}f}] (margin {bound:.{digits}f})"
+        return f"{shown}; {judgement.reason}" if judgement.verdict in (UNDETERMINED, NOT_INFORMATIVE) else shown
+    shown = f"{value:.{digits}f} ({judgement.value_cell})"
+    shown = f"{shown} vs {bound:.{digits}f} ({judgement.bound_cell})" if claim.style == "versus" else shown
+    return f"{shown}; {judgement.reason}" if judgement.verdict in (ONE_SEED, NOT_INFORMATIVE) else shown
