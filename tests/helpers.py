@@ -39,7 +39,7 @@ QUICK = [
     "callbacks.progress_bar=none",
 ]
 # What QUICK adds to a run directory's name: every setting it changes that changes results, sorted by key.
-QUICK_NAME = "_data.batch_size-64_data.test_size-64_data.train_size-256_trainer.max_epochs-1"
+QUICK_NAMED = {"data.batch_size": "64", "data.test_size": "64", "data.train_size": "256", "trainer.max_epochs": "1"}
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:

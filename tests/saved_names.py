@@ -1,5 +1,6 @@
 """A varied set of cells whose identity hashes and run directory names are saved in tests/saved_names_expected.py, so
-that a change to how either is computed shows up as a test failure (tests/test_saved_names.py).
+that a change to how either is computed shows up as a test failure (tests/test_saved_names.py). Each row also keeps
+`old_name`, the name the cell had before names held the identity hash: such a directory must still be found.
 
 `python tests/saved_names.py` rewrites the file from the current code (then `ruff format` it): only when a change of
 names is intended.
@@ -7,7 +8,6 @@ names is intended.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
@@ -21,7 +21,7 @@ from omegaconf import DictConfig  # noqa: E402
 from vit_locality.config.identity import identity_hash  # noqa: E402
 from vit_locality.config.settings import settings_of  # noqa: E402
 from vit_locality.paths import CONF_DIR  # noqa: E402
-from vit_locality.precheck.names import fitted_name, identity_settings, reference_choices  # noqa: E402
+from vit_locality.precheck.names import cell_name  # noqa: E402
 from vit_locality.precheck.resolvers import register_resolvers  # noqa: E402
 
 SAVED = Path(__file__).parent / "saved_names_expected.py"
@@ -77,21 +77,14 @@ def composed(overrides: list[str]) -> DictConfig:
         return compose(config_name="train", overrides=overrides, return_hydra_config=True)
 
 
-@functools.lru_cache(maxsize=16)
-def reference(choices: tuple[str, ...]) -> DictConfig:
-    """The config of a cell's data and model choices alone, as the pre-check composes it."""
-    return composed(list(choices))
-
-
 def cell_names(overrides: list[str], typed: bool = False) -> dict[str, str]:
     """A cell's identity hash and its run directory's name, as a Hydra job of these overrides computes them; `typed`:
-    from the cell's typed settings (and its reference's) instead of the composed configs."""
+    the hash from the cell's typed settings instead of the composed config."""
     cfg = composed(overrides)
-    base = reference(reference_choices(cfg.hydra.runtime.choices))
-    mine, theirs = (settings_of(cfg), settings_of(base)) if typed else (cfg, base)
+    settings = settings_of(cfg, named=False)
     return {
-        "identity_hash": identity_hash(mine),
-        "name": fitted_name(str(cfg.run_name), identity_settings(mine, theirs)),
+        "identity_hash": identity_hash(settings if typed else cfg),
+        "name": cell_name(str(cfg.run_name), overrides, settings, None),  # outside a job run_name is the base
     }
 
 
@@ -102,7 +95,8 @@ def saved() -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    rows = [{"overrides": cell, **cell_names(cell)} for cell in CELLS]
+    old = {json.dumps(row["overrides"]): row.get("old_name", row["name"]) for row in saved()}
+    rows = [{"overrides": cell, **cell_names(cell), "old_name": old.get(json.dumps(cell))} for cell in CELLS]
     header = SAVED.read_text().split("SAVED = ", 1)[0]
     SAVED.write_text(f"{header}SAVED = {json.dumps(rows, indent=4)}\n")
     print(f"{len(rows)} cells -> {SAVED}")

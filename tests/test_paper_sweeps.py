@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import QUICK, QUICK_NAME, REPO, Spawner
+from helpers import QUICK, QUICK_NAMED, REPO, Spawner
 
+from vit_locality.precheck.names import fitted_name
 from vit_locality.store.record import scan_records
 
 
@@ -33,7 +34,8 @@ def test_ablation_experiment_renders_the_paper_table(tmp_path: Path, spawns: Spa
         record = json.loads((run_dir / "results.json").read_text())
         flags = record["protocol"]
         aa, cm, ls = int(flags["autoaug"]), int(flags["cutmix"]), flags["ls"]
-        assert run_dir.name == f"synthetic_vit_tiny_aa{aa}_cm{cm}_ls{ls:g}_s0{QUICK_NAME}"
+        base = f"synthetic_vit_tiny_aa{aa}_cm{cm}_ls{ls:g}_s0"
+        assert run_dir.name == fitted_name(base, QUICK_NAMED, record["identity_hash"])
         assert record["status"] == "complete"
         seen.add((aa, cm, ls))
     assert seen == {(a, c, s) for a in (0, 1) for c in (0, 1) for s in (0.0, 0.1)}

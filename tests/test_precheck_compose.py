@@ -1,23 +1,22 @@
-"""The pre-check composes every cell with Hydra's public compose API, and hands each cell's run directory name to the
-jobs, so `run_name` looks its name up instead of composing a config of its own."""
+"""The pre-check composes every cell once with Hydra's public compose API and names its run directory as the job will;
+Hydra then composes each cell once more, in its job, and `run_name` composes nothing: a single run is composed at
+most 3 times, a sweep of N cells at most 2N + 2, with the basic, joblib and SLURM launchers alike."""
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 from typing import Any
 
 import hydra
 import hydra.compose
 import pytest
-from helpers import CONF
+from helpers import CONF, QUICK, Spawner
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
-from vit_locality.precheck import preflight, resolvers
-from vit_locality.precheck.names import fitted_name, identity_settings, reference_choices
-from vit_locality.precheck.preflight import check_command
-from vit_locality.precheck.resolvers import CELL_NAMES_ENV, CellNames, register_resolvers
+from vit_locality.precheck import composer, preflight
+from vit_locality.precheck.preflight import Plan, check_command
+from vit_locality.precheck.resolvers import register_resolvers
 
 SHORT = ["data=synthetic", "model=vit_tiny", "trainer.max_steps=2", "stats.probe_size=64"]
 
@@ -29,24 +28,23 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
         calls.append(list(kwargs["overrides"]))
         return compose(*args, **kwargs)
 
-    monkeypatch.setattr(preflight, "compose", counting_compose)
+    for module in (preflight, composer):  # a cell's config; a launcher's or sweeper's own options
+        monkeypatch.setattr(module, "compose", counting_compose)
     return calls
 
 
-def test_each_cell_is_composed_once_and_each_reference_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_cell_is_composed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _counting(monkeypatch)
     assert check_command(["-m", "data=synthetic,cifar10", "optim.lr=1e-3,2e-3,3e-3", "seed=0,1"], CONF) == []
     cells = [c for c in calls if any(o.startswith("optim.lr=") for o in c)]
     assert len(cells) == 12 and len({tuple(c) for c in cells}) == 12
-    references = [c for c in calls if c in (["data=synthetic", "model=vit_paper"], ["data=cifar10", "model=vit_paper"])]
-    assert len(references) == 2
-    assert len(calls) == 12 + 2 + 1  # and the sweep's own config (its fixed overrides)
+    assert len(calls) == 12 + 1  # and the sweep's own config (its fixed overrides), no reference
 
 
-def test_a_single_run_is_composed_once_and_named_against_one_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_single_run_is_composed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _counting(monkeypatch)
     assert check_command([*SHORT, "aug.cutmix=true"], CONF) == []
-    assert calls == [[*SHORT, "aug.cutmix=true"], ["data=synthetic", "model=vit_tiny"]]
+    assert calls == [[*SHORT, "aug.cutmix=true"]]
 
 
 def test_an_addition_is_composed_without_it_to_find_what_it_creates(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,18 +102,6 @@ CELLS = [
 ]
 
 
-def _named_against_its_reference(cell: list[str]) -> str:
-    """The name by its definition: the base and every identity setting that differs from the config of the cell's
-    data and model choices alone, that reference composed here."""
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=cell, return_hydra_config=True)
-        reference = compose(config_name="train", overrides=list(reference_choices(cfg.hydra.runtime.choices)))
-        with open_dict(cfg):
-            cfg.pop("hydra")
-    return fitted_name(str(cfg.run_name), identity_settings(cfg, reference))  # outside a job run_name is the base
-
-
 def _resolved_in_a_job(cell: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
     """`run_name` as the job resolves it, with Hydra's compose API out of reach of the resolver."""
     register_resolvers()
@@ -136,54 +122,37 @@ def _resolved_in_a_job(cell: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=[" ".join(c)[-50:] for c in CELLS])
-def test_the_job_looks_up_the_name_its_reference_gives_without_composing(
-    cell: list[str], monkeypatch: pytest.MonkeyPatch
+def test_the_job_names_its_cell_as_the_pre_check_did_without_composing(
+    cell: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    expected = _named_against_its_reference(cell)
-    names = CellNames()
-    assert check_command(cell, CONF, names=names) == []
-    assert list(names.names.values()) == [expected]
-    monkeypatch.setenv(CELL_NAMES_ENV, "")
-    names.hand_over()
-    assert _resolved_in_a_job(cell, monkeypatch) == expected
-    # A cell the pre-check did not list (a search sweeper's trial): named against the handed reference.
-    monkeypatch.setenv(CELL_NAMES_ENV, json.dumps({"names": {}, "references": names.references}))
-    assert _resolved_in_a_job(cell, monkeypatch) == expected
+    monkeypatch.chdir(tmp_path)  # outputs/ here (outputs/debug/ for a debug preset): where a single run lives
+    plans: list[Plan] = []
+    assert check_command(cell, CONF, plan_out=plans) == []
+    (run_dir,) = plans[0].run_dirs.values()
+    assert run_dir.parts[0] == "outputs" and _resolved_in_a_job(cell, monkeypatch) == run_dir.name
 
 
-def test_a_job_no_entry_point_named_shows_its_command_lines_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No names handed over (a Hydra app of one's own calling `main`): no reference, so every identity setting the
-    command line sets is shown, even one equal to its default (optim.lr=0.001)."""
-    cell = [*SHORT, "optim.lr=0.001", "data.num_workers=3"]
-    monkeypatch.delenv(CELL_NAMES_ENV, raising=False)
-    base = _named_against_its_reference(["data=synthetic", "model=vit_tiny"])
-    suffix = "_optim.lr-0.001_stats.probe_size-64_trainer.max_steps-2"
-    assert _resolved_in_a_job(cell, monkeypatch) == base + suffix
-    assert _named_against_its_reference(cell) == base + "_stats.probe_size-64_trainer.max_steps-2"
+COUNTER = Path(__file__).parent / "compose_counter"
+LAUNCHERS = ["hydra/launcher=basic", "hydra/launcher=joblib"]
 
 
-def test_a_sweeps_names_are_handed_over_for_every_cell(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(CELL_NAMES_ENV, "")  # the hand-over below is undone after the test
-    names = CellNames()
-    assert check_command(["-m", *SHORT, "loss.ls=0,0.1", "trainer.devices=1,2"], CONF, names=names) == []
-    assert len(set(names.names.values())) == 4 and list(names.references) == ["data=synthetic model=vit_tiny"]
-    monkeypatch.setattr(resolvers, "MAX_HANDED_CHARS", len(json.dumps({"references": names.references})) + 50)
-    names.hand_over()  # too many names for the environment: the references alone, from which the job names itself
-    handed = json.loads(resolvers.os.environ[CELL_NAMES_ENV])
-    assert handed["names"] == {} and handed["references"] == names.references
-
-
-def test_a_config_without_its_choices_finds_its_name_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A DDP child composes its cell's saved config.yaml alone (no data or model choice): the name rank 0 has."""
-    names = CellNames()
-    assert check_command([*SHORT, "optim.lr=0.002"], CONF, names=names) == []
-    (name,) = names.names.values()
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*SHORT, "optim.lr=0.002"])
-    assert name.endswith("_optim.lr-0.002_stats.probe_size-64_trainer.max_steps-2")
-    assert names.name("ignored", cfg, ()) == name
-    assert CellNames().name("base", cfg, ()) == "base"  # unlisted and no reference: named against itself
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_four_cell_sweep_is_composed_ten_times(
+    launcher: str, tmp_path: Path, spawns: Spawner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counted by wrapping Hydra's config loader in every process (the launcher's workers too): the pre-check's 4
+    cells and the command's own config, Hydra's master config, and each job's own: 2N + 2."""
+    counted = tmp_path / "compositions"
+    monkeypatch.setenv("COMPOSE_COUNT_FILE", str(counted))
+    monkeypatch.setenv("PYTHONPATH", f"{COUNTER}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    sweep = ["aug.cutmix=true,false", "loss.ls=0,0.1", "+trainer.fast_dev_run=true", "stats.enabled=false"]
+    proc = spawns.run_train(["-m", *QUICK, *sweep, launcher, f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(counted.read_text().splitlines()) == 10
+    counted.unlink()
+    single = spawns.run_train([*QUICK, "+trainer.fast_dev_run=true", "stats.enabled=false"], cwd=tmp_path)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert len(counted.read_text().splitlines()) <= 3
 
 
 def test_a_schema_refusal_names_the_declared_type() -> None:
@@ -211,3 +180,22 @@ def test_a_resume_is_checked_against_its_checkpoint_in_the_pre_check(
         "ckpt_mode=resume is not allowed: refused"
     ]
     assert asked == ["resume"]
+
+
+def test_a_slurm_sweep_follows_each_cell_in_the_directory_the_pre_check_named(tmp_path: Path) -> None:
+    """The launching process names each SLURM job's cell from the pre-check's directories: looked up by the overrides
+    Hydra's sweeper hands the job (the task's only, a repeated key once), not the command line's."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from vit_locality.sweep import slurm_launcher
+
+    sweep = ["aug.cutmix=true,false", "loss.ls=0,0.1", "data.train_size=128", "data.train_size=96"]
+    slurm = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", f"hydra.sweep.dir={tmp_path / 's'}"]
+    plans: list[Plan] = []
+    assert check_command(["-m", *QUICK, *sweep, *slurm], CONF, plan_out=plans) == []
+    slurm_launcher.note_run_dirs(plans[0].run_dirs)
+    (batch,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides([*QUICK, *sweep]), None)
+    followed = [slurm_launcher.tracked(None, job) for job in batch]
+    assert len(batch) == 4 and all(cell.run_dir is not None for cell in followed)
+    assert len({cell.run_dir for cell in followed}) == 4 and all("train_size-96" in cell.name for cell in followed)

@@ -1,10 +1,10 @@
-"""Run directory names: one value, one spelling; a setting equal to its default is the same cell; the last of two
-overrides of a key wins; long names are shortened to fit, readably and never shared by two different cells."""
+"""Run directory names: one value, one spelling; the identity hash in every name tells cells apart, and a directory
+of the same identity already there is the cell's whatever it is named; the last of two overrides of a key wins; long
+names are shortened to fit, readably and never shared by two different cells."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -12,10 +12,11 @@ from helpers import QUICK, Spawner, compose_config
 from hydra import compose, initialize_config_dir
 
 from vit_locality.config.identity import canonical_text, identity_hash
+from vit_locality.config.settings import settings_of
 from vit_locality.paths import CONF_DIR
-from vit_locality.precheck.names import MAX_NAME_CHARS, fitted_name, identity_settings, named_settings
+from vit_locality.precheck.names import ID_SUFFIX, MAX_NAME_CHARS, cell_name, fitted_name, named_settings
 from vit_locality.precheck.preflight import check_command
-from vit_locality.precheck.resolvers import CELL_NAMES_ENV, CellNames, register_resolvers
+from vit_locality.precheck.resolvers import register_resolvers
 
 BASE = "synthetic_vit_tiny_aa1_cm1_ls0.1_s0"
 # Ten ordinary tuning settings: with QUICK's four, a name of more than 255 bytes before names were fitted.
@@ -33,38 +34,38 @@ TUNING = [
 ]
 
 
-def name_of(overrides: list[str]) -> str:
-    """The name the job's `${cell_name:...}` gives: told apart from the config of its groups' choices alone."""
+def name_of(overrides: list[str], parent: Path | None = None) -> str:
+    """The name the job's `${cell_name:...}` gives: from the cell's own validated config and its overrides."""
     cfg = compose_config(overrides)
-    groups = [o for o in overrides if "." not in o.split("=")[0]]
-    return fitted_name(str(cfg.run_name), identity_settings(cfg, compose_config(groups)))
+    return cell_name(str(cfg.run_name), overrides, settings_of(cfg, named=False), parent)
+
+
+def id_of(name: str) -> str:
+    match = ID_SUFFIX.search(name)
+    assert match is not None, name
+    return match.group(1)
 
 
 def test_ten_tuning_settings_fit_and_keep_what_fits_readable() -> None:
-    name = name_of(["data=synthetic", "model=vit_tiny", *QUICK, *TUNING])
+    overrides = ["data=synthetic", "model=vit_tiny", *QUICK, *TUNING]
+    name = name_of(overrides)
     assert len(name) <= MAX_NAME_CHARS and name.startswith(BASE + "_aug.cutmix_alpha-0.8")
-    assert name.rsplit("_", 1)[1].startswith("hash-")
+    assert name.endswith("_id-" + identity_hash(compose_config(overrides))[:8])
 
 
 def test_a_300_character_value_and_a_long_float_are_shortened() -> None:
-    assert len(fitted_name(BASE, {"aug.policy": "x" * 300})) <= MAX_NAME_CHARS
+    assert len(fitted_name(BASE, {"aug.policy": "x" * 300}, "0" * 16)) <= MAX_NAME_CHARS
     optuna_like = named_settings(["optim.lr=0.00012345678901234567", "aug.cutmix_alpha=1.2345678901234567"])
     assert canonical_text(0.00012345678901234567) in optuna_like.values()  # every digit, or two trials could meet
-    assert len(fitted_name(BASE, {**optuna_like, "model.stem": "y" * 100})) <= MAX_NAME_CHARS
+    assert len(fitted_name(BASE, {**optuna_like, "model.stem": "y" * 100}, "0" * 16)) <= MAX_NAME_CHARS
 
 
-def test_different_settings_never_share_a_name() -> None:
-    long_value = "v" * 200
-    names = {
-        fitted_name(BASE, {"aug.policy": long_value}),
-        fitted_name(BASE, {"aug.policy": long_value + "w"}),
-        fitted_name(BASE, {"aug.policy": long_value, "optim.lr": "0.002"}),
-        fitted_name(BASE, {"optim.lr": "0.002", "zz.extra": long_value}),
-        fitted_name(BASE, {"optim.lr": "0.003", "zz.extra": long_value}),
-        fitted_name(BASE + "x", {"aug.policy": long_value}),
-    }
-    assert len(names) == 6 and all(len(name) <= MAX_NAME_CHARS for name in names)
-    assert fitted_name(BASE, {"aug.policy": long_value}) == fitted_name(BASE, {"aug.policy": long_value})
+def test_different_cells_never_share_a_name() -> None:
+    """The identity hash ends every name: cells whose readable parts are cut alike still differ."""
+    base = ["data=synthetic", "model=vit_tiny", *TUNING]
+    names = {name_of([*base, f"data.generator_seed={seed}"]) for seed in range(5)}
+    assert len(names) == 5 and all(len(name) <= MAX_NAME_CHARS for name in names)
+    assert name_of(base) == name_of(base)
 
 
 @pytest.mark.parametrize(
@@ -72,19 +73,22 @@ def test_different_settings_never_share_a_name() -> None:
     [
         (["optim.lr=1e-3"], ["optim.lr=0.001"]),
         (["data.period=4"], ["data.period=4.0"]),
-        (["optim.lr=0.001"], []),  # equal to its default: not named, the same cell as without it
+        (["optim.lr=0.001"], []),  # equal to its default: the same cell as without it
         (["trainer.max_epochs=7", "trainer.max_epochs=1"], ["trainer.max_epochs=1"]),  # the last one wins
         (["stats.enabled=True"], ["stats.enabled=true"]),
     ],
 )
-def test_one_value_one_name_one_identity(one: list[str], other: list[str]) -> None:
+def test_one_value_one_identity_one_directory(one: list[str], other: list[str], tmp_path: Path) -> None:
+    """However a value is typed (or left at its default), one identity; its directory, once made, is found again."""
     base = ["data=synthetic", "model=vit_tiny"]
-    assert name_of([*base, *one]) == name_of([*base, *other])
+    assert id_of(name_of([*base, *one])) == id_of(name_of([*base, *other]))
     assert identity_hash(compose_config([*base, *one])) == identity_hash(compose_config([*base, *other]))
+    (tmp_path / name_of([*base, *one])).mkdir()
+    assert name_of([*base, *other], tmp_path) == name_of([*base, *one])
 
 
-def test_a_setting_different_from_its_default_is_named_in_its_canonical_spelling() -> None:
-    assert name_of(["data=synthetic", "optim.lr=3e-3"]).endswith("_optim.lr-0.003")
+def test_a_setting_the_command_sets_is_named_in_its_canonical_spelling() -> None:
+    assert "_optim.lr-0.003_id-" in name_of(["data=synthetic", "optim.lr=3e-3"])
     assert named_settings(["trainer.max_epochs=abc", "trainer.max_epochs=2"]) == {"trainer.max_epochs": "2"}
 
 
@@ -109,7 +113,7 @@ def test_ten_tuning_settings_train_into_a_fitted_directory_with_the_full_setting
     proc = spawns.run_train(["-m", *QUICK, *TUNING, "stats.enabled=false", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    assert len(run_dir.name) <= MAX_NAME_CHARS and "_hash-" in run_dir.name
+    assert len(run_dir.name) <= MAX_NAME_CHARS and ID_SUFFIX.search(run_dir.name)
     config = json.loads((run_dir / "results.json").read_text())["config"]
     assert config["optim"]["betas"] == [0.9, 0.95] and config["data"]["split_seed"] == 1
     again = spawns.run_train(
@@ -121,27 +125,19 @@ def test_ten_tuning_settings_train_into_a_fitted_directory_with_the_full_setting
 
 
 def job_name(overrides: list[str]) -> str:
-    """The run directory's name as a Hydra job resolves `run_name`: the names the pre-check handed over in the
-    environment (as `cli` does), looked up with Hydra's record of the job set (as in train.py)."""
+    """The run directory's name as a Hydra job resolves `run_name`, with Hydra's record of the job set (as in
+    train.py); the pre-check passes the command first, as `cli` runs it."""
     from hydra.core.hydra_config import HydraConfig
 
-    names = CellNames()
-    assert check_command(["-m", *overrides], CONF_DIR, names=names) == []  # -m: a saved sweep's cells are listed
+    assert check_command(["-m", *overrides], CONF_DIR) == []
     register_resolvers()
-    before = os.environ.get(CELL_NAMES_ENV)
-    names.hand_over()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-            HydraConfig.instance().set_config(cfg)
-            try:
-                return str(cfg.run_name)
-            finally:
-                HydraConfig.instance().cfg = None
-    finally:
-        os.environ.pop(CELL_NAMES_ENV, None)
-        if before is not None:
-            os.environ[CELL_NAMES_ENV] = before
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        try:
+            return str(cfg.run_name)
+        finally:
+            HydraConfig.instance().cfg = None
 
 
 SHORT = ["trainer.max_steps=2", "stats.probe_size=64"]
@@ -163,7 +159,7 @@ def test_the_process_count_reaches_the_name() -> None:
     """Two processes mix their own halves of a batch: another cell, so another directory."""
     one = job_name(["data=synthetic", "model=vit_tiny", *SHORT])
     two = job_name(["data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=2"])
-    assert one != two and two.endswith("_processes-2_stats.probe_size-64_trainer.max_steps-2")
+    assert id_of(one) != id_of(two) and one.endswith(f"_stats.probe_size-64_trainer.max_steps-2_id-{id_of(one)}")
     assert identity_hash(compose_config(["data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=2"])) != (
         identity_hash(compose_config(["data=synthetic", "model=vit_tiny", *SHORT]))
     )
@@ -172,11 +168,11 @@ def test_the_process_count_reaches_the_name() -> None:
 def test_what_an_experiment_sets_reaches_the_name_and_equal_identities_share_it() -> None:
     demo = job_name(["experiment=demo", *SHORT])
     assert demo != job_name(["data=glyphs", "model=vit_tiny_sincos", *SHORT])  # other settings, other directory
-    assert demo == job_name([*DEMO_BY_HAND, *SHORT])  # the demo's values typed by hand: the same cell
+    assert id_of(demo) == id_of(job_name([*DEMO_BY_HAND, *SHORT]))  # the demo's values typed by hand: the same cell
     assert identity_hash(compose_config(["experiment=demo", *SHORT])) == identity_hash(
         compose_config([*DEMO_BY_HAND, *SHORT])
     )
-    assert demo != job_name([*DEMO_BY_HAND[:-1], *SHORT])  # one of them left out: not the same cell
+    assert id_of(demo) != id_of(job_name([*DEMO_BY_HAND[:-1], *SHORT]))  # one of them left out: not the same cell
 
 
 def test_a_preset_is_named_by_what_it_sets() -> None:
@@ -188,7 +184,7 @@ def test_a_preset_is_named_by_what_it_sets() -> None:
 
 
 def test_the_sweep_check_names_a_cell_as_the_job_does() -> None:
-    """The pre-check's names (identity_settings from the cell's config) are the job's: two cells of one sweep that
+    """The pre-check's names (names.cell_name from the cell's config) are the job's: two cells of one sweep that
     differ only in the devices are two directories, not one refused."""
     assert check_command(["-m", "data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=1,2"], CONF_DIR) == []
 

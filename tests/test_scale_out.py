@@ -52,11 +52,15 @@ def test_ddp_inside_a_multirun_is_not_re_expanded(tmp_path: Path, spawns: Spawne
     cells = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     named = {"data.batch_size": "64", "data.test_size": "64", "data.train_size": "256", "stats.probe_size": "64"}
     named["trainer.max_epochs"] = "1"  # names over 120 characters end in a hash of their settings
-    named["processes"] = "2"  # two DDP processes are another cell than one: the name says so
+    # Two DDP processes are another cell than one: the identity, and so the name's `_id-`, holds the count.
+    records = {c: _record(sweep / c) for c in cells}
     expected = [
-        fitted_name(f"synthetic_vit_tiny_aa1_cm1_ls{ls}_s0", dict(sorted(named.items()))) for ls in ("0.1", "0")
+        fitted_name(
+            f"synthetic_vit_tiny_aa1_cm1_ls{r['protocol']['ls']:g}_s0", dict(sorted(named.items())), r["identity_hash"]
+        )
+        for r in records.values()
     ]
-    assert cells == sorted(expected)
+    assert cells == sorted(expected) and {r["protocol"]["ls"] for r in records.values()} == {0.0, 0.1}
     assert len(list(tmp_path.rglob("results.json"))) == 2  # no stray run directories anywhere
     assert all(_record(sweep / c)["batch"]["world_size"] == 2 for c in cells)
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()

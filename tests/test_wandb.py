@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from helpers import QUICK, QUICK_NAME, InProcessTraining, Spawner, compose_config
+from helpers import QUICK, InProcessTraining, Spawner, compose_config
 from matplotlib.colors import to_rgba
 from omegaconf import OmegaConf
 
@@ -149,10 +150,14 @@ def test_group_is_the_cell_without_its_seed() -> None:
     groups = {cell: {run_group(_cell(*cell, seed)) for seed in (0, 1, 2)} for cell in cells}
     assert all(len(seen) == 1 for seen in groups.values())  # the seeds of a cell share its group
     assert len({next(iter(seen)) for seen in groups.values()}) == 8  # the 8 cells stay apart
-    assert groups[(1, 1, 0.1)] == {"synthetic_vit_tiny_aa1_cm1_ls0.1"}
-    # A swept setting that the directory name shows (`_optim.lr-0.003`) keeps its cells apart too.
-    swept = _cell(1, 1, 0.1, 7, "run_name=synthetic_vit_tiny_aa1_cm1_ls0.1_s7_optim.lr-0.003")
-    assert run_group(swept) == "synthetic_vit_tiny_aa1_cm1_ls0.1_optim.lr-0.003"
+    (modern,) = groups[(1, 1, 0.1)]
+    assert re.fullmatch(r"synthetic_vit_tiny_aa1_cm1_ls0.1(_\S+)?_cell-[0-9a-f]{8}", modern), modern
+    # A swept setting keeps its cells apart, shown or not: the name's readable part, then the seedless identity.
+    swept = _cell(1, 1, 0.1, 7, "run_name=synthetic_vit_tiny_aa1_cm1_ls0.1_s7_optim.lr-0.003_id-0123abcd")
+    assert run_group(swept) == f"synthetic_vit_tiny_aa1_cm1_ls0.1_optim.lr-0.003_cell-{modern[-8:]}"
+    lr = _cell(1, 1, 0.1, 7, "optim.lr=0.003", "run_name=synthetic_vit_tiny_aa1_cm1_ls0.1_s7_id-0123abcd")
+    assert re.fullmatch(r"synthetic_vit_tiny_aa1_cm1_ls0.1_cell-[0-9a-f]{8}", run_group(lr))
+    assert run_group(lr)[-8:] != modern[-8:]  # a setting the name could not show still makes another group
     assert run_group(_cell(1, 1, 0.1, 0, "logger.wandb.group=mine")) == "mine"
 
 
@@ -237,7 +242,10 @@ def test_run_is_grouped_by_cell_typed_by_data_and_tagged(wandb_cell: dict[str, A
     (run,) = of_kind(wandb_cell["records"], "run")
     run_name = wandb_cell["record"]["run_name"]
     assert run.display_name == run_name and "_s0" in run_name
-    assert run.run_group == run_name.replace("_s0", "", 1)  # the cell without its seed
+    # The cell without its seed: the name less `_s0` and its identity, then the identity less the seed.
+    assert re.fullmatch(
+        re.escape(run_name.replace("_s0", "", 1)[: -len("_id-") - 8]) + "_cell-[0-9a-f]{8}", run.run_group
+    )
     assert run.run_group.startswith("synthetic_vit_tiny_aa1_cm1_ls0.1_")
     assert run.job_type == "synthetic"
     assert {"Modern", "sweep:abl", "paper", "v2"} <= set(run.tags)
@@ -337,7 +345,9 @@ def test_a_sweep_gives_one_group_per_cell_and_one_run_per_seed(tmp_path: Path, s
     for run in seen:
         groups.setdefault(run.run_group, set()).add(run.display_name)
     # protocol=modern (the default) keeps AA and LS on; the two CutMix settings are the two cells.
-    assert sorted(groups) == [f"synthetic_vit_tiny_aa1_cm{cm}_ls0.1{QUICK_NAME}" for cm in (0, 1)]
+    assert [re.sub("_cell-.*", "", group) for group in sorted(groups)] == [
+        f"synthetic_vit_tiny_aa1_cm{cm}_ls0.1_data.batch_size-64_data.test_size-64_data.train_size-256" for cm in (0, 1)
+    ]
     assert all(len(names) == 2 for names in groups.values())
 
 

@@ -23,8 +23,8 @@ from omegaconf import DictConfig
 
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
-from vit_locality.precheck.preflight import check_command
-from vit_locality.precheck.resolvers import CellNames, register_resolvers
+from vit_locality.precheck.preflight import Plan, check_command
+from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.sweep.launch import (
     in_multirun,
     is_ddp,
@@ -34,6 +34,7 @@ from vit_locality.sweep.launch import (
 )
 from vit_locality.sweep.progress import announce_sweep_size, cell_start_line, finished_durations, sweep_cells
 from vit_locality.sweep.search import one_line_without_result
+from vit_locality.upstream import hydra_composes_less
 
 log = logging.getLogger("vit_locality")
 
@@ -138,22 +139,25 @@ def main(cfg: DictConfig) -> float | None:
 def cli() -> None:
     """`python train.py` and the installed `vit-locality-train`: check every cell, run, give the verdict."""
     counted: list[int] = []  # the pre-check counts the command's cells, saved sweeps (experiment=...) included
-    names = CellNames()  # and names their run directories
-    problems = check_command(sys.argv[1:], CONF_DIR, counted=counted, names=names)
+    plans: list[Plan] = []  # and composes, checks and names each of them once
+    problems = check_command(sys.argv[1:], CONF_DIR, counted=counted, plan_out=plans)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:
         sys.exit(2)
-    if names:  # the jobs' `run_name` looks its name up (a saved cell re-run with -cp keeps the names it was given)
-        names.hand_over()
-    register_resolvers()  # before main(): Hydra resolves run_name when it builds the output directory
-    from vit_locality.sweep.verdict import COMMAND_ID_ENV, new_command_id, report_verdict, sweep_dir_of
+    if plans:  # Hydra need not compose again what the pre-check composed (upstream.hydra_composes_less)
+        from vit_locality.sweep.slurm_launcher import note_run_dirs
 
-    sweep_dir = sweep_dir_of(sys.argv[1:], CONF_DIR)
+        hydra_composes_less(plans[0].mode)
+        note_run_dirs(plans[0].run_dirs)  # a SLURM sweep follows each cell's directory without composing it
+    register_resolvers()  # before main(): Hydra resolves run_name when it builds the output directory
+    from vit_locality.sweep.verdict import COMMAND_ID_ENV, new_command_id, report_verdict, started_sweep_dir
+
     command_id = os.environ[COMMAND_ID_ENV] = new_command_id()  # this command's cells and verdict, no other's
     announce_sweep_size(counted[0] if counted else None)  # each cell logs "cell k of N" with the sweep's time left
     one_line_without_result()  # a search whose every trial failed ends in one line
     main()
+    sweep_dir = started_sweep_dir()  # where Hydra's multirun wrote (None: a single run)
     if sweep_dir is not None and (status := report_verdict(sweep_dir, command_id)):
         sys.exit(status)
 

@@ -224,7 +224,7 @@ def test_resume_keeps_every_metrics_row_once(tmp_path: Path, monkeypatch, trains
 
 def test_run_directory_names_show_every_setting_the_command_changes() -> None:
     def suffix(overrides: list[str]) -> str:
-        return fitted_name("", named_settings(overrides))
+        return fitted_name("", named_settings(overrides), "0" * 16).removesuffix("_id-00000000")
 
     assert suffix(["optim.lr=0.003", "data=synthetic", "aug.cutmix=true", "seed=1", "data.num_workers=4"]) == (
         "_optim.lr-0.003"

@@ -11,6 +11,7 @@ from helpers import CONF, Spawner
 from hydra.errors import MissingConfigException
 
 from vit_locality.precheck import preflight
+from vit_locality.precheck.composer import Composer
 from vit_locality.precheck.preflight import check_command
 from vit_locality.precheck.refusals import explain
 from vit_locality.run import checks as config
@@ -152,7 +153,7 @@ def test_every_cell_of_a_long_sweep_is_checked(monkeypatch: pytest.MonkeyPatch) 
     """601 cells, the last one bad: the pre-check once stopped looking after 512. Hydra composes every cell (about
     0.1-0.25 s each on these cores), so here the cells that differ only in their seed share one composition, the
     seed set on a copy: the test is about the cells the plan visits and checks, which stay the real ones."""
-    real_compose = preflight.Composer._compose
+    real_compose = Composer._compose
     composed: dict[tuple[str, ...], tuple] = {}
     seeds_checked: list[int] = []
 
@@ -168,7 +169,7 @@ def test_every_cell_of_a_long_sweep_is_checked(monkeypatch: pytest.MonkeyPatch) 
             seeds_checked.append(seed)
         return cfg, hydra_cfg
 
-    monkeypatch.setattr(preflight.Composer, "_compose", compose_once_per_seedless_cell)
+    monkeypatch.setattr(Composer, "_compose", compose_once_per_seedless_cell)
     seeds = ",".join(str(seed) for seed in range(600))
     assert check_command(["-m", "data=synthetic", f"seed={seeds},-1"], CONF) == [
         "seed=-1 is not allowed: an integer in [0, 4294967295]"

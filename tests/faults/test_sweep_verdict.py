@@ -8,13 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, REPO, Spawner
+from helpers import QUICK, Spawner
 from omegaconf import OmegaConf
 from test_results import complete_payload
 
-from vit_locality.paths import CONF_DIR
-from vit_locality.precheck.names import fitted_name
-from vit_locality.precheck.resolvers import register_resolvers
+from vit_locality.precheck.names import ID_SUFFIX, fitted_name
 from vit_locality.store.record import write_record
 from vit_locality.sweep.verdict import (
     COMMAND_ID_ENV,
@@ -24,7 +22,7 @@ from vit_locality.sweep.verdict import (
     note_cell,
     read_verdict,
     report_verdict,
-    sweep_dir_of,
+    started_sweep_dir,
 )
 
 
@@ -43,14 +41,16 @@ def test_a_failed_cell_fails_the_sweep_and_every_cell_has_its_own_directory(
     names = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     base = "synthetic_vit_tiny_aa1_cm1_ls0.1_s0"
     quick = {"data.batch_size": "64", "data.test_size": "64", "data.train_size": "256", "trainer.max_epochs": "1"}
-    # 0.001 is optim.lr's default, so that cell's name leaves it out; 1e30 is named as `1e+30`, the name shortened
-    stems = [fitted_name(base, quick), fitted_name(base, dict(sorted({**quick, "optim.lr": "1e+30"}.items())))]
-    assert names == sorted(stems)
-    statuses = {name: json.loads((sweep / name / "results.json").read_text())["status"] for name in names}
+    # each name shows the learning rate the command set (1e30 as `1e+30`), then the cell's identity hash
+    stems = [fitted_name(base, dict(sorted({**quick, "optim.lr": lr}.items())), "0" * 16) for lr in ("0.001", "1e+30")]
+    stems = [stem.removesuffix("_id-00000000") for stem in stems]
+    assert sorted(ID_SUFFIX.sub("", name) for name in names) == sorted(stems)
+    statuses = {ID_SUFFIX.sub("", n): json.loads((sweep / n / "results.json").read_text())["status"] for n in names}
     assert statuses == {stems[0]: "complete", stems[1]: "failed"}
+    statuses = {name: statuses[ID_SUFFIX.sub("", name)] for name in names}
     verdict = json.loads((sweep / VERDICT_FILE).read_text())
     assert {Path(cell["run"]).name: cell["status"] for cell in verdict["cells"]} == statuses
-    assert "1 cell(s) not complete" in proc.stderr and stems[1] in proc.stderr
+    assert "1 cell(s) not complete" in proc.stderr and stems[1] + "_id-" in proc.stderr
     table = [line for line in proc.stdout.splitlines() if line.startswith(("Modern", "?"))]
     assert len(table) == 2 and any("failed" in line for line in table)
 
@@ -131,12 +131,16 @@ def test_cells_of_other_commands_and_their_verdicts_do_not_count(tmp_path: Path,
 
 
 def test_the_entry_point_finds_the_sweep_directory_hydra_uses(tmp_path: Path) -> None:
-    register_resolvers()  # as the entry point does before it asks
-    assert sweep_dir_of(["data=synthetic"], CONF_DIR) is None  # no -m: no sweep
-    assert sweep_dir_of(["-m", "seed=0,1", "sweep_name=demo"], CONF_DIR) == Path("multirun/demo")
+    """The verdict reads the sweep directory Hydra's master config resolved, noted when the multirun starts, with no
+    composition of its own."""
+    from vit_locality.sweep import verdict
+
+    verdict._STARTED.clear()
+    assert started_sweep_dir() is None  # no multirun started: no sweep
     where = tmp_path / "here"
-    assert sweep_dir_of(["-m", "seed=0,1", f"hydra.sweep.dir={where}"], CONF_DIR) == where
-    assert REPO.is_dir()
+    SweepVerdict().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(where)}, "launcher": {}}}))
+    assert started_sweep_dir() == where
+    verdict._STARTED.clear()
 
 
 def _wait_for_a_cell(sweep: Path, part: str, proc: subprocess.Popen, timeout: float = 300) -> None:

@@ -49,6 +49,7 @@ EXACT = [
     "stats.probe_size=64",
 ]
 PACED = Path(__file__).resolve().parent / "paced"
+COMPOSE_COUNTER = Path(__file__).resolve().parent.parent / "compose_counter"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
 
 
@@ -63,14 +64,22 @@ def train(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.Comple
 
 
 def start_sweep(
-    args: list[str], sweep_dir: Path, log: Path, pace: tuple[Path, float] | None = None
+    args: list[str],
+    sweep_dir: Path,
+    log: Path,
+    pace: tuple[Path, float] | None = None,
+    count_compositions: Path | None = None,
 ) -> subprocess.Popen:
     """train.py -m on the cluster in the background; `pace` (progress file, seconds) slows the jobs' first attempt
-    down to a pause after every batch (paced/sitecustomize.py)."""
+    down to a pause after every batch (paced/sitecustomize.py); `count_compositions` (a file) gets one line per
+    composition of Hydra's config in every process, the jobs' too (compose_counter/sitecustomize.py)."""
     env = dict(ENV)
     if pace is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACED), env.get("PYTHONPATH")]))
         env["VIT_LOCALITY_TEST_PACE"] = f"{pace[0]}:{pace[1]}"
+    if count_compositions is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(COMPOSE_COUNTER), env.get("PYTHONPATH")]))
+        env["COMPOSE_COUNT_FILE"] = str(count_compositions)
     launcher = [] if any(a.startswith("hydra/launcher=") for a in args) else ["hydra/launcher=slurm"]
     command = [
         sys.executable,
@@ -221,12 +230,16 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_8_cell_grid_runs_as_an_array_job(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """8 one-epoch cells as one array job, two at a time; the Modern cell against a run outside SLURM."""
+    """8 one-epoch cells as one array job, two at a time; the Modern cell against a run outside SLURM. Hydra's config
+    is composed 2N + 2 times in all the sweep's processes, its jobs' included: the pre-check's 8 cells and the
+    command's own config, Hydra's master config, and each job's own."""
     args = GRID_CELL
-    sweep_dir, log = tmp_path / "grid", tmp_path / "grid.log"
-    proc = start_sweep([*args, "aug.cutmix=true,false", "aug.autoaug=true,false", "loss.ls=0,0.1"], sweep_dir, log)
+    sweep_dir, log, counted = tmp_path / "grid", tmp_path / "grid.log", tmp_path / "compositions"
+    grid = ["aug.cutmix=true,false", "aug.autoaug=true,false", "loss.ls=0,0.1"]
+    proc = start_sweep([*args, *grid], sweep_dir, log, count_compositions=counted)
     out = finish(proc, log)
     assert proc.returncode == 0, out[-3000:]
+    assert len(counted.read_text().splitlines()) == 2 * 8 + 2
     ids = job_ids(log)
     assert len(ids) == 8 and len({i.split("_")[0] for i in ids}) == 1, ids  # one array job of 8 tasks
     assert out.count("ended (COMPLETED); the cell is complete") == 8, out[-3000:]

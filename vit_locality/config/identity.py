@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from enum import Enum
 from typing import Any
@@ -163,6 +164,11 @@ def identity_hash(cfg: Any) -> str:
         identity["start_weights"] = file_content_hash(start)
     blob = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+ID_NAME = "id"  # a run directory's `..._id-<hex>`: the start of the cell's identity hash, what tells cells apart
+ID_CHARS = 8
+ID_SUFFIX = re.compile(rf"_{ID_NAME}-([0-9a-f]{{{ID_CHARS}}})$")
 
 
 def canonical_value(value: Any) -> Any:

@@ -1,29 +1,29 @@
-"""A run directory's name: its base (data, model, the three flags, seed) and every identity setting that differs from
-the config of the cell's data and model choices alone, fitted within what a file system takes."""
+"""A run directory's name: its base (data, model, the three flags, seed), the identity settings its command sets (as
+validated: `optim.lr=1e-3` and `0.001` read alike), and the short identity hash, which alone tells cells apart: the
+readable part is for people. Computed from the cell's own config, in the pre-check and in the job alike, with no
+other composition and nothing handed between processes. A directory of the same identity already in the parent
+(one named by an earlier version, or by another spelling of the same settings) is the cell's, whatever its name."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.config.identity import (
     HASH_CHARS,
+    ID_CHARS,
+    ID_NAME,
+    ID_SUFFIX,
     NOT_IDENTITY,
     RESUME_MODE,
     START_NAME,
     _covered,
     canonical_text,
-    canonical_value,
     file_content_hash,
-    processes,
-    run_identity,
-    start_checkpoint,
+    identity_hash,
 )
 
 # Keys (exact) the base of a run directory's name already shows (`<data>_<model>_aa<0|1>_cm<0|1>_ls<eps>_s<seed>`):
@@ -42,6 +42,9 @@ IN_BASE_NAME = (
     "experiment",
 )
 GROUPS_NOT_NAMED = ("trainer", "logger", "callbacks", "hydra")
+# Identity settings whose value the identity does not follow: `stats.units` only chooses how distances are shown (the
+# identity holds the stored unit whatever it says), so naming it would tell one cell apart from itself.
+NOT_NAMED = ("stats.units",)
 
 MAX_NAME_CHARS = 120
 Lookup = Callable[[str], Any]
@@ -69,7 +72,8 @@ def named_settings(overrides: Iterable[str], value_of: Lookup | None = None) -> 
         key = _override_key(override)
         chosen.pop(key, None)  # the last override of a key wins, as in the config
         starts = starts or key in START_KEYS
-        if "=" not in override or key in IN_BASE_NAME or key in GROUPS_NOT_NAMED or _covered(key, NOT_IDENTITY):
+        skipped = key in IN_BASE_NAME or key in GROUPS_NOT_NAMED or key in NOT_NAMED or _covered(key, NOT_IDENTITY)
+        if "=" not in override or skipped:
             continue
         value = _lookup(value_of, key)
         value = override.split("=", 1)[1] if value is ABSENT else value
@@ -98,43 +102,6 @@ def _start_name(overrides: Iterable[str], value_of: Lookup | None) -> str | None
         return None
 
 
-PROCESSES_NAME = "processes"  # `..._processes-2`: a cell whose processes (devices x nodes) differ from the reference's
-DELETED = "deleted"  # the value a name shows for an identity setting the config removed (`~key`)
-REFERENCE_GROUPS = ("data", "model")  # the group choices the base of a name shows; the reference is composed from them
-
-
-def identity_settings(cfg: Any, reference: Any) -> dict[str, str]:
-    """The settings a directory name shows beyond its base, key -> canonical text, sorted by key: every identity
-    setting (run_identity) whose value differs from `reference`'s (the config of the cell's data and model choices
-    alone), its process count where that differs, and the content hash of a checkpoint whose weights start it.
-    Whatever set a value (command line, experiment, preset), the name follows the identity: two configs of one
-    identity share a name, and two of different identities never do (when all cannot be shown, fitted_name's hash
-    stands for them)."""
-    mine = run_identity(cfg)
-    theirs = run_identity(reference)
-    chosen: dict[str, str] = {}
-    for key in mine.keys() | theirs.keys():
-        if key in IN_BASE_NAME:
-            continue
-        value = canonical_value(mine[key]) if key in mine else DELETED
-        if key in theirs and canonical_value(theirs[key]) == value:
-            continue
-        chosen[key] = DELETED if key not in mine else canonical_text(value)
-    if processes(cfg) != processes(reference):
-        chosen[PROCESSES_NAME] = str(processes(cfg))
-    start = start_checkpoint(cfg)
-    if start is not None:
-        with contextlib.suppress(OSError):  # the pre-check refuses a checkpoint it cannot read
-            chosen[START_NAME] = file_content_hash(start)[:HASH_CHARS]
-    return dict(sorted(chosen.items()))
-
-
-def reference_choices(choices: Any) -> tuple[str, ...]:
-    """The group choices a cell's reference config is composed from (`data=glyphs`, `model=vit_tiny`), read from
-    Hydra's record of the job's choices (`hydra.runtime.choices`)."""
-    return tuple(f"{group}={choices[group]}" for group in REFERENCE_GROUPS if choices.get(group) is not None)
-
-
 def _lookup(lookup: Lookup | None, key: str) -> Any:
     if lookup is None:
         return ABSENT
@@ -144,31 +111,64 @@ def _lookup(lookup: Lookup | None, key: str) -> Any:
         return ABSENT
 
 
-def config_lookup(cfg: DictConfig | None) -> Lookup | None:
-    """A Lookup reading `cfg` (ABSENT for a key it lacks)."""
-    if cfg is None:
-        return None
-    return lambda key: OmegaConf.select(cfg, key, default=ABSENT, throw_on_missing=True)
-
-
 def _setting_parts(settings: dict[str, str]) -> list[str]:
     return [f"_{_name_part(key)}-{_name_part(value)}" for key, value in settings.items()]
 
 
-def fitted_name(base: str, settings: dict[str, str]) -> str:
-    """`base` plus a part per setting, within MAX_NAME_CHARS: where they do not all fit, the settings that fit (in
-    key order) and `_hash-<hex>`, a hash of every setting, so two different cells never share a name. The full
-    settings are in the run's record (its config)."""
-    parts = _setting_parts(settings)
-    name = base + "".join(parts)
-    if len(name) <= MAX_NAME_CHARS:
-        return name
-    blob = json.dumps({"base": base, "settings": settings}, sort_keys=True)
-    marker = f"_hash-{hashlib.sha256(blob.encode()).hexdigest()[:HASH_CHARS]}"
+def fitted_name(base: str, settings: dict[str, str], identity: str) -> str:
+    """`base`, a part per setting (in key order) as far as they fit within MAX_NAME_CHARS, and `_id-<hex>`."""
+    marker = f"_{ID_NAME}-{identity[:ID_CHARS]}"
     room = MAX_NAME_CHARS - len(marker)
     name = base[:room]
-    for part in parts:
+    for part in _setting_parts(settings):
         if len(name) + len(part) > room:
             break
         name += part
     return name + marker
+
+
+def _typed_lookup(config: dict[str, Any]) -> Lookup:
+    """A Lookup of the validated config (`settings.config`): a dotted key's value, ABSENT where it has none."""
+
+    def value_of(key: str) -> Any:
+        node: Any = config
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return ABSENT
+            node = node[part]
+        return node
+
+    return value_of
+
+
+def existing_directory(parent: Path, base: str, identity: str) -> str | None:
+    """The name of a directory in `parent` that holds this identity: one whose name ends in its id, else one named
+    before names held ids (no `_id-` part, starting with `base`) whose record says this identity."""
+    try:
+        children = sorted(child.name for child in parent.iterdir() if child.is_dir())
+    except OSError:
+        return None
+    short = identity[:ID_CHARS]
+    found = next((name for name in children if (match := ID_SUFFIX.search(name)) and match.group(1) == short), None)
+    if found is not None:
+        return found
+    for name in children:
+        if ID_SUFFIX.search(name) or not (name == base or name.startswith(base + "_")):
+            continue
+        try:
+            recorded = json.loads((parent / name / "results.json").read_text()).get("identity_hash")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if recorded == identity:
+            return name
+    return None
+
+
+def cell_name(base: str, overrides: Iterable[str], settings: Any, parent: Path | None) -> str:
+    """The run directory name of the cell whose validated settings are `settings` and whose command set
+    `overrides`, in `parent` (None: no directory to look in)."""
+    identity = identity_hash(settings)
+    existing = existing_directory(parent, base, identity) if parent is not None else None
+    if existing is not None:
+        return existing
+    return fitted_name(base, named_settings(overrides, _typed_lookup(settings.config)), identity)

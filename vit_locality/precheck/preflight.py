@@ -4,8 +4,9 @@ Left to Hydra, an unknown config option or a mistyped key is a multi-line error,
 its fifth cell would train four cells first. This module expands the command line (and the sweep saved in an
 experiment config) into its cells with Hydra's own parser and sweep expansion, composes each cell with Hydra's public
 compose API, and checks it and the output directory, so a typo costs a second. Hydra's refusals are turned into one
-line (refusals.explain); the pre-check adds two rules of its own (override_values). It also names every cell's run
-directory, and hands the names to the jobs (resolvers.CellNames), so `run_name` needs no composition of its own.
+line (refusals.explain); the pre-check adds a rule of its own (override_values). It names every cell's run directory
+the way the job will (names.cell_name), so two cells never write into one. Each cell is composed once here; with
+the entry point's hand-over to Hydra (upstream.hydra_composes_less) Hydra composes each cell once more, in its job.
 It belongs to the entry points, which are the only code that imports Hydra.
 """
 
@@ -21,11 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -34,21 +33,16 @@ from omegaconf.errors import (
 
 from vit_locality.config.file_access import check_directory
 from vit_locality.config.identity import RESUME_MODE, canonical_value, covered_by_not_identity, identity_hash
+from vit_locality.config.settings import settings_of
 from vit_locality.errors import ConfigError
-from vit_locality.precheck.names import ABSENT, fitted_name, identity_settings, reference_choices
-from vit_locality.precheck.override_values import (
-    check_unread_settings,
-    may_create_keys,
-    new_keys,
-    plain,
-)
+from vit_locality.precheck.composer import COMPOSITION_ERRORS, Cell, Composer
+from vit_locality.precheck.names import ABSENT, cell_name
 from vit_locality.precheck.refusals import _group_options, explain, no_such_setting
-from vit_locality.precheck.resolvers import CellNames, register_resolvers
+from vit_locality.precheck.resolvers import RUN_NAME, register_resolvers
 from vit_locality.run.checks import validate, validate_analysis
 from vit_locality.upstream import hydra_args_parser
 
 INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}
-COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, AssertionError)  # OmegaConf asserts on a null parent
 
 
 def _check_train(cfg: DictConfig, remote: bool) -> None:
@@ -68,78 +62,7 @@ CHECKS: dict[str, Callable[[DictConfig, bool], None]] = {
 NO_OUTPUT_DIR = {"analyze"}
 INTERPOLATION = re.compile(r"\$\{([\w.]+)\}")
 
-Cell = tuple[str, ...]  # one override string per axis of the sweep
 MANY_CELLS = 50  # a sweep whose pre-check takes long enough (about 0.1-0.25 s a cell) to say what it is doing
-
-
-class Composer:
-    """Cells' configs as Hydra composes them, with the refusals Hydra's composition lacks; the reference configs
-    run directories are named against, once per data and model choice."""
-
-    def __init__(self, conf_dir: Path, config_name: str) -> None:
-        self.conf_dir = conf_dir
-        self.config_name = config_name
-        self.parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())  # for glob()
-        self.names = CellNames()
-        self._references: dict[tuple[str, ...], DictConfig] = {}
-        self._last: tuple[Cell, tuple[DictConfig, DictConfig]] | None = None
-
-    def parse(self, text: str) -> Override:
-        return self.parser.parse_overrides([text])[0]
-
-    def is_group(self, override: Override) -> bool:
-        """Hydra picks a config file for a group (a folder of conf/) and sets a value for any other key."""
-        key = override.key_or_group
-        return override.package is not None or "/" in key or (self.conf_dir / key).is_dir()
-
-    def _compose(self, overrides: Iterable[str]) -> tuple[DictConfig, DictConfig]:
-        """(job config, hydra config) as Hydra composes them for these overrides."""
-        cfg = compose(config_name=self.config_name, overrides=list(overrides), return_hydra_config=True)
-        with open_dict(cfg):
-            hydra_cfg = cfg.pop("hydra")
-        return cfg, hydra_cfg
-
-    def cell(self, cell: Iterable[str]) -> tuple[DictConfig, DictConfig]:
-        """The cell's job config and hydra config; ConfigError for a `+key` nothing reads or a flag given a value
-        other than true or false, Hydra's own error for anything its composition refuses. The last cell's are kept
-        (a single run's cell is asked for twice)."""
-        cell = tuple(cell)
-        if self._last is not None and self._last[0] == cell:
-            return self._last[1]
-        parsed = ((text, self.parse(text)) for text in cell)
-        values = [(text, override) for text, override in parsed if not self.is_group(override)]
-        try:
-            composed = self._compose(cell)
-        except COMPOSITION_ERRORS:
-            self._refuse_unread(cell, values)  # a key below a null section cannot be set: nothing would read it
-            raise
-        self._refuse_unread(cell, values)
-        self._last = (cell, composed)
-        return composed
-
-    def _refuse_unread(self, cell: Cell, values: list[tuple[str, Override]]) -> None:
-        """ConfigError for a `+`/`++` key the config lacks without it (which no code would read), found by composing
-        the cell without its additions; nothing to compose where it adds none (or only Trainer arguments)."""
-        adding = [(text, override) for text, override in values if may_create_keys(override)]
-        if not adding:
-            return
-        added_texts = {text for text, _ in adding}
-        try:
-            before = plain(self._compose(text for text in cell if text not in added_texts)[0])
-        except COMPOSITION_ERRORS:  # the cell fails without its additions too: that error is the one to tell
-            return
-        created = [key for _, o in adding for key in new_keys(before, o.key_or_group, o.value())]
-        if created:
-            check_unread_settings(before, created)
-
-    def reference(self, hydra_cfg: DictConfig) -> DictConfig:
-        """The config of a cell's data and model choices alone, which its run directory's name is told apart from
-        (identity.identity_settings); composed once per choice and handed to the jobs with the names."""
-        choices = reference_choices(hydra_cfg.runtime.choices)
-        if choices not in self._references:
-            self._references[choices] = compose(config_name=self.config_name, overrides=list(choices))
-            self.names.add_reference(choices, self._references[choices])
-        return self._references[choices]
 
 
 def _axes(overrides: Iterable[Override], search: bool = False) -> dict[str, list[str]]:
@@ -247,6 +170,7 @@ class Plan:
         # The command's own config: the whole cell of a single run; a sweep's fixed overrides (Hydra leaves the swept
         # ones to the cells).
         cfg, hydra_cfg = composer.cell(o.input_line for o in fixed)
+        self.mode = hydra_cfg.get("mode")  # what Hydra's own first composition (get_mode) would read
         _check_hydra_keys(composer, hydra_values, hydra_cfg)
         if not multirun:
             _refuse_saved_sweep_without_m(texts, hydra_cfg)
@@ -264,6 +188,7 @@ class Plan:
         # How many cells the command runs (a search sweeper decides its own count): the sweep's "cell k of N".
         self.cell_count = math.prod(len(values) for values in axes.values()) if multirun and not search else None
         self.directories: dict[str, str] = {}  # run directory name -> the first cell that writes there
+        self.run_dirs: dict[Cell, Path] = {}  # each cell's run directory, where it resolves here
         self.identities: dict[str, str | None] = {}  # run directory name -> the identity of that first cell
 
     def problems(self) -> list[str]:
@@ -295,7 +220,7 @@ class Plan:
             cfg, hydra_cfg = self.composer.cell(cell)
             if check:
                 check(cfg, self.remote)
-            named = self._name(cfg, hydra_cfg)
+            named = self._name(tuple(cell), cfg, hydra_cfg)
             if self.multirun:
                 return self._shared_directory(cell, *named) if named is not None else None
             return self._output_problem("hydra.run.dir", cfg, hydra_cfg)
@@ -306,21 +231,38 @@ class Plan:
         except COMPOSITION_ERRORS as error:
             return explain(error, self.composer.conf_dir, [self.composer.parse(text) for text in cell])
 
-    def _name(self, cfg: DictConfig, hydra_cfg: DictConfig) -> tuple[str, str | None] | None:
-        """The cell's run directory name, as the job's `${cell_name:...}` gives it (identity.identity_settings against
-        the reference config, fitted by identity.fitted_name), and its identity hash, under which the name is noted
-        for the jobs. None where the config has no run_name, or a value only the job resolves (an environment
-        variable); the identity None where only the job can compute it."""
+    def _name(self, cell: Cell, cfg: DictConfig, hydra_cfg: DictConfig) -> tuple[str, str | None] | None:
+        """The cell's run directory name, as the job's `${cell_name:...}` gives it (names.cell_name, from the cell's
+        validated settings and overrides), and its identity hash; noted with its directory for the entry point
+        (`run_dirs`). None where the config has no run_name, or a value only the job resolves (an environment
+        variable)."""
         if "run_name" not in cfg:
             return None
+        parent = self._parent(cfg, hydra_cfg)
         try:
-            name = fitted_name(str(cfg.run_name), identity_settings(cfg, self.composer.reference(hydra_cfg)))
+            settings = settings_of(cfg, named=False)
+            name = cell_name(str(cfg.run_name), cell, settings, parent)
+            identity = identity_hash(settings)
         except Exception:  # a value only the job resolves: the job names the cell itself
             return None
-        identity = _identity_or_none(cfg)
-        if identity is not None:
-            self.composer.names.add_name(identity, name)
+        if parent is not None:
+            self.run_dirs[cell] = parent / name
         return name, identity
+
+    def _parent(self, cfg: DictConfig, hydra_cfg: DictConfig) -> Path | None:
+        """The directory the cell's run directory lives in, when the templates name it `<parent>/${run_name}` and the
+        parent resolves here (resolvers.parent_directory is the job's side of the same rule)."""
+        if self.multirun:
+            if _saved_template(hydra_cfg, "hydra.sweep.subdir") != RUN_NAME:
+                return None
+            template = self.dirs.get("hydra.sweep.dir") or _saved_template(hydra_cfg, "hydra.sweep.dir")
+        else:
+            template = self.dirs.get("hydra.run.dir") or _saved_template(hydra_cfg, "hydra.run.dir")
+            if not template.endswith(RUN_NAME):
+                return None
+            template = template[: -len(RUN_NAME)].rstrip("/") or "."
+        substituted = INTERPOLATION.sub(lambda m: str(OmegaConf.select(cfg, m.group(1), default="${}")), template)
+        return None if "${" in substituted else Path(substituted)
 
     def _differ_outside_identity(self, first: str, second: str) -> bool:
         """Whether two cells' settings differ, after canonical spelling, only in keys that cannot change a result
@@ -357,13 +299,6 @@ class Plan:
         )
 
 
-def _identity_or_none(cfg: DictConfig) -> str | None:
-    try:
-        return identity_hash(cfg)
-    except Exception:  # a value only the job resolves (an environment variable): no identity to compare here
-        return None
-
-
 def _parsed(composer: Composer, texts: list[str]) -> list[Override]:
     try:
         return [composer.parse(text) for text in texts]
@@ -376,11 +311,11 @@ def check_command(
     conf_dir: Path,
     config_name: str = "train",
     counted: list[int] | None = None,
-    names: CellNames | None = None,
+    plan_out: list[Plan] | None = None,
 ) -> list[str]:
     """Problems found in the command's cells, as one-line messages (empty when every cell is fine). `counted`, when
-    given, receives the number of cells a `-m` command runs (nothing for a single run or a search); `names`, the run
-    directory name of every cell and the reference configs they were named against (for the jobs)."""
+    given, receives the number of cells a `-m` command runs (nothing for a single run or a search); `plan_out`, the
+    checked plan (each cell's run directory, the command's Hydra mode), for the entry point to hand to Hydra."""
     if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
         return []
     unprintable = next((arg for arg in argv if not arg.isprintable()), None)
@@ -405,6 +340,6 @@ def check_command(
         problems = plan.problems()
         if counted is not None and plan.cell_count:
             counted.append(plan.cell_count)
-        if names is not None:
-            names.update(composer.names)
+        if plan_out is not None:
+            plan_out.append(plan)
         return problems

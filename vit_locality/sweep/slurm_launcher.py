@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
@@ -195,24 +194,31 @@ def launch_and_follow(
         [f"job_id_for_{number}" for number in numbers],
         [Singleton.get_state()] * len(numbers),
     )
-    cells = [tracked(self, job, list(overrides)) for job, overrides in zip(jobs, job_overrides, strict=True)]
+    cells = [tracked(job, list(overrides)) for job, overrides in zip(jobs, job_overrides, strict=True)]
     for cell in cells:
         log.info("%s: submitted as job %s (%s)", cell.name, cell.job_id, " ".join(filter_overrides(cell.overrides)))
     follow(cells)
     return [job_return(cell) for cell in cells]
 
 
-def tracked(launcher: SlurmLauncher, job: Any, overrides: list[str]) -> TrackedCell:
-    """The cell's name and run directory, composed as the job will compose them (Hydra's sweep config)."""
-    assert launcher.config is not None and launcher.hydra_context is not None
-    hydra_config = HydraConfig.instance()
-    launching = hydra_config.cfg
-    try:
-        config = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, overrides)
-        hydra_config.set_config(config)  # the run name reads the job's overrides from here, as in the job
-        run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+_RUN_DIRS: dict[tuple[str, ...], Path] = {}  # each cell's run directory, by `cell_key`
+
+
+def cell_key(overrides: Sequence[str]) -> tuple[str, ...]:
+    """A cell's overrides as both sides list them: sorted, without Hydra's own (the pre-check keeps a choice such
+    as `hydra/launcher=slurm` with the cell; Hydra's sweeper hands the jobs only the task's overrides)."""
+    return tuple(sorted(o for o in overrides if not o.split("=", 1)[0].lstrip("+~").startswith(("hydra/", "hydra."))))
+
+
+def note_run_dirs(run_dirs: dict[tuple[str, ...], Path]) -> None:
+    """The run directory of each cell, as the entry point's pre-check named it, for `tracked` (same process)."""
+    _RUN_DIRS.update({cell_key(cell): run_dir for cell, run_dir in run_dirs.items()})
+
+
+def tracked(job: Any, overrides: list[str]) -> TrackedCell:
+    """The cell's name and run directory, as the pre-check named them (the job composes and names itself the same
+    way); a cell the pre-check could not name (a value only the job resolves) is named by its overrides."""
+    run_dir = _RUN_DIRS.get(cell_key(overrides))
+    if run_dir is not None:
         return TrackedCell(run_dir.name, job, run_dir, overrides)
-    except Exception:  # a name only the job can resolve: the overrides name the cell
-        return TrackedCell(" ".join(filter_overrides(overrides)) or "cell", job, None, overrides)
-    finally:
-        hydra_config.cfg = launching
+    return TrackedCell(" ".join(filter_overrides(overrides)) or "cell", job, None, overrides)

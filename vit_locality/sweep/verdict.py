@@ -153,26 +153,12 @@ def report_verdict(sweep_dir: Path, command_id: str) -> int:
     return 1
 
 
-def sweep_dir_of(argv: list[str], conf_dir: Path, config_name: str = "train") -> Path | None:
-    """The sweep directory a `-m` command line writes into (None without -m, or where only Hydra can resolve it at
-    run time): the value of `hydra.sweep.dir` composed from the command's single-valued settings, as Hydra does."""
-    from hydra import compose, initialize_config_dir
+_STARTED: list[Path] = []  # the sweep directory of the multirun this process started, once Hydra names it
 
-    from vit_locality.upstream import hydra_args_parser
 
-    args = hydra_args_parser().parse_args(argv)
-    if not args.multirun or args.config_path or args.config_dir:
-        return None
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    overrides = OverridesParser.create().parse_overrides(args.overrides)
-    single = [override.input_line for override in overrides if not override.is_sweep_override()]
-    try:
-        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
-            cfg = compose(config_name=args.config_name or config_name, overrides=single, return_hydra_config=True)
-        return Path(str(OmegaConf.select(cfg, "hydra.sweep.dir", throw_on_resolution_failure=False)))
-    except Exception:  # a template only Hydra's run time resolves (`${hydra:...}`): no verdict to find
-        return None
+def started_sweep_dir() -> Path | None:
+    """The sweep directory of this process's multirun (None: it ran none), as Hydra's master config resolved it."""
+    return _STARTED[-1] if _STARTED else None
 
 
 class SweepVerdict(Callback):
@@ -184,6 +170,9 @@ class SweepVerdict(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Before the launcher starts any process: its jobs (and this object, pickled to them) carry the id.
         self.command_id = os.environ.setdefault(COMMAND_ID_ENV, self.command_id)
+        sweep_dir = OmegaConf.select(config, "hydra.sweep.dir", default=None)
+        if sweep_dir is not None:
+            _STARTED.append(Path(str(sweep_dir)))
         from vit_locality.sweep.slurm_launcher import follow_slurm_jobs
 
         follow_slurm_jobs(config)  # under hydra/launcher=slurm: one line per cell's submission, start, requeue, end

@@ -18,6 +18,7 @@ from typing import Any
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig
 
+from vit_locality.config.identity import ID_CHARS, ID_SUFFIX, identity_hash
 from vit_locality.config.settings import RunSettings, as_settings
 from vit_locality.protocol import Protocol
 from vit_locality.store.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT
@@ -48,12 +49,15 @@ class ConfigWandbLogger(WandbLogger):
 
 
 def run_group(cfg: RunSettings | DictConfig) -> str:
-    """The cell without its seed (its run name less `_s<seed>`): W&B's grouped charts then average the seeds of one
-    cell and keep the 8 cells (and any other swept setting) apart. `logger.wandb.group` overrides it."""
+    """The cell without its seed, for W&B's grouped charts (they then average the seeds of one cell and keep the 8
+    cells, and any other swept setting, apart): the run name less `_s<seed>` and its `_id-<hex>`, ended by
+    `_cell-<hex>`, the identity with the seed left out (a name cut short to fit still tells its cell apart).
+    `logger.wandb.group` overrides it."""
     settings = as_settings(cfg)
     if settings.logger.wandb.group:
         return str(settings.logger.wandb.group)
-    return re.sub(rf"_s{settings.seed}(?=_|$)", "", str(settings.run_name), count=1)
+    readable = re.sub(rf"_s{settings.seed}(?=_|$)", "", ID_SUFFIX.sub("", str(settings.run_name)), count=1)
+    return f"{readable}_cell-{identity_hash({**settings.config, 'seed': None})[:ID_CHARS]}"
 
 
 def run_tags(cfg: RunSettings | DictConfig) -> list[str]:
