@@ -141,7 +141,9 @@ def test_a_four_cell_sweep_is_composed_ten_times(
     launcher: str, tmp_path: Path, spawns: Spawner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Counted by wrapping Hydra's config loader in every process (the launcher's workers too): the pre-check's 4
-    cells and the command's own config, Hydra's master config, and each job's own: 2N + 2."""
+    cells and the command's own config, Hydra's master config, and each job's own: 2N + 2. Each cell's config is
+    validated once in a process: by the pre-check, its settings reused by a job in the same process (basic launcher),
+    and once more by a job in another (a joblib worker)."""
     counted = tmp_path / "compositions"
     monkeypatch.setenv("COMPOSE_COUNT_FILE", str(counted))
     monkeypatch.setenv("PYTHONPATH", f"{COUNTER}:{__import__('os').environ.get('PYTHONPATH', '')}")
@@ -149,10 +151,15 @@ def test_a_four_cell_sweep_is_composed_ten_times(
     proc = spawns.run_train(["-m", *QUICK, *sweep, launcher, f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(counted.read_text().splitlines()) == 10
+    validated = Path(f"{counted}.validated").read_text().split()
+    launching = validated[0]  # the pre-check's process validates first
+    assert validated.count(launching) == 4 and len(validated) == (4 if launcher.endswith("basic") else 8)
     counted.unlink()
+    Path(f"{counted}.validated").unlink()
     single = spawns.run_train([*QUICK, "+trainer.fast_dev_run=true", "stats.enabled=false"], cwd=tmp_path)
     assert single.returncode == 0, single.stderr[-3000:]
     assert len(counted.read_text().splitlines()) <= 3
+    assert len(Path(f"{counted}.validated").read_text().split()) == 1  # one run: validated once
 
 
 def test_a_schema_refusal_names_the_declared_type() -> None:
