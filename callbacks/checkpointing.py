@@ -15,6 +15,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from vit_locality.callbacks.epoch_log import host_numbers
 
 from vit_locality.store.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT, interrupted_checkpoint, stamp_identity
 
@@ -72,5 +73,5 @@ class IdentityStamp(Callback):
         self.identity = identity
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        figures = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch" and v.numel() == 1}
+        figures = host_numbers({k: v for k, v in trainer.callback_metrics.items() if k != "epoch"})
         stamp_identity(checkpoint, self.identity, figures)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback, ProgressBar
 
 from vit_locality.sweep.durations import duration_text
@@ -13,6 +15,17 @@ from vit_locality.sweep.durations import duration_text
 log = logging.getLogger("vit_locality")
 # The per-epoch evaluation figures are `val/*` (a held-out split) or `test_epoch/*` (the test set): either shows.
 SHOWN = ("train/loss_epoch", "val/loss", "val/acc1", "test_epoch/loss", "test_epoch/acc1", "train/acc1")
+
+
+def host_numbers(metrics: Mapping[str, torch.Tensor]) -> dict[str, float]:
+    """Single-number figures as floats, read in one copy per device (on a GPU each read waits for the device)."""
+    single = {name: value for name, value in metrics.items() if value.numel() == 1}
+    numbers: dict[str, float] = {}
+    for device in {value.device for value in single.values()}:
+        names = [name for name, value in single.items() if value.device == device]
+        values = torch.stack([single[name].detach().double().reshape(()) for name in names]).tolist()
+        numbers.update(zip(names, values, strict=True))
+    return {name: numbers[name] for name in single}
 
 
 def epochs_left(trainer: L.Trainer) -> int:
@@ -42,8 +55,8 @@ class EpochLogCallback(Callback):
         now = time.perf_counter()
         self._seconds.append(now - self._last_end)
         self._last_end = now
-        metrics = trainer.callback_metrics
-        shown = ", ".join(f"{k} {float(metrics[k]):.4f}" for k in SHOWN if k in metrics) or "no figures logged"
+        metrics = host_numbers({k: v for k, v in trainer.callback_metrics.items() if k in SHOWN})
+        shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in SHOWN if k in metrics) or "no figures logged"
         left = epochs_left(trainer)
         eta = f", about {duration_text(left * sum(self._seconds) / len(self._seconds))} left" if left else ""
         progress = f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
@@ -56,6 +69,8 @@ class EpochLineProgress(EpochLogCallback, ProgressBar):
     """The progress display of a bar style (`tqdm`, `rich`) when stderr is no terminal (a log file, a batch job):
     one line per epoch instead of a bar redrawn into the log. Being Lightning's progress bar, it keeps the Trainer
     (enable_progress_bar=True) from adding a default bar of its own."""
+
+    draws_batches = False  # the module need not put step figures on it (each one a read per step on a GPU)
 
     def __init__(self) -> None:
         EpochLogCallback.__init__(self)

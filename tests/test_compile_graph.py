@@ -8,12 +8,13 @@ Every training batch has one size on both data paths (the last partial batch is 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 import torch._dynamo as dynamo
 import torch.nn.functional as F
-from helpers import QUICK, Spawner, compose_config
+from helpers import QUICK, InProcessTraining, Spawner, compose_config
 
 from vit_locality.augment.mixing import mix_batch
 from vit_locality.model.vit import VisionTransformer
@@ -136,3 +137,28 @@ def test_a_short_evaluation_batch_keeps_a_compiled_models_one_shape(compiled: bo
     assert seen[:2] == ([8, 8] if compiled else [8, 3])
     assert tail.shape == (3, 3)
     torch.testing.assert_close(tail, alone, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                    reason="no C compiler found: CPU inductor compiles C++ (the CI machine has one)")  # fmt: skip
+def test_a_compiled_cell_compiles_one_training_and_one_evaluation_graph(
+    trains: InProcessTraining, tmp_path: Path
+) -> None:
+    """The module as a cell runs it (`model.compile=true`, CPU inductor) under Lightning: two epochs of fit, each
+    validated on batches of another size than training's (and a short last one), then the test: the training graph
+    and the evaluation graph, each compiled once with static shapes, and nothing recompiled."""
+    from vit_locality.config.settings import settings_of
+    from vit_locality.run.builders import build_module, build_trainer
+
+    overrides = [*QUICK, "model.compile=true", "data.train_size=64", "data.batch_size=16", "data.test_size=40",
+                 "data.eval_batch_size=24", "trainer.max_epochs=2", "aug.cutmix=true", "loss.ls=0.1"]  # fmt: skip
+    settings = settings_of(compose_config(overrides))
+    datamodule = build_datamodule(settings)
+    module = build_module(settings, datamodule)
+    trainer = build_trainer(settings, tmp_path, loggers=[], callbacks=[], sanity_check=False)
+    dynamo.reset()
+    dynamo.utils.counters.clear()
+    trainer.fit(module, datamodule=datamodule)
+    trainer.test(module, datamodule=datamodule, verbose=False)
+    assert dynamo.utils.counters["stats"]["unique_graphs"] == 2, dict(dynamo.utils.counters["stats"])
+    assert not dynamo.utils.counters["recompiles"], dict(dynamo.utils.counters["recompiles"])

@@ -141,7 +141,7 @@ def probe_attention(
     grid = model.grid_size
     accumulators = [AttentionStatsAccumulator(settings.renormalize) for _ in model.blocks]
     centre = 1 + central_query_index(grid)
-    central_sum = torch.zeros(len(model.blocks), model.blocks[0].attn.heads, grid * grid)
+    central_sum = torch.zeros(len(model.blocks), model.blocks[0].attn.heads, grid * grid, device=images.device)
     device_type = images.device.type
     try:
         with torch.autocast(device_type=device_type, enabled=False):
@@ -149,11 +149,13 @@ def probe_attention(
                 _, maps = model.forward_with_attention(chunk.float())
                 for layer, attn in enumerate(maps):
                     accumulators[layer].update(attn)
-                    central_sum[layer] += attn[:, :, centre, 1:].sum(dim=0).cpu()
+                    central_sum[layer] += attn[:, :, centre, 1:].sum(dim=0)
     finally:
         model.train(was_training)
     computed = [acc.compute() for acc in accumulators]
-    stats = {key: torch.stack([c[key] for c in computed]).cpu() for key in STAT_KEYS}
-    central = (central_sum / len(images)).view(len(model.blocks), -1, grid, grid)
+    # To the host in one copy each (on a GPU every copy waits for the device): the statistics, the central maps.
+    stacked = torch.stack([torch.stack([c[key] for c in computed]) for key in STAT_KEYS]).cpu()
+    stats = dict(zip(STAT_KEYS, stacked.unbind(), strict=True))
+    central = (central_sum.cpu() / len(images)).view(len(model.blocks), -1, grid, grid)
     early = min(settings.early_layers, len(model.blocks))
     return ProbeResult(stats, central, len(images), early, settings, model.patch_size)

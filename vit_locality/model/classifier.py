@@ -15,7 +15,6 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from torchmetrics.classification import MulticlassAccuracy
 
 from vit_locality.augment.fixed_batches import fixed_batches
 from vit_locality.augment.mixing import mix_batch
@@ -109,6 +108,12 @@ def legacy_settings(flat: Mapping[str, Any]) -> tuple[Protocol, OptimSettings]:
     return protocol.normalized(), optim
 
 
+def host_figure(value: float) -> torch.Tensor:
+    """A logged figure that lives on the host (the learning rate, the epoch): Lightning keeps a logged tensor on its
+    own device and makes a Python number into one on the model's, which on a GPU costs a copy now and a read later."""
+    return torch.tensor(float(value))
+
+
 TRAIN_SUMS_ENTRY = "train_running_sums"  # the checkpoint's entry of the epoch's (loss x images, correct) so far
 
 
@@ -162,16 +167,11 @@ class ViTClassifier(L.LightningModule):
 
             self.device_autoaugment = BatchedAutoAugment(self.protocol.policy)
         if compile_model:  # compiles __call__ only: the statistics' explicit attention path stays eager
-            self.model.compile()
+            # Static shapes: one training graph (its batch) and one evaluation graph (evaluation_logits pads to one
+            # batch); a dynamic batch dimension, which a second shape would bring, buys nothing here.
+            self.model.compile(dynamic=False)
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1) * 255.0, persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1) * 255.0, persistent=False)
-
-        # Plain top-k accuracy over images ("micro"); torchmetrics' default would average over classes.
-        def accuracy(k: int) -> MulticlassAccuracy:
-            return MulticlassAccuracy(num_classes, top_k=min(k, num_classes), average="micro")
-
-        self.val_acc1, self.val_acc5 = accuracy(1), accuracy(5)
-        self.test_acc1, self.test_acc5 = accuracy(1), accuracy(5)
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 (B, 3, H, W) on the device -> normalised float, once per batch."""
@@ -211,17 +211,22 @@ class ViTClassifier(L.LightningModule):
             self._train_sums = sums if self._train_sums is None else self._train_sums.to(sums.device) + sums
             self._train_seen += len(reference)
         if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
-            # On the progress bar only when one is shown: Lightning reads every progress-bar figure on the host at
-            # every batch end, until the next log replaces it (a sync per step on a GPU).
-            self.log("train/loss", loss, prog_bar=self.trainer.progress_bar_callback is not None)
-            self.log("lr", self.optimizers().param_groups[0]["lr"])
-            self.log("epoch", self.epoch_number())
+            # On the progress bar only when a bar draws batches: Lightning reads every progress-bar figure on the
+            # host at every batch end, until the next log replaces it (a sync per step on a GPU).
+            self.log("train/loss", loss, prog_bar=self._bar_draws_batches())
+            self.log("lr", host_figure(self.optimizers().param_groups[0]["lr"]))
+            self.log("epoch", host_figure(self.epoch_number()))
         if self.trainer.is_last_batch or self._is_last_step(batch_idx):
             loss_sum, correct = self._train_sums / self._train_seen
             self.log("train/loss_epoch", loss_sum, on_step=False, on_epoch=True, sync_dist=True)
             self.log("train/acc1", correct, on_step=False, on_epoch=True, sync_dist=True)
             self._train_sums, self._train_seen = None, 0
         return loss
+
+    def _bar_draws_batches(self) -> bool:
+        """Whether the progress display redraws every batch (tqdm, rich on a terminal; not the epoch line)."""
+        bar = self.trainer.progress_bar_callback
+        return bar is not None and getattr(bar, "draws_batches", True)
 
     def _is_last_step(self, batch_idx: int) -> bool:
         """Whether this batch ends the fit by `trainer.max_steps` (its optimizer step is the last): a fit that stops
@@ -269,26 +274,30 @@ class ViTClassifier(L.LightningModule):
         """Check the flag every `nonfinite_check_every` steps and on an epoch's last batch, before any checkpoint.
         The epoch's figures (logged in training_step) get their `epoch` here: one hook may not log a name both per
         step and per epoch."""
-        if self.trainer.is_last_batch:
-            self.log("epoch", self.epoch_number(), on_step=False, on_epoch=True, sync_dist=True)
+        if self.trainer.is_last_batch:  # the same on every rank: nothing to reduce
+            self.log("epoch", host_figure(self.epoch_number()), on_step=False, on_epoch=True)
         every = self.hparams.nonfinite_check_every
         if (self.global_step % every == 0 or self.trainer.is_last_batch) and self._first_bad_step is not None:
             first = int(self._first_bad_step)
             if first >= 0:
                 self._raise_nonfinite(first)
 
-    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], split: str, acc1, acc5) -> None:
+    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], split: str) -> None:
+        """Loss and top-1/top-5 accuracy over images, each a batch-size-weighted mean over the epoch (so exactly the
+        fraction of images right), kept on the device until the epoch's end."""
         images, labels = batch
         logits = self.evaluation_logits(images)
         loss = F.cross_entropy(logits, labels)
+        hits = logits.topk(min(5, self.num_classes), dim=1).indices == labels[:, None]
         per_epoch = split != TEST  # the figures validated every epoch: `val` (held out) or `test_epoch`
         self.log(f"{split}/loss", loss, on_epoch=True, prog_bar=per_epoch, sync_dist=True)
-        acc1(logits, labels)
-        acc5(logits, labels)
-        self.log(f"{split}/acc1", acc1, on_epoch=True, prog_bar=per_epoch)
-        self.log(f"{split}/acc5", acc5, on_epoch=True)
-        if per_epoch:  # after fit, current_epoch already counts the epochs run: test rows keep Lightning's
-            self.log("epoch", self.epoch_number(), on_epoch=True, sync_dist=True)
+        self.log(f"{split}/acc1", hits[:, 0].float().mean(), on_epoch=True, prog_bar=per_epoch, sync_dist=True)
+        self.log(f"{split}/acc5", hits.any(dim=1).float().mean(), on_epoch=True, sync_dist=True)
+
+    def on_validation_epoch_end(self) -> None:
+        """The validated epoch's rows carry its number (after fit, test rows keep Lightning's)."""
+        if not self.trainer.sanity_checking:
+            self.log("epoch", host_figure(self.epoch_number()), on_epoch=True)
 
     def evaluation_logits(self, images: torch.Tensor) -> torch.Tensor:
         """Logits of an evaluation batch. A compiled model sees one batch size: a short last batch is padded with
@@ -302,7 +311,7 @@ class ViTClassifier(L.LightningModule):
         return self(torch.cat([images, padding]))[:rows]
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.epoch_eval_prefix(), self.val_acc1, self.val_acc5)
+        self._evaluate(batch, self.epoch_eval_prefix())
 
     def epoch_eval_prefix(self) -> str:
         """`val` when the datamodule holds out training images, else `test_epoch`: the figures say their split."""
@@ -310,7 +319,7 @@ class ViTClassifier(L.LightningModule):
         return eval_prefix(int(getattr(datamodule, "val_size", 0) or 0))
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test", self.test_acc1, self.test_acc5)
+        self._evaluate(batch, "test")
 
     def configure_optimizers(self) -> dict[str, Any]:
         optim = self.optim

@@ -88,8 +88,9 @@ def build_module(cfg: RunSettings | DictConfig, datamodule: ImageDataModule) -> 
         model=ModelConfig.from_mapping(plain(settings.model)),
         protocol=cell_protocol(settings),
         optim=OptimSettings.from_mapping(plain(settings.optim)),
-        # Checking the loss costs a device sync: every step on CPU (free), every 25 steps on a GPU.
-        nonfinite_check_every=25 if uses_cuda(settings.trainer.accelerator) else 1,
+        # Checking the loss costs a device sync: every step on CPU (free); on a GPU at Lightning's logging steps,
+        # which read the loss anyway (and at every epoch's end, before a checkpoint).
+        nonfinite_check_every=settings.trainer.log_every_n_steps if uses_cuda(settings.trainer.accelerator) else 1,
         compile_model=compile_wanted(settings),
     )
 
@@ -124,6 +125,8 @@ def build_trainer(
     arguments = trainer_arguments(settings.trainer_arguments())
     arguments["precision"] = resolve_precision(settings.trainer.precision, settings.trainer.accelerator)
     arguments.setdefault("enable_model_summary", False)
+    # A compiled model evaluates under no_grad: inference-mode tensors in the test would compile a third graph.
+    arguments.setdefault("inference_mode", not compile_wanted(settings))
     if not sanity_check:
         arguments["num_sanity_val_steps"] = 0
     arguments.setdefault("num_sanity_val_steps", 2)

@@ -18,6 +18,8 @@ def quiet_library_noise() -> None:
     warnings.filterwarnings(
         "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
     )
+    # `epoch` is logged per epoch without reducing it over ranks: every rank has the same number (classifier.py).
+    warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('epoch', \.\.\., sync_dist=True\)`")
     # Lightning advertises a cloud logger at every Trainer construction; one per cell of a sweep is noise.
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "Tip:" not in r.getMessage())
 
