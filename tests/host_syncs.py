@@ -350,11 +350,12 @@ def per_gpu_step(counts: dict[Any, Counter[str]]) -> float:
     CIFAR epoch's steps."""
     train = steps(counts)
     mean = lambda values: sum(values) / len(values) if values else 0.0  # noqa: E731
-    logged = mean([train[s].total() for s in range(1, len(train)) if logging_step(s) and not last_step(s)])
-    last = mean([train[s].total() for s in range(len(train)) if last_step(s)])
+    quiet = mean([train[s].total() for s in range(len(train)) if quiet_step(s)])  # what every step has
+    logged = mean([train[s].total() for s in range(1, len(train)) if logging_step(s) and not last_step(s)]) - quiet
+    last = mean([train[s].total() for s in range(len(train)) if last_step(s)]) - quiet
     per_epoch = last + _total(counts, "epoch end") / EPOCHS
     per_eval_batch = _total(counts, "val") / (EPOCHS * EVAL_BATCHES)
-    return logged / GPU_LOG_EVERY + (per_epoch + per_eval_batch * GPU_EVAL_BATCHES) / GPU_STEPS_PER_EPOCH
+    return quiet + logged / GPU_LOG_EVERY + (per_epoch + per_eval_batch * GPU_EVAL_BATCHES) / GPU_STEPS_PER_EPOCH
 
 
 def summary(counts: dict[Any, Counter[str]]) -> tuple[float, float, Counter[str]]:
