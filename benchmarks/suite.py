@@ -7,6 +7,8 @@
 - stats: one attention-statistics probe pass in training steps and in an epoch.
 - flops: FLOPs per image from the model's shapes, checked against torch's FlopCounterMode; a multiply-add is 2 FLOPs,
   norms, GELU, softmax and residual adds (memory-bound, under 1% of the arithmetic) are left out.
+- host: host time per step with a near-zero model: the on-device data path, a plain loop and the cell's
+  `Trainer.fit` (host_time.py).
 
 The full settings end within about 5 minutes on a 2-core CPU; `--quick` runs every section on the tiny model with a
 handful of images (for tests). The targets are set for the CPU: on a GPU they are figures to read, not verdicts.
@@ -44,6 +46,7 @@ from benchmarks.common import (
     side_by_side,
     train_step,
 )
+from benchmarks.host_time import host
 from vit_locality.attention.probe import ProbeSettings, probe_attention
 from vit_locality.augment.per_sample import build_train_transform
 from vit_locality.catalog import GRID_SIZE
@@ -61,6 +64,7 @@ SETTINGS = {  # section: {argument: (full, quick)}
              "model_batch": (128, 16), "rounds": (3, 2)},
     "stats": {"model": MODELS, "batch": (128, 16), "probe_size": (512, 32), "rounds": (3, 2)},
     "flops": {"model": MODELS},
+    "host": {"steps": (40, 4), "rounds": (5, 2)},
 }  # fmt: skip
 
 
@@ -328,4 +332,4 @@ def flops(report: Report, device: torch.device, model: str) -> None:
         report.row("achieved GFLOP/s in the measured train step", f"{achieved:.1f}")
 
 
-SECTIONS = {"model": model_vs_timm, "framework": framework, "data": data, "stats": stats, "flops": flops}
+SECTIONS = {"model": model_vs_timm, "framework": framework, "data": data, "stats": stats, "flops": flops, "host": host}
