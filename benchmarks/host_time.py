@@ -108,7 +108,8 @@ def host(report: Report, device: torch.device, steps: int, rounds: int) -> None:
     report.row("host: data path ms/batch", f"{ms['data path']:.2f}", "host_data_ms", ms["data path"])
     report.row("host: Trainer + project over the plain loop, ms/step", f"{added:+.2f}", "host_added_ms", added)
     report.figure("data_ms", ms["data path"])
-    report.figure("added_ms", added)
+    report.figure("plain_ms", ms["plain loop"])
+    report.figure("fit_ms", ms["Trainer.fit"])
 
 
 class _Clock(Callback):
