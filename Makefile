@@ -15,7 +15,7 @@ TRAIN_ARGS ?=
 SWEEP_ARGS = model=$(MODEL) seed=$(SEEDS) trainer.max_epochs=$(EPOCHS) hydra/launcher=$(LAUNCHER) $(TRAIN_ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast demo bench bench-gpu lint format clean clean-runs table-ablation table-protocols figures paper \
+.PHONY: help install test test-fast demo bench bench-gpu gpu-check lint format clean clean-runs table-ablation table-protocols figures paper \
 	sweep-ablation sweep-protocols slurm-local slurm-stop
 
 help: ## list the targets
@@ -84,6 +84,11 @@ bench: install ## the benchmark suite (benchmarks/): side-by-side ratios (ours v
 bench-gpu: ## the GPU bench (one call of at most 8 minutes on one GPU; run `make install` first): BENCHMARKS.md's GPU rows
 	$(PY) -m benchmarks gpu --out $(REPORTS)/bench_gpu.json --markdown $(REPORTS)/bench_gpu_rows.md \
 		--benchmarks BENCHMARKS.md
+
+# No `install` prerequisite either. Each step runs under its own timeout; logs and summary.json in $(REPORTS)/gpu_check.
+GPU_CHECK_ARGS ?=   # e.g. --dry-run (the same steps on a CPU, tiny sizes, about 2 minutes) or --budget-s 300
+gpu-check: ## first thing on a new GPU machine (at most 10 minutes): install, CUDA, each CUDA path, host syncs, one epoch, bench
+	$(PY) -m benchmarks.gpu_check --out $(REPORTS)/gpu_check $(GPU_CHECK_ARGS)
 
 lint: install ## ruff check and format check
 	$(PY) -m ruff check .

@@ -15,24 +15,33 @@ Sections, in the order they run (each a group of rows; a failing section becomes
 `--device cpu --smoke` runs every section on the tiny model in about a minute (the tests), so the first GPU call is not
 the script's first run; `--compile-mode reduce-overhead` measures CUDA graphs in place of the default compile;
 `--benchmarks BENCHMARKS.md` writes the table between its GPU markers.
+
+`--budget-s` bounds the whole call: every wait is bounded by the time left, a section still running when it is spent
+is cut (its row says so) and the sections after it are skipped. The bench cleans up after itself: SIGTERM (or
+Ctrl-C) stops its packed cells and removes their temp folder, and a packed cell ends on its own when the bench dies
+(even by SIGKILL), removing that folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +62,9 @@ from vit_locality.store.atomic import atomic_write_text
 ROOT = Path(__file__).resolve().parents[1]  # the checkout, where `python -m benchmarks` runs the packed cells
 BEGIN, END = "<!-- bench-gpu:begin -->", "<!-- bench-gpu:end -->"
 CIFAR100 = {"train": 50_000, "eval": 10_000, "epochs": 200, "cells": 8, "seeds": 3}
+WORKER_GRACE_S = 30.0  # a packed cell outlives the bench's budget by at most this long, even if nobody stops it
+STOP_GRACE_S = 10.0  # how long a packed cell gets to end on SIGTERM before it is killed
+FREE_SECTIONS = ("projection",)  # arithmetic on what was measured: runs even when the budget is spent
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,28 @@ def repeat(fn: Callable[[], object], count: int) -> Callable[[], None]:
 
 def left_s(state: dict[str, Any]) -> float:
     return state["budget_s"] - (time.perf_counter() - state["started"])
+
+
+class BudgetSpent(BaseException):
+    """`--budget-s` ran out: a BaseException, so that a section's `except Exception` (and torch's own handlers) let it
+    through to `main`, which records the cut section and skips the rest."""
+
+
+def deadline(state: dict[str, Any], timeout: float) -> tuple[float, bool]:
+    """A wait's end on the monotonic clock: its own `timeout` or the budget's end, whichever comes first; and
+    whether it is the budget's."""
+    left = left_s(state)
+    return time.monotonic() + min(timeout, left), left <= timeout
+
+
+def compile_vit(vit: torch.nn.Module, s: Settings) -> None:
+    """torch.compile as every measured model gets it: `s.backend`, with `s.compile_mode` where inductor takes one."""
+    vit.compile(backend=s.backend, **({"mode": s.compile_mode} if s.backend == "inductor" else {}))
+
+
+def compile_text(s: Settings) -> str:
+    unused = "" if s.backend == "inductor" else " (unused by this backend)"
+    return f"compile {s.backend}, mode {s.compile_mode}{unused}"
 
 
 class CellStep:
@@ -148,7 +182,7 @@ def compiled_step(cfg: DictConfig, s: Settings, device: torch.device, compile: b
     torch.manual_seed(0)
     vit = build_vit(cfg)
     if compile:
-        vit.compile(backend=s.backend, **({"mode": s.compile_mode} if s.backend == "inductor" else {}))
+        compile_vit(vit, s)
     step = train_step(vit, cfg, s.batch, device)
     if compile and s.compile_mode == "reduce-overhead":  # CUDA graphs: a new graph iteration per step
         step = graph_step(step)
@@ -276,27 +310,76 @@ def memory_section(r: Report, s: Settings, device: torch.device, state: dict[str
     r.row(f"cells that fit in {total / 2**30:.0f} GiB", str(math.floor(0.9 * total / (peak + 2**29))))
 
 
-def pack_worker(directory: Path, index: int, s: Settings, device: torch.device) -> None:
-    """Packed cell `index`: compile and warm up once, say so, then in every round whose file asks for more than
-    `index` cells train for `pack_seconds` and write its images/s; idle (holding its memory) otherwise."""
+def on_signals(handler: Callable[[int, Any], None], signums: tuple[int, ...]) -> dict[int, Any]:
+    """Install `handler` for `signums` (main thread only: elsewhere Python cannot); the handlers it replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, handler) for signum in signums}
+
+
+def exit_on_signal(signum: int, frame: Any) -> None:
+    """SIGTERM as Ctrl-C is: an exception, so every `finally` on the way out runs (workers stopped, folders gone)."""
+    raise SystemExit(128 + signum)
+
+
+def die_with_parent(parent: int, deadline_s: float) -> None:
+    """A packed cell must never outlive its bench (a GPU keeps its memory while it idles): SIGTERM when the parent
+    dies (Linux's PR_SET_PDEATHSIG), and, on any platform, a thread that watches the parent and the budget's end
+    and sends it, then exits hard if the main thread is stuck in a long call."""
+    if sys.platform.startswith("linux"):
+        with suppress(OSError, AttributeError):  # without it, the watching thread below still ends it
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the bench died before the request above
+        raise SystemExit(128 + signal.SIGTERM)
+
+    def watch() -> None:
+        while os.getppid() == parent and time.monotonic() < deadline_s:
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STOP_GRACE_S / 2)
+        os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="watch-bench", daemon=True).start()
+
+
+def pack_worker(directory: Path, index: int, s: Settings, device: torch.device, parent: int, budget_s: float) -> None:
+    """Packed cell `index` of the bench `parent`, which gave it `budget_s`: ends when the bench dies or the budget is
+    spent (and then removes the bench's folder, which nobody else will); see `pack_cell`."""
+    on_signals(exit_on_signal, (signal.SIGTERM,))
+    die_with_parent(parent, time.monotonic() + budget_s)
+    try:
+        pack_cell(directory, index, s, device)
+    finally:
+        if os.getppid() != parent:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def pack_cell(directory: Path, index: int, s: Settings, device: torch.device) -> None:
+    """Compile and warm up once, say so with the settings it runs (the bench checks them against its own), then in
+    every round whose file asks for more than `index` cells train for `pack_seconds` and write its images/s; idle
+    (holding its memory) otherwise, until the folder goes."""
     if device.type == "cpu":
         torch.set_num_threads(1)
     cfg = config(s, device, "modern", True)
     vit = build_vit(cfg)
-    vit.compile(backend=s.backend)
-    step = CellStep(cfg, device, vit)
+    compile_vit(vit, s)
+    cell = CellStep(cfg, device, vit)
+    step = graph_step(cell) if s.backend == "inductor" and s.compile_mode == "reduce-overhead" else cell
     repeat(step, s.warmup)()
-    (directory / f"ready.{index}").touch()
+    stated = {"pid": os.getpid(), "device": device.type, "settings": asdict(s)}
+    atomic_write_text(directory / f"ready.{index}", json.dumps(stated))
     for round_index in range(len(s.pack)):
         order = directory / f"round.{round_index}"
         while not order.exists():
+            if not directory.exists():  # the bench removed it: nothing more will be asked
+                return
             time.sleep(0.01)
         if index < int(order.read_text()):
             done, started = 0, clock()
             while clock() - started < s.pack_seconds:
                 repeat(step, 5)()
                 done += 5
-            rate = done * step.batch / (clock() - started)
+            rate = done * cell.batch / (clock() - started)
             atomic_write_text(directory / f"result.{round_index}.{index}", json.dumps(rate))
 
 
@@ -305,8 +388,12 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else "no error output"
 
 
-def wait_for(directory: Path, pattern: str, count: int, procs: list[subprocess.Popen], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+def wait_for(
+    directory: Path, pattern: str, count: int, procs: list[subprocess.Popen], until: tuple[float, bool]
+) -> None:
+    """Until `count` files match `pattern`; RuntimeError when a worker fails or the wait's own timeout passes,
+    BudgetSpent when the budget's end (`until`, from `deadline`) comes first."""
+    end, budget = until
     while len(list(directory.glob(pattern))) < count:
         failed = [index for index, p in enumerate(procs) if p.poll() not in (None, 0)]  # 0: its last result is written
         if failed:
@@ -314,43 +401,79 @@ def wait_for(directory: Path, pattern: str, count: int, procs: list[subprocess.P
                 f"{i} exit {procs[i].returncode}: {_last_line(directory / f'worker.{i}.err')}" for i in failed
             )
             raise RuntimeError(f"packed cells: waiting for {count} x {pattern}, workers failed ({why})")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"packed cells: waiting for {count} x {pattern}, timed out after {timeout:.0f} s")
+        if time.monotonic() > end:
+            if budget:
+                raise BudgetSpent(f"packed cells: waiting for {count} x {pattern}")
+            raise RuntimeError(f"packed cells: waiting for {count} x {pattern}, timed out")
         time.sleep(0.02)
+
+
+def worker_command(directory: Path, s: Settings, device: torch.device, budget_s: float) -> list[str]:
+    """The packed cells' command line: every option of the bench's that shapes a cell, its pid (to die with it) and
+    the budget left (to end on their own after it)."""
+    command = [sys.executable, "-m", "benchmarks", "gpu", "--device", device.type, "--compile-mode", s.compile_mode]
+    command += ["--smoke"] if s.smoke else []
+    return [*command, "--pack-worker", str(directory), "--pack-parent", str(os.getpid()), "--budget-s", f"{budget_s}"]
+
+
+def check_settings(directory: Path, count: int, s: Settings, device: torch.device) -> None:
+    """Every packed cell runs the bench's settings (an option that never reached them would measure something else)."""
+    ours = json.loads(json.dumps({"device": device.type, "settings": asdict(s)}))
+    for index in range(count):
+        stated = json.loads((directory / f"ready.{index}").read_text())
+        theirs = {"device": stated["device"], "settings": stated["settings"]}
+        if theirs != ours:
+            apart = {k: v for k, v in theirs["settings"].items() if ours["settings"].get(k) != v}
+            raise RuntimeError(f"packed cell {index} runs other settings than the bench: {apart or theirs['device']}")
+
+
+def stop_workers(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM to every worker still running, SIGKILL to those still there `STOP_GRACE_S` later; all reaped."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    end = time.monotonic() + STOP_GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def pack_section(r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
     """max(pack) cell processes, started and compiled once, then rounds of 1, 2, 4, ... of them training together;
-    a round past 3/4 of the budget is skipped."""
+    a round past 3/4 of the budget, or one that could not end within it, is skipped. The workers are stopped and
+    their folder removed however the section ends (an error, the budget, SIGTERM)."""
     directory = Path(tempfile.mkdtemp(prefix="bench_pack_"))
-    command = [sys.executable, "-m", "benchmarks", "gpu", "--device", device.type, "--pack-worker", str(directory)]
-    command += ["--compile-mode", s.compile_mode, *(["--smoke"] if s.smoke else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1"} if device.type == "cpu" else dict(os.environ)
-    procs = []
-    for i in range(max(s.pack)):
-        with (directory / f"worker.{i}.err").open("w") as errors:  # the worker holds its own copy
-            procs.append(subprocess.Popen([*command, "--pack-index", str(i)], cwd=ROOT, env=env,
-                                          stdout=subprocess.DEVNULL, stderr=errors))  # fmt: skip
+    procs: list[subprocess.Popen] = []
     mps = "CUDA MPS on" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "no MPS (time-sliced)"
     rates: dict[int, float] = {}
     try:
-        wait_for(directory, "ready.*", len(procs), procs, timeout=300)
+        command = worker_command(directory, s, device, left_s(state) + WORKER_GRACE_S)
+        for i in range(max(s.pack)):
+            with (directory / f"worker.{i}.err").open("w") as errors:  # the worker holds its own copy
+                procs.append(subprocess.Popen([*command, "--pack-index", str(i)], cwd=ROOT, env=env,
+                                              stdout=subprocess.DEVNULL, stderr=errors))  # fmt: skip
+        wait_for(directory, "ready.*", len(procs), procs, deadline(state, 300))
+        check_settings(directory, len(procs), s, device)
+        r.row("packed cells' settings (as each cell states them)", f"{s.model}, batch {s.batch}, {device.type}, "
+              f"{compile_text(s)}")  # fmt: skip
         for round_index, cells in enumerate(s.pack):
-            run = cells if left_s(state) > state["budget_s"] / 4 else 0
+            fits = left_s(state) > max(state["budget_s"] / 4, s.pack_seconds + 5)
+            run = cells if fits else 0
             atomic_write_text(directory / f"round.{round_index}", str(run))  # never seen half-written
             if not run:
                 r.row(f"{cells} cells packed", "skipped: time budget")
                 continue
-            wait_for(directory, f"result.{round_index}.*", cells, procs, timeout=s.pack_seconds + 120)
+            wait_for(directory, f"result.{round_index}.*", cells, procs, deadline(state, s.pack_seconds + 120))
             rates[cells] = sum(json.loads(p.read_text()) for p in directory.glob(f"result.{round_index}.*"))
             r.row(f"{cells} Modern cells packed ({mps}): aggregate img/s", f"{rates[cells]:.0f}")
             r.row(f"{cells} cells: aggregate / one cell", f"{rates[cells] / rates[min(rates)]:.2f}x")
-        for proc in procs:
-            proc.wait(timeout=60)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+        state["armed"] = False  # the budget's alarm must not cut the cleanup short (it is bounded by itself)
+        stop_workers(procs)
         shutil.rmtree(directory, ignore_errors=True)
     state["pack_img_s"] = rates
 
@@ -404,6 +527,49 @@ def write_benchmarks(path: Path, block: str) -> None:
     path.write_text(f"{head}{BEGIN}\n{block.rstrip()}\n{END}{rest.split(END, 1)[1]}")
 
 
+@contextmanager
+def call_guard(state: dict[str, Any]) -> Iterator[None]:
+    """For the call: SIGTERM raises SystemExit (as Ctrl-C raises KeyboardInterrupt), so every `finally` runs; an
+    alarm at the budget's end raises BudgetSpent while a section runs (`state["armed"]`), so the call ends within
+    `--budget-s` plus the cut section's cleanup. The previous handlers come back after (tests call `main`
+    in-process)."""
+    state["armed"] = False
+
+    def spent(signum: int, frame: Any) -> None:
+        if state["armed"]:
+            state["armed"] = False
+            raise BudgetSpent(f"the budget of {state['budget_s']:g} s is spent")
+
+    previous = on_signals(exit_on_signal, (signal.SIGTERM,))
+    if previous and hasattr(signal, "setitimer"):
+        previous |= on_signals(spent, (signal.SIGALRM,))
+        signal.setitimer(signal.ITIMER_REAL, max(left_s(state), 0.001))
+    try:
+        yield
+    finally:
+        if signal.SIGALRM in previous:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run_section(name: str, r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
+    """One section, its failure a row; cut by the budget's alarm, or skipped when the budget is already spent."""
+    if left_s(state) <= 0 and name not in FREE_SECTIONS:
+        r.row("section skipped", f"skipped: time budget of {state['budget_s']:g} s spent")
+        return
+    try:  # one device call must bring back every row it could measure
+        state["armed"] = name not in FREE_SECTIONS
+        SECTIONS[name](r, s, device, state)
+    except BudgetSpent:
+        r.row("section cut", f"cut: time budget of {state['budget_s']:g} s spent (ended at "
+              f"{time.perf_counter() - state['started']:.1f} s, its cleanup included)")  # fmt: skip
+    except Exception as error:  # noqa: BLE001 - reported as the section's row, the next section runs
+        r.row("section failed", f"{type(error).__name__}: {error}"[:300].replace("|", "/"))
+    finally:
+        state["armed"] = False
+
+
 def main(argv: list[str]) -> dict[str, Any]:
     from benchmarks.__main__ import sections_arg
 
@@ -415,16 +581,22 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("reports/bench_gpu.json"), help="JSON record")
     parser.add_argument("--markdown", type=Path, default=None, help="write the rows as Markdown here")
     parser.add_argument("--benchmarks", type=Path, default=None, help="write the rows into this BENCHMARKS.md")
-    parser.add_argument("--budget-s", type=float, default=420.0, help="skip packing rounds past 3/4 of this")
+    parser.add_argument("--budget-s", type=float, default=420.0,
+                        help="the whole call's seconds: sections past it are cut or skipped, packing rounds past 3/4 "
+                        "of it skipped")  # fmt: skip
     parser.add_argument("--compile-mode", default="default", help="torch.compile's mode, e.g. reduce-overhead")
     parser.add_argument("--pack-worker", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--pack-index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--pack-parent", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
+    if args.budget_s <= 0:
+        parser.error(f"--budget-s {args.budget_s:g}: the call needs some seconds")
     device, s = torch.device(args.device), replace(SMOKE if args.smoke else FULL, compile_mode=args.compile_mode)
     if args.pack_worker is not None:
-        pack_worker(args.pack_worker, args.pack_index, s, device)
+        parent = os.getppid() if args.pack_parent is None else args.pack_parent
+        pack_worker(args.pack_worker, args.pack_index, s, device, parent, args.budget_s)
         return {}
     started, load_start, report = time.perf_counter(), common.load_average(), Report()
     state: dict[str, Any] = {"started": started, "budget_s": args.budget_s}
@@ -434,14 +606,12 @@ def main(argv: list[str]) -> dict[str, Any]:
         return {"meta": info, "figures": report.figures, "rows": report.rows}
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    for name in args.sections:
-        begun, report.section = time.perf_counter(), name
-        try:  # one device call must bring back every row it could measure
-            SECTIONS[name](report, s, device, state)
-        except Exception as error:  # noqa: BLE001 - reported as the section's row, the next section runs
-            report.row("section failed", f"{type(error).__name__}: {error}"[:300].replace("|", "/"))
-        common.say(f"gpu {name}: {time.perf_counter() - begun:.1f} s")
-        args.out.write_text(json.dumps(record(), indent=2, default=str) + "\n")  # what a killed run leaves
+    with call_guard(state):
+        for name in args.sections:
+            begun, report.section = time.perf_counter(), name
+            run_section(name, report, s, device, state)
+            common.say(f"gpu {name}: {time.perf_counter() - begun:.1f} s")
+            atomic_write_text(args.out, json.dumps(record(), indent=2, default=str) + "\n")  # what a killed run leaves
     final = record()
     markdown = common.finish(report, final["meta"], f"### GPU bench ({device})", args.out, args.markdown)
     if args.benchmarks:
