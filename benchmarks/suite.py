@@ -64,7 +64,7 @@ SETTINGS = {  # section: {argument: (full, quick)}
              "model_batch": (128, 16), "rounds": (3, 2)},
     "stats": {"model": MODELS, "batch": (128, 16), "probe_size": (512, 32), "rounds": (3, 2)},
     "flops": {"model": MODELS},
-    "host": {"steps": (40, 4), "rounds": (5, 2)},
+    "host": {"steps": (150, 4), "rounds": (7, 2)},
 }  # fmt: skip
 
 

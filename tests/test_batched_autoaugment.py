@@ -11,7 +11,9 @@ import pytest
 import torch
 from torchvision.transforms import v2
 
+import vit_locality.augment.autoaugment_tables as tables
 import vit_locality.augment.batched_autoaugment as batched
+from benchmarks.host_work import DispatchCount
 from vit_locality.augment.batched_autoaugment import AutoAugmentDraws, BatchedAutoAugment, apply, draw
 from vit_locality.augment.per_sample import autoaugment_policy
 from vit_locality.catalog import AUTOAUGMENT_POLICIES
@@ -325,17 +327,38 @@ def test_grouping_makes_one_call_per_group(torchvision_calls: list) -> None:
     assert sum(g for _, _, g in calls) == int(d.applied.sum())
 
 
-def test_select_makes_one_whole_batch_call_per_key_the_policy_holds(torchvision_calls: list) -> None:
-    """The sync-free path: every (op, bin, sign) of each slot on all 8 images, whatever was drawn; AutoContrast,
-    whose torchvision kernel reads the host, runs as the module's own copy of its arithmetic instead."""
+def test_select_calls_torchvision_only_to_build_its_tables(torchvision_calls: list) -> None:
+    """The sync-free path reads each geometric and pointwise op off torchvision's own kernel once per policy,
+    device and image size (on one probe image each: the pixel tables), then runs every batch without calling it;
+    its pixels are still the grouped path's, torchvision's calls on the images that drew each op."""
     calls = torchvision_calls
-    apply(_images(8, 32), draw(8, torch.Generator().manual_seed(5)), "select")
-    expected = 0
-    for k in range(2):
-        keys = {(name, bin_, sign) for sub in _sub_policies("cifar10") for name, _, bin_ in [sub[k]]
-                for sign in ((False, True) if SPACE[sub[k][0]][1] else (False,)) if name != "AutoContrast"}  # fmt: skip
-        expected += len(keys)
-    assert len(calls) == expected and all(size == 8 for _, _, size in calls)
+    tables._host_tables.cache_clear()  # built again here, with the calls counted
+    tables.pixel_tables.cache_clear()
+    images = _images(16, 32)
+    first = apply(images, draw(16, torch.Generator().manual_seed(5)), "select")
+    names = {name for sub in _sub_policies("cifar10") for name, _, _ in sub}
+    probed = {name for name, _, _ in calls}
+    assert probed == names & (tables.GEOMETRIC | tables.POINTWISE) and all(size == 1 for _, _, size in calls)
+    for seed in range(3):
+        d = draw(16, torch.Generator().manual_seed(seed))
+        calls.clear()
+        out = apply(images, d, "select")
+        assert calls == []
+        assert torch.equal(out, apply(images, d, "grouped"))
+    assert torch.equal(first, apply(images, draw(16, torch.Generator().manual_seed(5)), "grouped"))
+
+
+def test_select_does_not_loop_over_images_or_ops() -> None:
+    """One fixed list of ops per batch, whatever the batch size or the draws: the host's cost of a batch on a
+    GPU does not grow with the batch."""
+    counts = set()
+    for batch, seed in ((4, 0), (64, 1), (256, 2)):
+        images, d = _images(batch, 32), draw(batch, torch.Generator().manual_seed(seed))
+        apply(images, d, "select")  # the tables of this size built
+        with DispatchCount() as counted:
+            apply(images, d, "select")
+        counts.add(counted.total)
+    assert len(counts) == 1 and counts.pop() < 160
 
 
 def test_rejects_bad_input() -> None:

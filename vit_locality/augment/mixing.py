@@ -16,6 +16,7 @@ drawn as torch's `Beta.sample` draws it, so on a CPU a cell with `cutmix_prob=1`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 
@@ -25,12 +26,34 @@ from vit_locality.protocol import Protocol
 def _beta(alpha: float, device: torch.device) -> torch.Tensor:
     """One Beta(alpha, alpha) draw on `device`, float32, as `torch.distributions.Beta(alpha, alpha).sample()` makes it
     (the same generator calls), without its argument checks, which read the host."""
-    return torch._sample_dirichlet(torch.full((2,), float(alpha), device=device))[0]
+    return torch._sample_dirichlet(_constant(("concentration", float(alpha)), str(device)))[0]
 
 
 def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """float32 one-hot rows by comparison: `F.one_hot` checks the labels' range on the host (a sync on a GPU)."""
-    return (labels.unsqueeze(1) == torch.arange(num_classes, device=labels.device)).to(torch.float32)
+    """float32 one-hot rows, the labels' rows of the identity: `F.one_hot` checks the labels' range on the host (a
+    sync on a GPU)."""
+    return _constant(("eye", num_classes), str(labels.device)).index_select(0, labels)
+
+
+@cache
+def _constant(what: tuple, device: str) -> torch.Tensor:
+    """The constants of a batch, made once per device: every op a batch dispatches costs the host time a GPU waits
+    for, and a tensor made from Python values is a copy to the device. `what` names one:
+    ("concentration", alpha): Beta(alpha, alpha)'s, (2,) float32; ("eye", n): the (n, n) float32 identity;
+    ("halves", H, W): [H / 2, W / 2] float64; ("limits", H, W): [H, W] int64; ("pixels", H, W): every pixel's
+    (y, x), (H, W, 2)."""
+    kind, *args = what
+    if kind == "concentration":
+        return torch.full((2,), args[0], device=device)
+    if kind == "eye":
+        return torch.eye(args[0], dtype=torch.float32, device=device)
+    height, width = args  # the per-size ones are made on the host and copied once
+    if kind == "pixels":
+        ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+        return torch.stack([ys, xs], 2).to(device)
+    if kind == "halves":
+        return torch.tensor([height / 2, width / 2], dtype=torch.float64).to(device)
+    return torch.tensor(args, dtype=torch.int64).to(device)
 
 
 @dataclass
@@ -61,26 +84,30 @@ def cutmix_batch(
     lam: float | torch.Tensor | None = None,
 ) -> CutMixResult:
     """Paste one box from a permuted copy of the batch into every image; return images and soft targets.
-    `lam` fixes the drawn lambda (tests)."""
+    `lam` fixes the drawn lambda (tests). The box's (top, left) and (bottom, right) are computed as pairs, with
+    the per-size constants made once (`_constant`): the same draws, in the same order, and the same arithmetic as
+    one coordinate at a time, in fewer ops."""
     batch, _, height, width = images.shape
     device = images.device
+    halves, limits = (
+        _constant(("halves", height, width), str(device)),
+        _constant(("limits", height, width), str(device)),
+    )
     drawn = _beta(alpha, device).double() if lam is None else torch.as_tensor(lam, dtype=torch.float64, device=device)
-    cut_ratio = (1.0 - drawn).sqrt()
-    cut_h, cut_w = (height * cut_ratio).floor().long(), (width * cut_ratio).floor().long()
-    cy, cx = torch.randint(height, (), device=device), torch.randint(width, (), device=device)
-    top, bottom = (cy - cut_h // 2).clamp(min=0), (cy + cut_h // 2).clamp(max=height)
-    left, right = (cx - cut_w // 2).clamp(min=0), (cx + cut_w // 2).clamp(max=width)
+    # Half the box's height and width, floor(floor(H r) / 2) = floor(H / 2 x r): halving is exact in floating point.
+    half = (halves * (1.0 - drawn).sqrt()).floor().long()
+    centre = torch.stack([torch.randint(height, (), device=device), torch.randint(width, (), device=device)])
+    low, high = (centre - half).clamp(min=0), torch.minimum(centre + half, limits)  # top, left; bottom, right
     partner = torch.randperm(batch, device=device)
 
-    ys, xs = torch.arange(height, device=device), torch.arange(width, device=device)
-    inside = ((ys >= top) & (ys < bottom)).view(height, 1) & ((xs >= left) & (xs < right)).view(1, width)
+    pixels = _constant(("pixels", height, width), str(device))
+    inside = ((pixels >= low) & (pixels < high)).all(2)
     mixed = torch.where(inside, images[partner], images)
-    area = (bottom - top).clamp(min=0) * (right - left).clamp(min=0)
-    kept = 1.0 - area.double() / (height * width)
+    kept = 1.0 - (high - low).prod().double() / (height * width)  # high >= centre >= low: no empty side
     own = _one_hot(labels, num_classes)
     share, rest = kept.to(torch.float32), (1.0 - kept).to(torch.float32)  # each rounded from float64, as before
-    targets = share * own + rest * own[partner]
-    return CutMixResult(mixed, targets, kept, partner, torch.stack([top, left, bottom, right]))
+    targets = torch.addcmul(share * own, rest, own[partner])  # products of 0 or 1: one rounding, the sum's
+    return CutMixResult(mixed, targets, kept, partner, torch.cat([low, high]))
 
 
 @dataclass

@@ -22,14 +22,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import torch
 from torch.utils.data import SequentialSampler
 
-from vit_locality.augment.batched_autoaugment import AutoAugmentDraws
 from vit_locality.augment.batched_autoaugment import apply as apply_autoaugment
 from vit_locality.augment.batched_autoaugment import draw as draw_autoaugment
+from vit_locality.augment.batched_autoaugment import prepare as prepare_autoaugment
 from vit_locality.augment.per_sample import COLORJITTER_STRENGTH
 from vit_locality.catalog import COLORJITTER
 from vit_locality.data.sampling import ResumableEpoch
@@ -82,17 +83,27 @@ def crop_flip(images: torch.Tensor, draws: CropFlipDraws, padding: int) -> torch
     """Every image cropped from its zero-padded self at its own corner, then flipped if drawn: one gather.
 
     Output pixel (y, x) of image b is padded pixel (top_b + y, left_b + x'), x' = W - 1 - x when flipped, read from
-    each padded plane as one flat index (a 4-D advanced index with permutes was 4x slower on a CPU)."""
+    each padded plane as one flat index (a 4-D advanced index with permutes was 4x slower on a CPU): the row part
+    and the column part of that index are looked up per image in tables made once per size (`_crop_tables`), so a
+    batch costs the host a dozen ops."""
     batch, channels, height, width = images.shape
     padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
-    device = images.device
-    rows = draws.offsets[:, :1].to(device) + torch.arange(height, device=device)  # (B, H)
-    xs = torch.arange(width, device=device)
-    xs = torch.where(draws.flip.to(device).unsqueeze(1), width - 1 - xs, xs)  # (B, W)
-    cols = draws.offsets[:, 1:].to(device) + xs
-    flat = rows.unsqueeze(2) * (width + 2 * padding) + cols.unsqueeze(1)  # (B, H, W)
+    rows, cols = _crop_tables(height, width, padding, str(images.device))
+    offsets, flip = draws.offsets.to(images.device), draws.flip.to(images.device)
+    flat = rows.index_select(0, offsets[:, 0]) + cols.index_select(0, flip.add(offsets[:, 1], alpha=2))
     index = flat.view(batch, 1, height * width).expand(batch, channels, height * width)
     return padded.view(batch, channels, -1).gather(2, index).view(batch, channels, height, width)
+
+
+@cache
+def _crop_tables(height: int, width: int, padding: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The flat index of a padded plane split in two lookups, (B, H, 1) + (B, 1, W): per top, (top + y) x padded
+    width, (2p + 1, H, 1); per left x 2 + flipped, left + x or left + W - 1 - x, (2 x (2p + 1), 1, W)."""
+    corners = torch.arange(2 * padding + 1).view(-1, 1)
+    rows = (corners + torch.arange(height)) * (width + 2 * padding)
+    xs = torch.arange(width)
+    cols = torch.stack([corners + xs, corners + xs.flip(0)], 1).view(-1, 1, width)
+    return rows.unsqueeze(2).to(device), cols.to(device)
 
 
 @dataclass(frozen=True)
@@ -147,25 +158,35 @@ def color_jitter(images: torch.Tensor, draws: ColorJitterDraws) -> torch.Tensor:
 class BatchAugment:
     """The protocol's per-sample training augmentation for whole batches: crop + flip, then the policy when on."""
 
-    def __init__(self, image_size: int, autoaug: bool, policy: str) -> None:
+    def __init__(self, image_size: int, autoaug: bool, policy: str, grouping: str | None = None) -> None:
         self.padding = image_size // 8
         self.policy = policy if autoaug else None
+        self.grouping = grouping  # AutoAugment's (batched_autoaugment.apply); None: the device's default
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator, world: int = 1, rank: int = 0) -> torch.Tensor:
         """Draw for the global batch (`world` x this batch) and augment this process's rows of it: rows rank,
-        rank + world, ... hold its samples (sampling.shard_order)."""
+        rank + world, ... hold its samples (sampling.shard_order). One process holds them all."""
         total = len(images) * world
-        rows = torch.arange(len(images), device=generator.device) * world + rank
+        rows = torch.arange(len(images), device=generator.device) * world + rank if world > 1 else None
         crop = draw_crop_flip(total, self.padding, generator)
-        images = crop_flip(images, CropFlipDraws(crop.offsets[rows], crop.flip[rows]), self.padding)
+        if rows is not None:
+            crop = CropFlipDraws(crop.offsets[rows], crop.flip[rows])
+        images = crop_flip(images, crop, self.padding)
         if self.policy == COLORJITTER:
             jitter = draw_color_jitter(total, generator)
-            images = color_jitter(images, ColorJitterDraws(jitter.order[rows], jitter.factors[rows]))
+            if rows is not None:
+                jitter = ColorJitterDraws(jitter.order[rows], jitter.factors[rows])
+            images = color_jitter(images, jitter)
         elif self.policy is not None:
-            aa = draw_autoaugment(total, generator, policy=self.policy)
-            mine = AutoAugmentDraws(aa.policy, aa.sub_policy[rows], aa.applied[rows], aa.negative[rows])
-            images = apply_autoaugment(images, mine)
+            drawn = draw_autoaugment(total, generator, policy=self.policy)
+            images = apply_autoaugment(images, drawn if rows is None else drawn.rows(rows), self.grouping)
         return images
+
+    def prepare(self, device: torch.device, height: int, width: int) -> None:
+        """Build the per-device tables of this augmentation before the first batch (a step then builds none)."""
+        _crop_tables(height, width, self.padding, str(device))
+        if self.policy is not None and self.policy != COLORJITTER:
+            prepare_autoaugment(self.policy, device, height, width)
 
     def __repr__(self) -> str:
         return f"BatchAugment(padding={self.padding}, policy={self.policy!r})"
@@ -195,6 +216,8 @@ class DeviceTrainLoader(ResumableEpoch):
         self.epoch, self.num_replicas, self.rank = epoch, world, rank
         self.shuffle = shuffle
         self.sampler: ResumableEpoch | SequentialSampler = self if shuffle else SequentialSampler(range(len(labels)))
+        if augment is not None and images.ndim == 4:
+            augment.prepare(images.device, *images.shape[-2:])
 
     def resume_from(self, epoch: int, steps: int) -> None:
         """Start at step `steps` the next time epoch `epoch` is iterated."""
