@@ -79,10 +79,12 @@ def test_a_host_read_is_a_graph_break() -> None:
 # An inductor compile of forward and backward (C++, its compiler a subprocess): about 20-60 s on two busy cores.
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                     reason="no C compiler found: CPU inductor compiles C++ (the CI machine has one)")  # fmt: skip
-def test_compiled_step_matches_eager_and_never_recompiles(monkeypatch: pytest.MonkeyPatch, spawns: Spawner) -> None:
+def test_compiled_step_matches_eager_and_never_recompiles(request: pytest.FixtureRequest, spawns: Spawner) -> None:
     import torch._inductor.config as inductor
 
-    monkeypatch.setattr(inductor, "fallback_random", True)  # compiled draws = eager draws, so results compare
+    patched = inductor.patch(fallback_random=True)  # compiled draws = eager draws, so results compare
+    patched.__enter__()  # inductor's own patch (undone below): a monkeypatch's undo left the option missing
+    request.addfinalizer(lambda: patched.__exit__(None, None, None))
     protocol = PROTOCOLS["cutmix_ls"]
     eager_model, compiled_model = _model(), _model()
     eager = _step(eager_model, protocol)
