@@ -18,13 +18,15 @@ SHOWN = ("train/loss_epoch", "val/loss", "val/acc1", "test_epoch/loss", "test_ep
 
 
 def host_numbers(metrics: Mapping[str, torch.Tensor]) -> dict[str, float]:
-    """Single-number figures as floats, read in one copy per device (on a GPU each read waits for the device)."""
-    single = {name: value for name, value in metrics.items() if value.numel() == 1}
+    """Single-number figures as floats, read in one copy per device and dtype (on a GPU each read waits for the
+    device); each value as `float(tensor)` gives it, with no cast on the device (MPS has no float64)."""
+    single = {name: value.detach().reshape(()) for name, value in metrics.items() if value.numel() == 1}
+    groups: dict[tuple[torch.device, torch.dtype], list[str]] = {}
+    for name, value in single.items():
+        groups.setdefault((value.device, value.dtype), []).append(name)
     numbers: dict[str, float] = {}
-    for device in {value.device for value in single.values()}:
-        names = [name for name, value in single.items() if value.device == device]
-        values = torch.stack([single[name].detach().double().reshape(()) for name in names]).tolist()
-        numbers.update(zip(names, values, strict=True))
+    for names in groups.values():
+        numbers.update(zip(names, map(float, torch.stack([single[name] for name in names]).tolist()), strict=True))
     return {name: numbers[name] for name in single}
 
 

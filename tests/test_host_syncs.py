@@ -116,3 +116,21 @@ def test_autoaugment_groups_on_a_cpu_and_selects_without_host_reads_elsewhere(mo
     with HostSyncCounter() as counter:
         selected = batched.apply(images, draws)
     assert counter.events == [] and torch.equal(selected, grouped)
+
+
+def test_epoch_figures_are_read_in_one_copy_per_device_and_dtype() -> None:
+    """The progress line and the checkpoint stamp read the epoch's figures: each as float() gives it, and one read
+    per (device, dtype), not one per figure; a figure of several numbers is left out."""
+    from vit_locality.callbacks.epoch_log import host_numbers
+
+    figures = {
+        "val/loss": torch.tensor(0.1234567, dtype=torch.float32) + torch.zeros(()),
+        "val/acc1": torch.tensor([0.5]),
+        "lr": torch.tensor(1e-3, dtype=torch.float64) * 1,
+        "steps": torch.arange(3)[2],
+        "per_head": torch.arange(4.0),
+    }
+    with HostSyncCounter() as counter:
+        numbers = host_numbers(figures)
+    assert numbers == {name: float(value) for name, value in figures.items() if value.numel() == 1}
+    assert _ops(counter) == ["tolist"] * 3  # float32, float64, int64

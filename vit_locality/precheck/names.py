@@ -62,10 +62,9 @@ def _name_part(text: str) -> str:
 
 
 def named_settings(overrides: Iterable[str], value_of: Lookup | None = None) -> dict:
-    """The settings a directory name shows where no reference config is at hand (a job no entry point started), key
-    -> canonical text, sorted by key: every setting the command sets (the last of two for one key) that changes the
-    result and that the base name does not show, with its value (`value_of(key)`, the composed config's; else the
-    override's)."""
+    """The settings a directory name shows after its base, key -> canonical text, sorted by key: every setting the
+    command sets (the last of two for one key) that changes the result and that the base name does not show, with its
+    value (`value_of(key)`, the validated config's; else the override's)."""
     chosen: dict[str, str] = {}
     starts = False  # whether the command sets ckpt_path or ckpt_mode: a start from weights is named by its hash
     for override in overrides:
