@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import InProcessTraining, compose_config
 
-from vit_locality.model.classifier import warmup_cosine, warmup_cosine_schedule
+from vit_locality.model.optimization import warmup_cosine, warmup_cosine_schedule
 from vit_locality.run.builders import build_datamodule, build_module, split_global_batch
 
 # The tiny runs below: 64 synthetic images in global batches of 8 (8 steps an epoch), warm-up 1 epoch, cosine to 0.
@@ -114,10 +114,11 @@ class _LearningRates(L.Callback):
         self.per_batch.append([group["lr"] for group in trainer.optimizers[0].param_groups])
 
 
-def _fit(max_epochs: int, **trainer_options) -> tuple[L.Trainer, list[list[float]]]:
-    """A tiny in-process fit of TINY_RUN; the trainer and the learning rate of each batch."""
+def _fit(max_epochs: int, overrides: tuple[str, ...] = (), **trainer_options) -> tuple[L.Trainer, list[list[float]]]:
+    """A tiny in-process fit of TINY_RUN (and `overrides`: the module takes accumulation from the config); the trainer
+    and the learning rate of each batch."""
     torch.manual_seed(0)
-    cfg = compose_config(TINY_RUN)
+    cfg = compose_config([*TINY_RUN, *overrides])
     datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
     rates = _LearningRates()
@@ -162,12 +163,23 @@ def test_schedule_length_counts_optimiser_steps(trains: InProcessTraining) -> No
     so takes (N / W) / (B / W) = N / B batches an epoch, the single-process count, and Lightning estimates the
     steps from that process's loader: the schedule has the same length on any number of devices. The last test
     checks the loaders' lengths."""
-    trainer, per_batch = _fit(max_epochs=3, limit_train_batches=5, accumulate_grad_batches=2)
+    trainer, per_batch = _fit(3, limit_train_batches=5, accumulate_grad_batches=2)
     assert trainer.estimated_stepping_batches == 3 * math.ceil(5 / 2) == 9
     assert trainer.global_step == 9  # the estimate is the number of steps taken
     f = [1 / 3, 2 / 3, 1.0, 1.0, (1 + math.sqrt(3) / 2) / 2, 0.75, 0.5, 0.25, (1 - math.sqrt(3) / 2) / 2]
     steps_before = [3 * epoch + j // 2 for epoch in range(3) for j in range(5)]
     assert [rates[0] for rates in per_batch] == pytest.approx([1e-3 * f[s] for s in steps_before])
+
+
+def test_a_run_without_an_epoch_limit_warms_up_over_epochs_of_its_loader(trains: InProcessTraining) -> None:
+    """`trainer.max_epochs=-1` with `max_steps=12`: the run is 12 steps, the warm-up 1 epoch of the loader's 8 steps
+    (j + 1) / 8, then the cosine over the last 4 steps: f(8) = 1, f(10) = 1/2. Counted as one epoch of 12 steps, the
+    warm-up would end at step 12 and the rate never decay."""
+    trainer, per_batch = _fit(-1, max_steps=12)
+    assert trainer.global_step == 12
+    expected = {0: 1 / 8, 3: 4 / 8, 7: 1.0, 8: 1.0, 10: 0.5, 11: (1 + math.cos(3 * math.pi / 4)) / 2}
+    lr = [rates[0] for rates in per_batch]
+    assert {j: lr[j] for j in expected} == pytest.approx({j: 1e-3 * f for j, f in expected.items()})
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])

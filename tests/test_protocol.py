@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from vit_locality.config.protocol_sections import AugConfig
 from vit_locality.config.refusal import typed_section
 from vit_locality.errors import ConfigError
-from vit_locality.model.classifier import OptimSettings, ViTClassifier, adamw_with_decay_groups
+from vit_locality.model.classifier import ViTClassifier
+from vit_locality.model.optimization import OptimSettings, adamw_with_decay_groups
 from vit_locality.model.vit import ModelConfig, VisionTransformer
 from vit_locality.protocol import Protocol
 

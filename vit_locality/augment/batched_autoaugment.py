@@ -76,7 +76,7 @@ class _Table:
     specs: tuple[tuple[str, int | None], ...]  # id -> (op name, magnitude bin or None)
     op_id: torch.Tensor  # (P, 2) int64
     signed: torch.Tensor  # (P, 2) bool
-    # (P, 12) float32: per sub-policy the thresholds `draw` compares the uniforms u0..u3, repeated 3 times, with:
+    # (P, 3, 4) float32: per sub-policy the thresholds `draw` compares the uniforms u0..u3 with, 3 rows of 4:
     # [p1, p2, p2, -] for the flags, [-, s1, s2, s2] for the signs (0.5 if the op is signed, else never) and
     # [p1 if op 1 is signed, -, -, -] for "op 1 took a sign draw". The probabilities are float32, compared in float32
     # as torchvision's `torch.rand(()) <= p`.
@@ -114,7 +114,7 @@ def _table(policy: str, device: str) -> _Table:
         specs=tuple(specs),
         op_id=torch.tensor(op_id, dtype=torch.int64).to(device),
         signed=torch.tensor(signed, dtype=torch.bool).to(device),
-        thresholds=torch.tensor(thresholds, dtype=torch.float32).to(device),
+        thresholds=torch.tensor(thresholds, dtype=torch.float32).view(-1, 3, 4).to(device),
         columns=torch.tensor([[0, 1, 5, 6]], dtype=torch.int64).to(device),
         shifted=torch.tensor([[0, 2, 5, 7]], dtype=torch.int64).to(device),
     )
@@ -136,8 +136,9 @@ def draw(
     device = torch.device(device)
     table = _table(policy, str(device))
     sub = torch.randint(len(table.op_id), (batch_size,), generator=generator, device=device)
-    uniforms = torch.rand((batch_size, 4), generator=generator, device=device)
-    answers = uniforms.repeat(1, 3) <= table.thresholds.index_select(0, sub)  # (B, 12)
+    uniforms = torch.rand((batch_size, 1, 4), generator=generator, device=device)  # the same stream as (B, 4)
+    # (B, 12): the 4 uniforms against each of the sub-policy's 3 rows of thresholds, broadcast rather than repeated
+    answers = (uniforms <= table.thresholds.index_select(0, sub)).view(-1, 12)
     took_sign = answers[:, 8:9]  # op 1 applied and signed: op 2 reads one column further
     picked = answers.gather(1, torch.where(took_sign, table.shifted, table.columns))
     applied = picked[:, :2]

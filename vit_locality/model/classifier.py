@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -20,6 +20,7 @@ from vit_locality.augment.fixed_batches import fixed_batches
 from vit_locality.augment.mixing import mix_batch
 from vit_locality.config.metric_names import TEST, eval_prefix
 from vit_locality.errors import VitLocalityError
+from vit_locality.model.optimization import OptimSettings, adamw_with_decay_groups, warmup_cosine_schedule
 from vit_locality.model.vit import ModelConfig, VisionTransformer
 from vit_locality.protocol import Protocol
 
@@ -28,59 +29,6 @@ class NonFiniteLossError(VitLocalityError, RuntimeError):
     """The training loss became NaN or infinite; training stops before a checkpoint can store bad weights."""
 
     exit_code = 3
-
-
-def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
-    """LR multiplier: linear from 1/warmup to 1 over `warmup_steps`, then cosine down to `min_ratio`."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def adamw_with_decay_groups(
-    model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float]
-) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only: not on biases, norms, nor what the model's `no_weight_decay()`
-    names (the ViT's CLS token and position embeddings)."""
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
-    groups = [
-        {"params": [p for n, p in named if p.ndim >= 2 and n not in exempt], "weight_decay": weight_decay},
-        {"params": [p for n, p in named if p.ndim < 2 or n in exempt], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas)
-
-
-def warmup_cosine_schedule(
-    optimizer: torch.optim.Optimizer, total_steps: int, epochs: int, warmup_epochs: float, min_lr_ratio: float
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """`warmup_cosine` stepped per batch, the warm-up given in epochs of `total_steps / epochs` steps."""
-    per_epoch = max(1, total_steps // max(1, epochs))
-    warmup = min(total_steps, max(1, round(warmup_epochs * per_epoch)))
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: warmup_cosine(step, warmup, total_steps, min_lr_ratio)
-    )
-
-
-@dataclass(frozen=True)
-class OptimSettings:
-    """The `optim` config group: AdamW's settings and the warm-up + cosine schedule's."""
-
-    lr: float = 1e-3
-    weight_decay: float = 0.05
-    betas: tuple[float, float] = (0.9, 0.999)
-    warmup_epochs: float = 5.0
-    min_lr_ratio: float = 0.0
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any]) -> OptimSettings:
-        """The settings in a config section or a checkpoint's dict, as plain floats; other keys are ignored."""
-        names = {field.name for field in fields(cls)}
-        values = {key: value for key, value in mapping.items() if key in names}
-        if "betas" in values:
-            values["betas"] = tuple(float(beta) for beta in values["betas"])
-        return cls(**{key: value if key == "betas" else float(value) for key, value in values.items()})
 
 
 # The flat hyper-parameters of checkpoints written before the module took typed objects, by where they now live.
@@ -324,8 +272,12 @@ class ViTClassifier(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         optim = self.optim
         optimizer = adamw_with_decay_groups(self.model, optim.lr, optim.weight_decay, optim.betas)
-        total = int(self.trainer.estimated_stepping_batches)
-        schedule = warmup_cosine_schedule(
-            optimizer, total, self.trainer.max_epochs or 1, optim.warmup_epochs, optim.min_lr_ratio
-        )
+        trainer = self.trainer
+        total = int(trainer.estimated_stepping_batches)
+        epochs, per_epoch = trainer.max_epochs or 1, None
+        if epochs == -1:  # no epoch limit (max_steps ends the run): the warm-up counts epochs of the loader's steps
+            if trainer.num_training_batches == float("inf"):
+                trainer.fit_loop.setup_data()  # as estimated_stepping_batches loads it when it needs the count
+            per_epoch = max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
+        schedule = warmup_cosine_schedule(optimizer, total, epochs, optim.warmup_epochs, optim.min_lr_ratio, per_epoch)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

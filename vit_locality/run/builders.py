@@ -26,7 +26,8 @@ from vit_locality.config.settings import RunSettings, as_settings
 from vit_locality.data import ImageDataModule, datamodule_class
 from vit_locality.data.on_device import BatchAugment, data_on_device, uses_cuda
 from vit_locality.errors import ConfigError
-from vit_locality.model.classifier import OptimSettings, ViTClassifier
+from vit_locality.model.classifier import ViTClassifier
+from vit_locality.model.optimization import OptimSettings
 from vit_locality.model.vit import ModelConfig
 from vit_locality.protocol import Protocol
 from vit_locality.run.checkpoint_io import AtomicCheckpointIO
