@@ -22,6 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 
 from vit_locality.attention import plots
+from vit_locality.attention.noise_band import surround_band
 from vit_locality.attention.probe import ProbeResult, ProbeSettings, probe_attention
 from vit_locality.attention.stats_log import (
     CSV_FIELDS,
@@ -34,6 +35,7 @@ from vit_locality.attention.stats_log import (
     scalar_metrics,
     write_csv,
 )
+from vit_locality.model.vit import VisionTransformer
 from vit_locality.store.checkpoints import completed_epochs
 from vit_locality.store.record import ATTENTION_CSV
 
@@ -60,6 +62,7 @@ class AttentionStatsCallback(Callback):
         self._probe: torch.Tensor | None = None
         self._last_measured_epoch: int | None = None
         self._resumed_at: int | None = None  # epochs done by the checkpoint the fit resumes from
+        self.band: dict[str, Any] | None = None  # surround_pref's noise band at initialisation (noise_band.py)
 
     @property
     def csv_path(self) -> Path:
@@ -71,7 +74,9 @@ class AttentionStatsCallback(Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A fresh fit starts the CSV anew (rows of an attempt that never reached a checkpoint would double epoch 0)
-        and measures the initial model; a resumed fit keeps the rows up to its checkpoint, and its initial pair."""
+        and measures the initial model; a resumed fit keeps the rows up to its checkpoint, and its initial pair.
+        Either measures the surround preference's noise band (fixed seeds: a resumed fit measures the same band)."""
+        self._measure_band(trainer, pl_module)
         if self._resumed_at is None:
             self.rows = []
             initial = self._measure(trainer, pl_module, epoch=0)
@@ -97,13 +102,38 @@ class AttentionStatsCallback(Callback):
         for logger in trainer.loggers:
             logger.save()
         if self.pictures and trainer.is_global_zero:
-            paths = save_pictures(self.final, self.run_dir, self.run_dir.name)
+            band = self.band["surround_pref"] if self.band else None
+            paths = save_pictures(self.final, self.run_dir, self.run_dir.name, band)
             log.info("attention pictures: %s", ", ".join(str(p) for p in paths))
 
-    def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> ProbeResult:
+    def _probe_batch(self, trainer: L.Trainer, pl_module: L.LightningModule) -> torch.Tensor:
+        """The probe images, preprocessed, on the model's device."""
         if self._probe is None:  # taken when first needed: a fit resumed at its last epoch has no train start
             self._probe = trainer.datamodule.probe_images(self.settings.probe_size)
-        images = pl_module.preprocess(self._probe.to(pl_module.device))
+        return pl_module.preprocess(self._probe.to(pl_module.device))
+
+    def _measure_band(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The band on untrained models of the module's architecture (ViTClassifier's `arch`); none for another
+        module, and on ranks other than 0, which record nothing."""
+        arch = getattr(pl_module, "arch", None)
+        if arch is None or not trainer.is_global_zero:
+            return
+
+        def build() -> VisionTransformer:
+            return VisionTransformer.from_config(arch, pl_module.num_classes, pl_module.hparams["image_size"])
+
+        design = (repr(arch), pl_module.num_classes, pl_module.hparams["image_size"])
+        self.band = surround_band(build, self._probe_batch(trainer, pl_module), self.settings, design=design)
+        log.info(
+            "surround_pref noise band at initialisation: %.4f (%d seeds x %d heads, %s)",
+            self.band["surround_pref"],
+            len(self.band["seeds"]),
+            self.band["heads"],
+            "reused from this process's earlier cell" if self.band["reused"] else f"{self.band['seconds']:.1f} s",
+        )
+
+    def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> ProbeResult:
+        images = self._probe_batch(trainer, pl_module)
         result = probe_attention(pl_module.model, images, self.settings)
         self.final = result
         self._last_measured_epoch = epoch
@@ -146,4 +176,4 @@ class AttentionStatsCallback(Callback):
         """The record's `attention` section (vit_locality.store.record.RecordSection): final tables, initial pair."""
         if self.final is None:
             return {}
-        return attention_section(self.final, self._last_measured_epoch, self.initial)
+        return attention_section(self.final, self._last_measured_epoch, self.initial, self.band)

@@ -83,3 +83,15 @@ def test_early_layers_beyond_the_runs_depth(finished_run: Path) -> None:
     proc = run_analyze([f"ckpt_path={checkpoint}", "stats.early_layers=5"], cwd=REPO)
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
     assert proc.stderr.strip() == "error: stats.early_layers=5 is not allowed: an integer in [1, 4]"
+
+
+def test_the_analysis_plane_reads_the_runs_noise_band(finished_run: Path, tmp_path: Path) -> None:
+    """The plane of an analysis joins heads to their controls against the band the run recorded at its start; a
+    directory without a record, or with an unreadable one, has none ("band not recorded" on the plane)."""
+    from vit_locality.analyze import recorded_run_band
+
+    record = json.loads((finished_run / "results.json").read_text())
+    assert recorded_run_band(finished_run) == record["attention"]["noise_band"]["surround_pref"] > 0
+    assert recorded_run_band(tmp_path) is None
+    (tmp_path / "results.json").write_text("{not json")
+    assert recorded_run_band(tmp_path) is None

@@ -152,7 +152,13 @@ def test_a_trained_cell_started_from_another_seeds_checkpoint(tmp_path: Path, tr
     agg = aggregate([sweep])
     assert agg.skipped == []
     groups = agg.variants("synthetic", "vit_tiny")["Modern"]
+    names = ("s0", "s1", "s0_ckpt")
     assert [(g.key.variant, sorted(r.run_dir.name for r in g.runs)) for g in groups] == [
         ("start=scratch", ["s0", "s1"]),
         (f"start=weights {short}", ["s0_ckpt"]),
     ]
+    # Every record carries the surround preference's noise band, measured at initialisation on fixed seeds: the same
+    # band for every run of one architecture and probe set, whatever the run's seed or start.
+    bands = [json.loads((sweep / name / "results.json").read_text())["attention"]["noise_band"] for name in names]
+    assert len({band["surround_pref"] for band in bands}) == 1 and bands[0]["surround_pref"] > 0
+    assert all(band["seeds"] == [9001, 9002, 9003, 9004] and band["heads"] == 16 for band in bands)

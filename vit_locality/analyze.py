@@ -123,6 +123,19 @@ def analysis_device(requested: str) -> str:
     return requested
 
 
+def recorded_run_band(run_dir: Path) -> float | None:
+    """The noise band of `surround_pref` the run measured at its start (results.json), for the plane: its heads are
+    joined to their controls only above it. None where the record holds none or is unreadable."""
+    from vit_locality.attention.min_head import recorded_band
+    from vit_locality.store.record import RecordError, read_record
+
+    try:
+        record = read_record(run_dir)
+    except RecordError:
+        return None
+    return None if record is None else recorded_band(record.data)
+
+
 def analyze(cfg: DictConfig) -> dict[str, Any]:
     """Load, test, probe, record; returns the record written to analysis.json."""
     from vit_locality.attention.probe import ProbeSettings, probe_attention
@@ -155,7 +168,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
 
     epoch, step = completed_epochs(meta), int(meta.get("global_step", 0))
     write_csv(out_dir / ATTENTION_CSV, probe_rows(result, epoch, step))
-    save_pictures(result, out_dir, f"{run_dir.name} ({out_dir.name})")
+    save_pictures(result, out_dir, f"{run_dir.name} ({out_dir.name})", recorded_run_band(run_dir))
     record = {
         "checkpoint": str(checkpoint),
         "run_dir": str(run_dir),

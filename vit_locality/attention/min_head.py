@@ -21,3 +21,25 @@ def min_head_control(final: dict[str, Any]) -> dict[str, float] | None:
         return {key: tables[key][layer][head] for key in MIN_HEAD_KEYS}
     except (KeyError, TypeError, ValueError, IndexError):
         return None
+
+
+# How a minimum head's surround preference reads against its run's noise band (attention/noise_band.py).
+PREFERENCE, NONE_MEASURED, NOT_RECORDED = "surround preference", "none measured", "band not recorded"
+
+
+def recorded_band(data: dict[str, Any]) -> float | None:
+    """A record's noise band of `surround_pref` (unit square), or None for a record written before it was measured:
+    the band needs the run's model and data at initialisation, which a report of copied run directories lacks."""
+    try:
+        value = float(data["attention"]["noise_band"]["surround_pref"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if value == value else None  # NaN: not measured
+
+
+def surround_reading(pref: float, band: float | None) -> str:
+    """ "surround preference" only above the band, "none measured" at or below it (a negative value included: a head
+    that looks farther than its control is no preference either); NOT_RECORDED without a band."""
+    if band is None:
+        return NOT_RECORDED
+    return PREFERENCE if pref > band else NONE_MEASURED

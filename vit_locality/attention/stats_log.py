@@ -78,9 +78,9 @@ def headline_line(result: ProbeResult, epoch: int) -> str:
     return f"epoch {epoch}: min early-layer MAD {mad}, mean early-layer entropy {result.mean_entropy_early():.4f}"
 
 
-def save_pictures(result: ProbeResult, out_dir: Path, title: str) -> list[Path]:
-    """The heads in the MAD-entropy plane (distances in the display units), and the first two layers'
-    central-query maps."""
+def save_pictures(result: ProbeResult, out_dir: Path, title: str, band: float | None = None) -> list[Path]:
+    """The heads in the MAD-entropy plane (distances in the display units; `band`, the surround preference's noise
+    band on the unit square, where measured), and the first two layers' central-query maps."""
     factor = result.display_factor()
     plane = plots.mad_entropy_plane(
         result.stats["mad"] * factor,
@@ -89,6 +89,7 @@ def save_pictures(result: ProbeResult, out_dir: Path, title: str) -> list[Path]:
         units=result.settings.units,
         patch_size=result.patch_size,
         control=result.stats["mad_control"] * factor,
+        band=None if band is None else band * factor,
     )
     layers = list(range(min(2, result.depth)))
     maps = plots.central_query_maps(result.central_maps, layers, f"{title}: mean attention of the central query patch")
@@ -126,10 +127,18 @@ def headline_of_rows(rows: list[dict[str, Any]], epoch: int, early_layers: int) 
     }
 
 
-def attention_section(final: ProbeResult, final_epoch: int, initial: dict[str, float] | None) -> dict[str, Any]:
-    """The run record's `attention` section: the final model's statistics and the initial headline pair."""
+def attention_section(
+    final: ProbeResult,
+    final_epoch: int,
+    initial: dict[str, float] | None,
+    band: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run record's `attention` section: the final model's statistics, the initial headline pair and the
+    surround preference's noise band (attention/noise_band.py) where it was measured."""
     section: dict[str, Any] = {"final": {"epoch": final_epoch, **probe_summary(final)}}
     if initial is not None:
         section["initial"] = dict(initial)
+    if band is not None:
+        section["noise_band"] = dict(band)
     section["csv"] = ATTENTION_CSV
     return {"attention": section}
