@@ -169,7 +169,7 @@ def test_a_record_that_cannot_be_converted_is_not_comparable(tmp_path: Path) -> 
     # Accuracy claims do not read MAD; (d) for +LS needs +CM, so it cannot be judged either.
     assert found["c_cutmix_gain"]["run_verdict"] == "fails" and found["d_ls_keeps"]["run_verdict"] == "not comparable"
     table = protocols_table(aggregate([tmp_path]))
-    assert table.rows[0][8:10] == ["holds", "holds"]  # claim (b) reads Baseline and Modern only
+    assert table.rows[0][8:10] == ["holds, 2 seeds"] * 2  # claim (b) reads Baseline and Modern only
 
 
 def test_others_not_local_fails_below_the_bound(tmp_path: Path) -> None:
@@ -189,9 +189,17 @@ def test_verdicts_that_depend_on_the_convention_are_flagged(tmp_path: Path) -> N
     found = claims(tmp_path)
     other, local = found["a_other_not_local"], found["a_cutmix_local"]
     assert (other["run_verdict"], other["run_diagonal_verdict"]) == ("holds", "fails")
-    assert other["row"][6:] == ["fails: 0.177 (-CM)", "fails: 0.177 (-CM)", "differ (per run, per cell mean)"]
+    assert other["row"][6:] == [
+        "fails, 1 seed: 0.177 (-CM)",
+        "fails, 1 seed: 0.177 (-CM)",
+        "differ (per run, per cell mean)",
+    ]
     assert (local["run_verdict"], local["run_diagonal_verdict"]) == ("fails", "holds")
-    assert local["row"][6:] == ["holds: 0.021 (+CM)", "holds: 0.021 (+CM)", "differ (per run, per cell mean)"]
+    assert local["row"][6:] == [
+        "holds, 1 seed: 0.021 (+CM)",
+        "holds, 1 seed: 0.021 (+CM)",
+        "differ (per run, per cell mean)",
+    ]
     assert found["a_separation"]["conventions"] == "agree"  # a ratio of two values: scale-free
 
 

@@ -120,4 +120,4 @@ def test_one_seed_per_cell_leaves_claim_d_undetermined_in_the_table(tmp_path: Pa
     rows = {rec["claim"]: row for rec, row in zip(part.records, part.rows, strict=True)}
     why = "fewer than 2 runs in Baseline, the cell, +CM (a t-test needs each cell's spread)"
     for key in ("d_autoaug_keeps", "d_ls_keeps"):
-        assert rows[key][2:6] == [why, "undetermined", why, "undetermined"]
+        assert rows[key][2:6] == [why, "undetermined, 1 seed", why, "undetermined, 1 seed"]

@@ -77,17 +77,21 @@ def test_claims_per_run_and_per_cell_mean(c100: Aggregate) -> None:
         "(a) every CutMix cell at or below 0.024 min MAD",
         "<= 0.024",
         "0.024 (+CM)",
-        "holds",
+        "holds, 3 seeds",
         "0.020 (+CM)",
-        "holds",
-        "holds: 0.017 (+CM)",  # 0.024 / sqrt 2 on the diagonal scale
-        "holds: 0.014 (+CM)",
+        "holds, 3 seeds",
+        "holds, 3 seeds: 0.017 (+CM)",  # 0.024 / sqrt 2 on the diagonal scale
+        "holds, 3 seeds: 0.014 (+CM)",
         "agree",
     ]
     # On the diagonal scale -CM's 0.210 is 0.148 < 0.210: "others not local" fails there, and is flagged.
     assert other["run_diagonal_value"] == pytest.approx(0.210 / math.sqrt(2))
     assert other["run_diagonal_verdict"] == "fails"
-    assert other["row"][6:] == ["fails: 0.148 (-CM)", "fails: 0.163 (-CM)", "differ (per run, per cell mean)"]
+    assert other["row"][6:] == [
+        "fails, 3 seeds: 0.148 (-CM)",
+        "fails, 3 seeds: 0.163 (-CM)",
+        "differ (per run, per cell mean)",
+    ]
     assert other["conventions"] == "differ: run, mean"
 
     # (c) Per run: the lowest +CM run 56.0 minus the highest Baseline run 51.5 = 4.5 points < 5: fails;
@@ -102,7 +106,8 @@ def test_claims_per_run_and_per_cell_mean(c100: Aggregate) -> None:
         assert claim["mean_value"] == pytest.approx(mean(acc[cell]) - mean(acc["Baseline"]))
         assert claim["mean_value"] == pytest.approx(mean_gain) and claim["mean_verdict"] == "holds"
         assert claim["run_bound"] == claim["mean_bound"] == 0.05
-    assert claims["c_cutmix_gain"]["row"][2:] == ["+4.50", "fails", "+7.00", "holds", *DIAGONAL_SAME_C, "agree"]
+    shown = ["+4.50", "fails, 3 seeds", "+7.00", "holds, 3 seeds", *DIAGONAL_SAME_C, "agree"]
+    assert claims["c_cutmix_gain"]["row"][2:] == shown
 
     # (d) TOST. Baseline 0.316, 0.300, 0.290: mean 0.302, sample variance (0.014^2 + 0.002^2 + 0.012^2) / 2 =
     # 0.000172, so the margin is max(0.02, 2 x 0.013115) = 0.02623. +AA: mean 0.303667, variance 0.00005033;
@@ -126,7 +131,7 @@ def test_claims_per_run_and_per_cell_mean(c100: Aggregate) -> None:
 
 
 # Claim (c) is about accuracy, so both conventions show the same verdicts.
-DIAGONAL_SAME_C = ["fails: +4.50", "holds: +7.00"]
+DIAGONAL_SAME_C = ["fails, 3 seeds: +4.50", "holds, 3 seeds: +7.00"]
 
 
 def test_a_cell_mean_can_hide_a_cutmix_run_above_the_others(tmp_path: Path) -> None:
@@ -138,9 +143,9 @@ def test_a_cell_mean_can_hide_a_cutmix_run_above_the_others(tmp_path: Path) -> N
     claims = claims_of(aggregate([tmp_path]), "cifar100")
     assert claims["a_separation"]["row"][2:6] == [
         "0.500 (+CM) vs 0.210 (Baseline)",
-        "fails",
+        "fails, 3 seeds",
         "0.180 (+CM) vs 0.210 (Baseline)",
-        "holds",
+        "holds, 3 seeds",
     ]
     # The bound 0.024 fails either way (0.50 and 0.18); 0.21 stays at or above 0.210 even as a mean of three.
     assert (claims["a_cutmix_local"]["run_verdict"], claims["a_cutmix_local"]["mean_verdict"]) == ("fails", "fails")
@@ -184,8 +189,8 @@ def test_modern_more_local_per_run_and_per_cell_mean(tmp_path: Path) -> None:
     ]
     rows = {row[0]: row[8:] for row in table.rows}
     assert rows == {
-        "cifar10": ["fails", "holds", "-"],
-        "cifar100": ["holds", "holds", "0.316 -> 0.008"],
+        "cifar10": ["fails, 2 seeds (Modern 0.035 above 0.024)", "holds, 2 seeds", "-"],
+        "cifar100": ["holds, 2 seeds", "holds, 2 seeds", "0.316 -> 0.008"],
         "tiny_imagenet": ["not enough runs", "not enough runs", "-"],
     }
 

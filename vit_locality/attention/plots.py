@@ -71,6 +71,18 @@ def draw_uniform_line(ax: plt.Axes, units: str) -> None:
         ax.text(0.01, UNIFORM_MAD_8X8, "uniform", color="grey", fontsize=7, va="bottom", transform=along)
 
 
+def keep_min_span(ax: plt.Axes, span: float, lower: float, upper: float) -> None:
+    """Widen the y axis to at least `span` around its data, kept within [lower, upper]: a panel whose values differ in
+    the fourth decimal (untrained heads' entropy, 0.9990-0.9999) would otherwise be zoomed until noise looks like a
+    trend between cells."""
+    low, high = ax.get_ylim()
+    if high - low >= span:
+        return
+    middle = (low + high) / 2
+    low = min(max(middle - span / 2, lower), upper - span)
+    ax.set_ylim(low, low + span)
+
+
 def wrap_title(title: str, width_inches: float, fontsize: float) -> str:
     """`title` broken into lines that fit `width_inches` at `fontsize`: run names (100 characters, no spaces) were
     cut off at the figure's edges. Lines break after `_`, a space or `,`; a longer piece is split where it must."""
@@ -111,23 +123,31 @@ def mad_entropy_plane(
     units: str = "unit",
     patch_size: int | None = None,
     control: torch.Tensor | None = None,
+    band: float | None = None,
 ) -> plt.Figure:
     """Every head as a point (MAD, entropy), one colour per layer; (layers, heads) inputs. The known references
     (draw_mad_references) and, in unit distance, uniform attention mark the scale; `patch_size` is only needed for
     the references in pixels. With `control` (the heads' query-averaged MAD, same shape) each head also has a
-    hollow marker at its control, joined by a line: a long line to the right is a preference for the query's
-    surroundings, no line is concentration alone."""
+    hollow marker at its control. With `band` (the surround preference's noise band, in `units`) a head is joined
+    to its control only where control - MAD is above the band, a surround preference; a head without a line has
+    none measured (its MAD is its query-averaged pattern's, which fixed patches and query-dependent attention
+    without a spatial bias both give). Without a band every head is joined and the legend says the band is not
+    recorded."""
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
+        fig, ax = plt.subplots(figsize=(5.5, 5.2), layout="constrained")
     for layer, colour in enumerate(layer_colours(mad.shape[0])):
         if control is not None:
             for head_mad, head_control, head_entropy in zip(mad[layer], control[layer], entropy[layer], strict=True):
-                ax.plot([float(head_mad), float(head_control)], [float(head_entropy)] * 2, color=colour, lw=0.7)
+                if band is None or float(head_control) - float(head_mad) > band:
+                    ax.plot([float(head_mad), float(head_control)], [float(head_entropy)] * 2, color=colour, lw=0.7)
             ax.scatter(control[layer], entropy[layer], s=22, facecolor="none", edgecolor=colour, lw=0.8)
         ax.scatter(mad[layer], entropy[layer], color=colour, s=28, label=f"layer {layer}", edgecolor="k", lw=0.3)
     if control is not None:
         ax.scatter([], [], s=22, facecolor="none", edgecolor="k", lw=0.8, label="control: query-averaged")
+        line = "line: control - MAD (noise band not recorded)"
+        line = line if band is None else f"line: surround preference (control - MAD > noise band {band:.4f})"
+        ax.scatter([], [], marker="_", s=80, color="k", lw=0.7, label=line)  # a collection: ax.lines stays the data
     largest = max(float(mad.max()), float(control.max()) if control is not None else 0.0)
     right = max(largest, draw_mad_references(ax, units, horizontal=False, patch_size=patch_size)) * 1.1
     if units == "unit":  # a fixed scale, so that panels of different cells compare at a glance
@@ -139,8 +159,12 @@ def mad_entropy_plane(
     ax.set_ylabel("normalised entropy")
     ax.set_ylim(-0.02, 1.02)
     set_title(ax, title, fontsize=10)
-    ax.legend(fontsize=7, ncol=2, loc="lower right")
-    return plain_tick_labels(fig if fig is not None else ax.figure)
+    if fig is None:  # a panel of a report figure: the figure gathers one legend below its panels
+        ax.legend(fontsize=7, ncol=2, loc="lower right")
+        return plain_tick_labels(ax.figure)
+    # Below the axes, clear of the references' labels (`uniform` sits at the bottom right, where a legend would go).
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.14), borderaxespad=0)
+    return plain_tick_labels(fig)
 
 
 def central_query_maps(maps: torch.Tensor, layers: list[int], title: str) -> plt.Figure:

@@ -5,10 +5,12 @@ docstring, under each claims table and in docs/metrics.md): (a) `_ablation_bound
 With several seeds a claim about "every cell" can be read on every run or on each cell's mean over its runs, and the
 two can disagree, so each claim gets both verdicts (`per="run"`, `per="mean"`). Minimum MAD is read in the paper's
 convention (`claim_units`) and judged with distances over the image side and over its diagonal, since the paper
-does not say which. A figure is compared with a printed bound at the bound's printed precision (`Bound`);
-comparisons of two measured values allow 1e-9. A comparison of measured cells with one run in a cell is "one seed:
-no verdict"; a claim that would hold while a run it reads never left uniform attention is "not informative"; a
-claim whose cells are not all measured is "not enough runs", never a verdict on part of the design.
+does not say which. A figure is compared with a printed bound at the bound's printed precision (`Bound`, one
+rounding rule in every convention); comparisons of two measured values allow 1e-9. A fixed bound is judged on any
+number of seeds, and a failed one fails its claim; a comparison of measured cells with one run in a cell is "one
+seed: no verdict"; a claim on runs of which one never left uniform attention is "not informative", whichever way it
+would go; a claim whose cells are not all measured is "not enough runs", never a verdict on part of the design.
+Every verdict carries the number of seeds it rests on (`Judgement.seeds`, shown by `shown_verdict`).
 """
 
 from __future__ import annotations
@@ -37,10 +39,20 @@ NOT_INFORMATIVE = "not informative: attention still uniform"
 SLACK = 1e-9  # comparisons of two measured values only
 
 
+# Significant digits a figure is read to before it is rounded to a bound's precision: float32's FLT_DIG, the digits
+# every float32 value keeps. The probe stores float32, and a conversion (x 1/sqrt 2, / 8) adds float64 error, so a
+# half-way value (0.0245) reaches the rule as 0.024499999359 or 0.02450000001 depending on its stored unit; read to
+# 6 digits both are 0.0245000, and one rule decides it in every convention.
+FIGURE_DIGITS = 6
+
+
 @dataclass(frozen=True)
 class Bound:
-    """A bound as printed: a figure is compared with it at its printed precision, i.e. rounded half up to as many
-    decimals as `text` has (0.210: three), so a value that prints as the bound is at the bound."""
+    """A bound as printed: a figure is compared with it at its printed precision, i.e. read to FIGURE_DIGITS
+    significant digits, then rounded half up to as many decimals as `text` has (0.210: three), so a value that
+    prints as the bound is at the bound. Half up, the rule of print and of most papers: 0.0245 is 0.025 (above
+    0.024) and 0.2095 is 0.210 (at 0.210), whether the record stores the unit square, grid steps, pixels or the
+    diagonal."""
 
     text: str
 
@@ -50,7 +62,8 @@ class Bound:
 
     def _rounded(self, value: float) -> Decimal:
         decimals = len(self.text.partition(".")[2])
-        return Decimal(repr(float(value))).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+        read = Decimal(f"{float(value):.{FIGURE_DIGITS}g}")
+        return read.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
 
     def at_or_above(self, value: float) -> bool:
         return math.isfinite(value) and self._rounded(value) >= Decimal(self.text)
@@ -95,6 +108,17 @@ class Judgement:
     missing: tuple[str, ...] = ()  # the needed cells without a value
     reason: str = ""  # why undetermined, not comparable, without a verdict or not informative
     interval: tuple[float, float] = (math.nan, math.nan)  # claim (d): the 90% interval of the difference
+    seeds: tuple[int, int] = (0, 0)  # the fewest and the most runs in a cell the verdict reads
+
+
+def shown_verdict(judgement: Judgement) -> str:
+    """A verdict as a table cell, with the seeds it rests on ("holds, 1 seed", "fails, 2-3 seeds"); a claim that
+    could not be judged rests on none."""
+    low, high = judgement.seeds
+    if judgement.verdict in (NOT_ENOUGH, NOT_COMPARABLE) or high == 0:
+        return judgement.verdict
+    count = f"{low}" if low == high else f"{low}-{high}"
+    return f"{judgement.verdict}, {count} seed{'s' * (high > 1)}"
 
 
 @dataclass(frozen=True)
@@ -153,8 +177,8 @@ def ablation_claims(cells: Mapping[str, Group]) -> list[Claim]:
         "a_cutmix_local": lambda c, per: uninformative(cells, CUTMIX_CELLS, bounds[c, per][0]),
         "a_other_not_local": lambda c, per: uninformative(cells, OTHER_CELLS, bounds[c, per][1]),
         "a_separation": lambda c, per: uninformative(cells, CELL_ORDER, bounds[c, per][2]),
-        "c_cutmix_gain": lambda c, per: gain(cells, "+CM", per),
-        "c_autoaug_gain": lambda c, per: gain(cells, "+AA", per),
+        "c_cutmix_gain": lambda c, per: uninformative(cells, ("Baseline", "+CM"), gain(cells, "+CM", per)),
+        "c_autoaug_gain": lambda c, per: uninformative(cells, ("Baseline", "+AA"), gain(cells, "+AA", per)),
         "d_autoaug_keeps": lambda c, per: uninformative(cells, ("Baseline", "+AA"), keeps[c, "+AA"]),
         "d_ls_keeps": lambda c, per: uninformative(cells, ("Baseline", "+LS"), keeps[c, "+LS"]),
     }
@@ -175,10 +199,11 @@ def _ablation_bounds(cells: Mapping[str, Group], per: Level, convention: str) ->
     other = [(v, name) for name, vs in values.items() if not CELL_FLAGS[name][1] for v in vs]
     (top, top_cell), (bottom, bottom_cell) = max(cutmix, key=lambda p: p[0]), min(other, key=lambda p: p[0])
     single = one_seed(cells, CELL_ORDER)
-    separated = Judgement(verdict(top < bottom - SLACK), top, bottom, top_cell, bottom_cell)
+    seeds = seed_counts(cells, CELL_ORDER, "min_mad")
+    separated = Judgement(verdict(top < bottom - SLACK), top, bottom, top_cell, bottom_cell, seeds=seeds)
     return (
-        Judgement(verdict(CUTMIX_BOUND.at_or_below(top)), top, CUTMIX_MAX, top_cell),
-        Judgement(verdict(OTHER_BOUND.at_or_above(bottom)), bottom, OTHER_MIN, bottom_cell),
+        Judgement(verdict(CUTMIX_BOUND.at_or_below(top)), top, CUTMIX_MAX, top_cell, seeds=seeds),
+        Judgement(verdict(OTHER_BOUND.at_or_above(bottom)), bottom, OTHER_MIN, bottom_cell, seeds=seeds),
         replace(separated, verdict=ONE_SEED, reason=single) if single else separated,
     )
 
@@ -190,7 +215,8 @@ def gain(cells: Mapping[str, Group], cell: str, per: Level) -> Judgement:
     if blocked:
         return blocked
     lowest = min(x - y for x in values[cell] for y in values["Baseline"])
-    return Judgement(verdict(GAIN_BOUND.at_or_above(100 * lowest)), lowest, GAIN_MIN, cell, "Baseline")
+    seeds = seed_counts(cells, ("Baseline", cell), "acc1")
+    return Judgement(verdict(GAIN_BOUND.at_or_above(100 * lowest)), lowest, GAIN_MIN, cell, "Baseline", seeds=seeds)
 
 
 def keeps_locality(cells: Mapping[str, Group], cell: str, convention: str = GRID_SIDE) -> Judgement:
@@ -212,35 +238,58 @@ def keeps_locality(cells: Mapping[str, Group], cell: str, convention: str = GRID
         "Baseline",
         reason=test.reason,
         interval=(factor * test.low, factor * test.high),
+        seeds=seed_counts(cells, ("Baseline", cell, "+CM"), "min_mad"),
     )
 
 
 def more_local(cells: Mapping[str, Group], per: Level, convention: str = GRID_SIDE) -> Judgement:
-    """Claim (b): the paper's magnitudes and the direction. The lowest Baseline value at or above the non-CutMix
-    bound (0.210), the highest Modern value at or below the CutMix bound (0.024), and the highest Modern value below
-    the lowest Baseline value; one seed in either cell gives no verdict."""
+    """Claim (b), a conjunction of the paper's magnitudes and the direction: the lowest Baseline value at or above
+    the non-CutMix bound (0.210), the highest Modern value at or below the CutMix bound (0.024), and the highest
+    Modern value below the lowest Baseline value. The two fixed bounds are judged first, on any number of seeds: a
+    failed one fails the claim whatever more seeds would show. Only the comparison of the two measured cells waits
+    for 2 seeds in each ("one seed: no verdict")."""
     values, refused = mad_values(cells, per, convention)
     needed = ("Baseline", "Modern")
     blocked = _blocked(values, refused, needed)
     if blocked:
         return blocked
     top, bottom = max(values["Modern"]), min(values["Baseline"])
+    seeds = seed_counts(cells, needed, "min_mad")
+    failed = [
+        text
+        for text, holds in (
+            (f"Baseline {bottom:.3f} below {OTHER_BOUND.text}", OTHER_BOUND.at_or_above(bottom)),
+            (f"Modern {top:.3f} above {CUTMIX_BOUND.text}", CUTMIX_BOUND.at_or_below(top)),
+        )
+        if not holds
+    ]
     single = one_seed(cells, needed)
-    if single:
-        return Judgement(ONE_SEED, top, bottom, "Modern", "Baseline", reason=single)
-    holds = OTHER_BOUND.at_or_above(bottom) and CUTMIX_BOUND.at_or_below(top) and top < bottom - SLACK
-    return uninformative(cells, needed, Judgement(verdict(holds), top, bottom, "Modern", "Baseline"))
+    if failed:
+        judgement = Judgement(FAILS, top, bottom, "Modern", "Baseline", reason="; ".join(failed), seeds=seeds)
+    elif single:
+        reason = f"the fixed bounds hold; the comparison needs 2 seeds ({single})"
+        judgement = Judgement(ONE_SEED, top, bottom, "Modern", "Baseline", reason=reason, seeds=seeds)
+    else:
+        judgement = Judgement(verdict(top < bottom - SLACK), top, bottom, "Modern", "Baseline", seeds=seeds)
+    return uninformative(cells, needed, judgement)
 
 
 def more_local_shown(cells: Mapping[str, Group], per: Level) -> str:
     """Claim (b)'s verdict as a table cell: the image side's, and the diagonal's beside it where the two differ."""
     side, diagonal = more_local(cells, per), more_local(cells, per, DIAGONAL)
-    shown = side.verdict if side.verdict != NOT_COMPARABLE else f"{side.verdict} ({side.reason})"
-    return shown if diagonal.verdict == side.verdict else f"{shown} (over the diagonal: {diagonal.verdict})"
+    shown = shown_verdict(side)
+    shown = f"{shown} ({side.reason})" if side.reason and side.verdict != HOLDS else shown
+    return shown if diagonal.verdict == side.verdict else f"{shown} (over the diagonal: {shown_verdict(diagonal)})"
 
 
 CUTMIX_CELLS = tuple(name for name in CELL_ORDER if CELL_FLAGS[name][1])
 OTHER_CELLS = tuple(name for name in CELL_ORDER if not CELL_FLAGS[name][1])
+
+
+def seed_counts(cells: Mapping[str, Group], needed: Sequence[str], figure: str) -> tuple[int, int]:
+    """(fewest, most) runs with `figure` (min_mad, acc1) in a cell of `needed`: the seeds a verdict rests on."""
+    counts = [len(cells[name].values(figure)) for name in needed if name in cells]
+    return (min(counts), max(counts)) if counts else (0, 0)
 
 
 def one_seed(cells: Mapping[str, Group], needed: Sequence[str]) -> str:
@@ -250,9 +299,10 @@ def one_seed(cells: Mapping[str, Group], needed: Sequence[str]) -> str:
 
 
 def uninformative(cells: Mapping[str, Group], needed: Sequence[str], judgement: Judgement) -> Judgement:
-    """A holding verdict becomes NOT_INFORMATIVE when a run of a needed cell never left uniform attention; the
-    reason names those runs."""
-    if judgement.verdict != HOLDS:
+    """Any verdict reached on the runs (holds, fails, one seed, undetermined) becomes NOT_INFORMATIVE when a run of
+    a needed cell never left uniform attention: such a run is not the trained ViT the paper's claims are about, so
+    neither a holding nor a failing figure says anything about them. The reason names those runs."""
+    if judgement.verdict in (NOT_ENOUGH, NOT_COMPARABLE):
         return judgement
     uniform = [
         f"{name} seed {run.seed}" for name in needed if name in cells for run in cells[name].runs if still_uniform(run)

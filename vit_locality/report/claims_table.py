@@ -17,6 +17,7 @@ from vit_locality.report.claims import (
     Claim,
     Judgement,
     ablation_claims,
+    shown_verdict,
 )
 from vit_locality.report.table_format import DIGITS, SHOWN_SCALE, Table
 
@@ -26,13 +27,16 @@ CLAIM_NOTES = (
     " cell's run over a Baseline run); per cell mean: each cell's mean does; with one run per cell the two agree",
     "(a) the paper's bounds hold when both bound rows hold; the separation compares the highest CutMix value with"
     " the lowest value without CutMix",
-    "a value is compared with a printed bound at the bound's printed precision: 0.210 holds for anything that"
-    " rounds (half up) to 0.210 or above (0.2097 holds, 0.2094 fails); gains at two decimals of a point",
+    "a value is compared with a printed bound at the bound's printed precision, one rule in every convention: read"
+    " to 6 significant digits (what a float32 keeps), then rounded half up: 0.210 holds for anything that rounds to"
+    " 0.210 or above (0.2097 and 0.2095 hold, 0.2094 fails; 0.0245 is above 0.024); gains at two decimals of a point",
     "(c) the gain over Baseline in points must be at least 5 (the paper: about 6-7); per run the lowest run of the"
     " cell minus the highest Baseline run",
+    "each verdict says how many seeds (runs per cell) it rests on: '1 seed' is one run's anecdote, not an effect;"
+    " a fixed bound is judged on any number of seeds",
     f"{ONE_SEED}: a comparison of measured cells (the separation) with one run in a cell, which gives no spread;"
-    f" {NOT_INFORMATIVE}: the claim would hold, but a run it reads has every early head within 0.01 of uniform"
-    " attention's MAD on its grid (named), so it says nothing about locality",
+    f" {NOT_INFORMATIVE}: a run the claim reads has every early head within 0.01 of uniform attention's MAD on its"
+    " grid (named), so whichever way the figure goes it says nothing about the trained ViT the claim is about",
     "(d) an equivalence test on cell means (two one-sided Welch t-tests at 5%): holds when the 90% interval of the"
     " cell's mean minus Baseline's lies inside +-margin, margin = max(0.02, 2 x Baseline's seed std); undetermined"
     " with fewer than 2 runs in Baseline, the cell or +CM, or when CutMix's own shift is not significant or within"
@@ -61,13 +65,14 @@ def claims_table(cells: dict[str, Group], data: str, model: str, stem: str) -> T
         record: dict[str, Any] = {"claim": claim.key, "statement": claim.statement, "paper": claim.paper}
         for per in LEVELS:
             judgement = claim.judgements[GRID_SIDE, per]
-            row += [measured(claim, judgement), judgement.verdict]
+            row += [measured(claim, judgement), shown_verdict(judgement)]
             record.update({f"{per}_value": judgement.value, f"{per}_bound": judgement.bound})
             record[f"{per}_verdict"] = judgement.verdict
             record[f"{per}_reason"] = judgement.reason
+            record[f"{per}_seeds"] = "-".join(str(n) for n in sorted(set(judgement.seeds)))
         for per in LEVELS:
             diagonal = claim.judgements[DIAGONAL, per]
-            row.append(f"{diagonal.verdict}: {measured(claim, diagonal)}")
+            row.append(f"{shown_verdict(diagonal)}: {measured(claim, diagonal)}")
             record.update({f"{per}_diagonal_value": diagonal.value, f"{per}_diagonal_bound": diagonal.bound})
             record[f"{per}_diagonal_verdict"] = diagonal.verdict
         differ = claim.disagreements

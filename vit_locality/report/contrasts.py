@@ -71,10 +71,12 @@ def contrasts_table(agg: Aggregate, data: str, model: str, stem: str) -> Table:
         rows.append([item.cell, figure_label(item.figure), runs, shown, interval, item.verdict])
         records.append(asdict(item))
     title = "Each cell against Baseline (mean difference, Welch interval over seeds; accuracy in points)"
+    cells = agg.cells(data, model)
+    empty = "(no Baseline cell in this sweep)" if "Baseline" not in cells else "(no cell besides Baseline)"
     notes = [
         "lower / higher: the 95% interval of the cell's mean minus Baseline's excludes 0; n/a: fewer than 2 runs in"
         " the cell or in Baseline (one seed gives no spread); cells beyond the paper's 8 (e.g. Baseline+MU) are"
         " compared here only",
         UNITS_NOTE,
     ]
-    return Table(stem, title, headers, rows, records, notes)
+    return Table(stem, title, headers, rows, records, notes, empty=empty)

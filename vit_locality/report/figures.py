@@ -17,9 +17,11 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from vit_locality.attention import plots
+from vit_locality.attention.min_head import recorded_band
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
 from vit_locality.report.aggregate import Aggregate, Group, summarise
-from vit_locality.report.record_units import csv_scale, patch_pixels
+from vit_locality.report.claim_units import UNIFORM_TOLERANCE, uniform_mad
+from vit_locality.report.record_units import csv_scale, grid_side, patch_pixels
 from vit_locality.report.run_settings import slug
 from vit_locality.store.file_read import UnreadableFile, read_csv_rows
 from vit_locality.store.record import ATTENTION_CSV, RunRecord
@@ -96,10 +98,18 @@ def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.F
         missing = any(c is None for c in controls)
         control = None if missing else torch.cat([c["mad_control"] for c in controls], dim=1)  # type: ignore[index]
         patch = patch_pixels(usable[0][0])
-        plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units, patch_size=patch, control=control)
+        band = cell_band([run for run, _, _ in usable], units)
+        plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units, patch_size=patch, control=control, band=band)
     fig.suptitle(title, fontsize=10)
     shared_legend_below(fig)
     return plots.plain_tick_labels(fig)
+
+
+def cell_band(runs: list[RunRecord], units: str) -> float | None:
+    """The largest noise band of surround_pref over a panel's runs (unit square), None unless every run records one
+    and the panel is drawn on the unit square."""
+    bands = [recorded_band(run.data) for run in runs]
+    return None if units != "unit" or not bands or None in bands else max(b for b in bands if b is not None)
 
 
 def panels(count: int, width: float, height: float, cols: int = 4) -> tuple[plt.Figure, list[plt.Axes]]:
@@ -152,6 +162,7 @@ def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
     early = depth = 0
     units, patch = None, None
+    seeds: list[int] = []
     for name, group in cells.items():
         usable = [(run, table) for run in group.runs if (table := layer_table(run, notes))]
         if not usable:
@@ -162,6 +173,7 @@ def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.
         tables = [table for _, table in usable]
         layers = list(range(min(len(t) for t in tables)))
         depth = max(depth, len(layers))
+        seeds.append(len(tables))
         for ax, (stat, reduce) in zip(axes.flat, LAYER_PANELS, strict=True):
             means = [summarise(t[layer][f"{stat}_{reduce}"] for t in tables).mean for layer in layers]
             ax.plot(layers, means, marker="o", ms=3, label=f"{name} ({len(tables)})", **cell_style(name))
@@ -176,12 +188,26 @@ def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.
             plots.draw_uniform_line(ax, units)
             ax.set_ylim(0, max(ax.get_ylim()[1], 0.58) if units == "unit" else None)
             ax.set_ylabel(f"MAD ({units})")
+        if stat == "entropy":
+            plots.keep_min_span(ax, ENTROPY_SPAN, -0.02, 1.02)
     if not axes[0, 0].get_legend_handles_labels()[0]:
         plt.close(fig)
         return Empty("no run has a usable per-layer table")
-    fig.suptitle(f"{title} (shaded: early layers; mean over seeds)", fontsize=10)
+    fig.suptitle(f"{title} (shaded: early layers; {seeds_drawn(seeds)})", fontsize=10)
     shared_legend_below(fig)
     return plots.plain_tick_labels(fig)
+
+
+ENTROPY_SPAN = 0.1  # the least an entropy axis shows: a tenth of its range, so 0.999 and 0.998 look alike
+
+
+def seeds_drawn(seeds: list[int]) -> str:
+    """What each line of a figure is, from each cell's seed count: a mean only where there is more than one."""
+    if max(seeds) == 1:
+        return "one seed per cell: each line is one run"
+    if min(seeds) > 1:
+        return "each line the mean over its cell's seeds (in the legend)"
+    return "mean over seeds where a cell has several (seeds in the legend)"
 
 
 def early_layers(run: RunRecord) -> int | None:
@@ -275,9 +301,20 @@ def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> p
         band = "one seed per cell: its own line, no band"
     else:
         band = "mean over seeds; min-max band for cells with 2 or more"
-    ax.set_title(f"{title}: emergence of locality ({band})", fontsize=10)
+    what = "attention still uniform: no locality emerged" if units == "unit" and _uniform(drawn, cells) else band
+    ax.set_title(f"{title}: minimum early-layer MAD per epoch ({what})", fontsize=10)
     fig.tight_layout()
     return plots.plain_tick_labels(fig)
+
+
+def _uniform(drawn: dict[str, list[dict[int, float]]], cells: dict[str, Group]) -> bool:
+    """Every point drawn within UNIFORM_TOLERANCE of uniform attention's MAD on its run's grid (the claims' test)."""
+    return all(
+        abs(value - uniform_mad(grid_side(cells[name].runs[0]))) <= UNIFORM_TOLERANCE
+        for name, series in drawn.items()
+        for run in series
+        for value in run.values()
+    )
 
 
 FIGURE_KINDS = {"plane": plane_figure, "layers": layers_figure, "emergence": emergence_figure}

@@ -27,9 +27,11 @@ class Table:
     records: list[dict[str, Any]]  # the same rows as numbers, for the CSV
     notes: list[str] = field(default_factory=list)  # lines under the table
     parts: list[Table] = field(default_factory=list)  # further tables shown under it, each with its own CSV
+    empty: str = "(no complete runs)"  # what the table says without rows: why it has none, where that is known
 
     def markdown(self) -> str:
-        body = format_table([dict(zip(self.headers, row, strict=True)) for row in self.rows])
+        rows = [dict(zip(self.headers, row, strict=True)) for row in self.rows]
+        body = format_table(rows) if rows else self.empty
         text = [f"### {self.title}", "", body]
         if self.notes:
             text += ["", *(f"- {note}" for note in self.notes)]
