@@ -208,4 +208,5 @@ def test_a_refused_directory_names_an_override_that_runs_the_cell(tmp_path: Path
     followed = spawns.run_train([*args, advice], cwd=tmp_path)
     assert followed.returncode == 0, followed.stderr[-3000:]
     assert json.loads(results.read_text())["identity_hash"] == "0" * 16
-    assert json.loads((Path(advice.split("=", 1)[1]) / "results.json").read_text())["status"] == "complete"
+    followed_dir = tmp_path / advice.split("=", 1)[1]  # as typed where the command ran (relative or absolute)
+    assert json.loads((followed_dir / "results.json").read_text())["status"] == "complete"

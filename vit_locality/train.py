@@ -25,6 +25,8 @@ from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
 from vit_locality.precheck.preflight import Plan, check_command
 from vit_locality.precheck.resolvers import register_resolvers
+from vit_locality.run.data_presence import ask_servers
+from vit_locality.run.wait_policy import sleep_while_waiting
 from vit_locality.sweep.launch import (
     in_multirun,
     is_ddp,
@@ -88,6 +90,7 @@ def main(cfg: DictConfig) -> float | None:
     from vit_locality.callbacks import build_callbacks
     from vit_locality.run.advice import remove_refused_run_dir
     from vit_locality.run.cell import CellInterrupted, run_cell
+    from vit_locality.store.disk_space import disk_full_cause
     from vit_locality.tracking.quiet import quiet_library_noise
 
     quiet_library_noise()
@@ -120,7 +123,8 @@ def main(cfg: DictConfig) -> float | None:
         log.error("%s", stop)
         sys.exit(stop.exit_code)
     except Exception as error:
-        log.error("%s failed: %s", cfg.run_name, first_line(error))
+        full = disk_full_cause(error, run_dir)  # said as such, whatever the writer raised (store/disk_space.py)
+        log.error("%s failed: %s", cfg.run_name, first_line(full or error))
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             log.exception("full traceback")
         if exit_code_of(error) == 2 and not child:  # refused before anything ran: no run directory left behind
@@ -138,8 +142,10 @@ def main(cfg: DictConfig) -> float | None:
 
 def cli() -> None:
     """`python train.py` and the installed `vit-locality-train`: check every cell, run, give the verdict."""
+    sleep_while_waiting()  # OMP_WAIT_POLICY=PASSIVE on a CPU, before anything loads torch (run/wait_policy.py)
     counted: list[int] = []  # the pre-check counts the command's cells, saved sweeps (experiment=...) included
     plans: list[Plan] = []  # and composes, checks and names each of them once
+    ask_servers()  # data to download: its server must answer before anything is made (run/data_presence.py)
     problems = check_command(sys.argv[1:], CONF_DIR, counted=counted, plan_out=plans)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)

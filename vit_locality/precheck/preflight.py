@@ -37,6 +37,7 @@ from vit_locality.config.settings import settings_of
 from vit_locality.errors import ConfigError
 from vit_locality.precheck.composer import COMPOSITION_ERRORS, Cell, Composer
 from vit_locality.precheck.names import ABSENT, cell_name
+from vit_locality.precheck.occupied import occupied_problem
 from vit_locality.precheck.refusals import _group_options, explain, no_such_setting
 from vit_locality.precheck.resolvers import RUN_NAME, register_resolvers
 from vit_locality.run.checks import validate, validate_analysis
@@ -221,6 +222,9 @@ class Plan:
             if check:
                 check(cfg, self.remote)
             named = self._name(tuple(cell), cfg, hydra_cfg)
+            run_dir = None if cfg.get("ckpt_path") else self.run_dirs.get(tuple(cell))  # a start's: the cell checks
+            if taken := occupied_problem(run_dir, named and named[1], self.multirun, self.dirs):
+                return taken
             if self.multirun:
                 return self._shared_directory(cell, *named) if named is not None else None
             return self._output_problem("hydra.run.dir", cfg, hydra_cfg)

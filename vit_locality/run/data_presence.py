@@ -3,19 +3,36 @@
 A data set that comes as an official archive (CIFAR-10/100, Tiny-ImageNet) is read from `<data.root>/<folder>`,
 extracted from `<data.root>/<archive>` or, with `data.download=true` (the default), downloaded first. With download
 off and neither folder nor archive there, the run would print its config and fail inside a new run directory; the
-pre-check says so in one line instead and creates nothing. (Whether a download would succeed is the download's to
-say: a pre-check that tried the network would stall every offline command.) Torch-free (the pre-check answers
-before torch loads); the archives' names are the data modules' own (tests/test_newcomer.py compares them).
+pre-check says so in one line instead and creates nothing. With download on, the pre-check also asks the archive's
+server (through the proxy the environment names, as the download will) whether it answers, at most
+REACH_TIMEOUT_S seconds and once per URL and process, and only when the data is missing and the entry point asked for
+it (`ask_servers`: a command a user typed, not a library call or a test composing configs): offline, a command that
+would create `data.root`, print its config and fail inside a new run directory is one line and exit 2 instead, with
+nothing created. Whether the whole download then succeeds is still the download's to say (data/download.py removes
+what a failed one made). Torch-free (the pre-check answers before torch loads); the archives' names are the data
+modules' own (tests/test_newcomer.py compares them).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vit_locality.errors import ConfigError
+from vit_locality.config.file_access import directory_problem
+from vit_locality.errors import ConfigError, first_line
+
+REACH_TIMEOUT_S = 5.0  # a server that has not answered a HEAD request by then counts as unreachable
+_ASKING: list[bool] = [False]
+
+
+def ask_servers(on: bool = True) -> None:
+    """Whether check_data_present asks a missing data set's server if it answers (the entry point turns it on)."""
+    _ASKING[0] = on
 
 
 @dataclass(frozen=True)
@@ -35,8 +52,9 @@ ARCHIVES = {
 
 
 def check_data_present(data: Any) -> None:
-    """ConfigError when download is off and the data set can be neither read nor extracted; nothing is created.
-    `data`: the data section (typed, or as composed)."""
+    """ConfigError when the data set can be neither read nor extracted and download is off, or would fail at once
+    (a data.root that cannot be made, a server that does not answer); nothing is created. `data`: the data section
+    (typed, or as composed)."""
     archive = ARCHIVES.get(str(data.name))
     if archive is None or getattr(data, "root", None) is None:
         return
@@ -47,3 +65,36 @@ def check_data_present(data: Any) -> None:
     by_hand = f"fetch {archive.url} into {root}/ by hand, or set data.root to where the data set is"
     if not getattr(data, "download", False):
         raise ConfigError(f"{missing} and data.download=false; {by_hand}")
+    problem = directory_problem(root)
+    if problem is not None:
+        raise ConfigError(f"{missing} and data.root={str(data.root)!r} cannot hold a download ({problem}); {by_hand}")
+    unreachable = unreachable_reason(archive.url) if _ASKING[0] else None
+    if unreachable is not None:
+        host = urllib.parse.urlsplit(archive.url).hostname
+        raise ConfigError(f"{missing} and {host} cannot be reached to download it ({unreachable}); {by_hand}")
+
+
+@functools.lru_cache(maxsize=8)
+def unreachable_reason(url: str) -> str | None:
+    """Why `url`'s server gives no answer, or None when it answers (any HTTP status: what the download then finds is
+    its to say). A HEAD request through urllib, the download's own client, so the environment's proxies apply; run
+    in a thread, as a name lookup has no timeout of its own."""
+    import urllib.error
+    import urllib.request  # here: 50 ms the pre-check of a command with its data present does not pay
+
+    found: list[str | None] = []
+
+    def ask() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=REACH_TIMEOUT_S).close()
+            found.append(None)
+        except urllib.error.HTTPError:
+            found.append(None)  # the server answered
+        except (OSError, ValueError) as error:
+            reason = getattr(error, "reason", None)
+            found.append(first_line(reason) if isinstance(reason, BaseException) else first_line(error))
+
+    asker = threading.Thread(target=ask, daemon=True, name="data-server-check")
+    asker.start()
+    asker.join(REACH_TIMEOUT_S + 1)
+    return found[0] if found else f"no answer within {REACH_TIMEOUT_S:.0f} s"
