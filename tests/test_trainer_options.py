@@ -217,3 +217,31 @@ def test_optuna_search_optimises_the_metric_the_cells_return(tmp_path: Path, spa
     assert math.isclose(best["best_value"], max(values))
     winner = next(r for r in records if r["metrics"]["val/acc1"] == max(values))
     assert math.isclose(best["best_params"]["optim.lr"], winner["config"]["optim"]["lr"])
+
+
+@pytest.mark.parametrize("value", ["0", "0.0"])
+def test_a_training_limit_that_trains_nothing_is_refused_up_front(value: str) -> None:
+    """`trainer.limit_train_batches=0` would record the untrained model's test figures as a complete cell."""
+    assert check_command(["data=synthetic", "model=vit_tiny", f"trainer.limit_train_batches={value}"], CONF) == [
+        f"trainer.limit_train_batches={value} is not allowed: null, a count of batches >= 1 or a fraction in (0, 1] "
+        "(0 trains nothing: no cell)"
+    ]
+
+
+@pytest.mark.parametrize("value", ["1", "0.5", "null", "1.0"])
+def test_a_training_limit_that_trains_a_batch_passes(value: str) -> None:
+    assert check_command(["data=synthetic", "model=vit_tiny", f"trainer.limit_train_batches={value}"], CONF) == []
+
+
+def test_no_epoch_limit_is_accepted_when_the_steps_end_the_run() -> None:
+    """Lightning's `max_epochs=-1` ("no limit"): accepted with `trainer.max_steps`, which then sets the run's length
+    and its learning-rate schedule (the warm-up counts epochs of the loader's steps: tests/test_optim.py)."""
+    tiny = ["data=synthetic", "model=vit_tiny", "trainer.max_epochs=-1"]
+    assert check_command([*tiny, "trainer.max_steps=5"], CONF) == []
+    assert check_command(tiny, CONF) == [
+        "trainer.max_epochs=-1 is not allowed: an integer >= 1, or -1 (no epoch limit) with trainer.max_steps >= 1 "
+        "to end the run"
+    ]
+    for value in ("0", "-2"):
+        (problem,) = check_command([*tiny[:2], f"trainer.max_epochs={value}", "trainer.max_steps=5"], CONF)
+        assert problem.startswith(f"trainer.max_epochs={value} is not allowed: an integer >= 1, or -1")

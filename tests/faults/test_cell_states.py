@@ -99,11 +99,13 @@ def test_sigterm_before_the_trainer_exists_leaves_a_record(
     assert signal.getsignal(signal.SIGTERM) == before  # the cell's handler does not outlive the cell
 
 
-def test_no_training_batches_still_completes(tmp_path: Path, trains: InProcessTraining) -> None:
-    """`trainer.limit_train_batches=0`: fit has no training start; the statistics come from the final probe."""
+def test_no_training_batches_is_refused_before_anything_is_recorded(tmp_path: Path, trains: InProcessTraining) -> None:
+    """`trainer.limit_train_batches=0` trains nothing: such a cell would record the untrained model's test figures as
+    complete. Refused (the pre-check says so too, tests/test_trainer_options.py), nothing written."""
     run_dir = tmp_path / "run"
-    record = trains.run_cell_as_train(compose_config([*CELL, "trainer.limit_train_batches=0"]), run_dir)
-    assert record["status"] == "complete" and record["steps"] == 0
+    with pytest.raises(ConfigError, match=r"^trainer\.limit_train_batches=0 is not allowed: .*\(0 trains nothing"):
+        trains.run_cell_as_train(compose_config([*CELL, "trainer.limit_train_batches=0"]), run_dir)
+    assert not (run_dir / "results.json").exists()
 
 
 # spawns: the failed cell's record holds the code's git commit (`git rev-parse`, tracking/versions.py).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from vit_locality.catalog import DATASETS, GRID_SIZE, POSITION_INITS
 from vit_locality.config.fields import (
@@ -27,7 +27,16 @@ from vit_locality.config.fields import (
     outside_identity,
 )
 from vit_locality.config.protocol_sections import SECTION
-from vit_locality.config.trainer_checks import ACCELERATORS, PRECISIONS, STRATEGIES, limit_allowed, limit_ok
+from vit_locality.config.trainer_checks import (
+    ACCELERATORS,
+    MAX_EPOCHS_RULE,
+    PRECISIONS,
+    STRATEGIES,
+    epochs_ok,
+    limit_allowed,
+    limit_ok,
+    trains_a_batch,
+)
 
 # OmegaConf-free, but pydantic reads these annotations at runtime on Python 3.10: Optional, not `X | None`.
 # ruff: noqa: UP007, UP045
@@ -201,7 +210,7 @@ class TrainerConfig(BaseModel):
     devices: outside_identity(Rule(_devices, "an integer >= 1, -1 or auto (every device), or a list of device indices"))
     num_nodes: outside_identity(Int(1))
     strategy: outside_identity(Choice(*STRATEGIES))
-    max_epochs: Int(1)
+    max_epochs: Rule(epochs_ok, MAX_EPOCHS_RULE, Annotated[int, Field(strict=True)])
     # auto, a name (bf16-mixed) or a number (16)
     precision: Rule(lambda v: (str(v) if is_int(v) else v) in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
     log_every_n_steps: outside_identity(Int(1))
@@ -209,7 +218,7 @@ class TrainerConfig(BaseModel):
     check_val_every_n_epoch: Int(1)
     gradient_clip_val: Rule(lambda v: v is None or (is_finite(v) and v >= 0), "null or a number >= 0")
     # A count (int) or a fraction (float): Lightning reads the type.
-    limit_train_batches: Rule(limit_ok, limit_allowed("trainer.limit_train_batches"))
+    limit_train_batches: Rule(trains_a_batch, limit_allowed("trainer.limit_train_batches"))
     limit_val_batches: Rule(limit_ok, limit_allowed("trainer.limit_val_batches"))
 
     def arguments(self) -> dict[str, Any]:

@@ -57,7 +57,12 @@ from vit_locality.config.schema import (
     TrainerConfig,
     variant_of,
 )
-from vit_locality.config.trainer_checks import check_global_batch, check_trainer_limits, check_val_check_interval
+from vit_locality.config.trainer_checks import (
+    check_epoch_limit,
+    check_global_batch,
+    check_trainer_limits,
+    check_val_check_interval,
+)
 from vit_locality.errors import ConfigError
 
 # ruff: noqa: UP007, UP045
@@ -127,6 +132,7 @@ class RunSettings(BaseModel):
         check(batch >= 2 or not self.aug.cutmix, "data.batch_size", batch, ">= 2 when aug.cutmix=true")
         check_global_batch(batch, self.trainer.devices, self.trainer.num_nodes)
         check_val_check_interval({**self.trainer.arguments(), **self.trainer_options}, self.data.train_batches)
+        check_epoch_limit({**self.trainer.arguments(), **self.trainer_options})
         early_layers_rule(self.stats.early_layers, self.model.depth)
         self._check_metric()
         self._check_start()

@@ -52,11 +52,19 @@ def limit_ok(value: Any) -> bool:
     return value is None or (is_int(value) and value >= 0) or (isinstance(value, float) and 0 <= value <= 1)
 
 
+def trains_a_batch(value: Any) -> bool:
+    """A training limit that leaves a batch to train: 0 would train nothing and record the untrained model's test
+    figures as a complete cell."""
+    return limit_ok(value) and (value is None or value > 0)
+
+
 def limit_allowed(key: str) -> str:
     """The test split must keep a batch: a cell's record is its test figures, and Lightning would train the whole
-    cell before failing."""
+    cell before failing. The training split too: a cell that trains nothing is no cell."""
     if key == "trainer.limit_test_batches":
         return "null, a count of batches >= 1 or a fraction in (0, 1]"
+    if key == "trainer.limit_train_batches":
+        return "null, a count of batches >= 1 or a fraction in (0, 1] (0 trains nothing: no cell)"
     return "null, a count of batches >= 0 or a fraction in [0, 1]"
 
 
@@ -65,8 +73,8 @@ def check_trainer_limits(others: Mapping[str, Any]) -> dict[str, Any]:
     fast_dev_run); whether the installed Trainer takes each at all is run.checks' to ask Lightning."""
     for name in LIMITS:
         value = others.get(name)
-        test_keeps_one = name != "limit_test_batches" or value is None or value > 0
-        check(limit_ok(value) and test_keeps_one, f"trainer.{name}", value, limit_allowed(f"trainer.{name}"))
+        keeps_one = name not in ("limit_test_batches", "limit_train_batches") or value is None or value > 0
+        check(limit_ok(value) and keeps_one, f"trainer.{name}", value, limit_allowed(f"trainer.{name}"))
     for name, minimum in TRAINER_COUNTS.items():
         value = others.get(name)
         if value is not None:
@@ -75,6 +83,23 @@ def check_trainer_limits(others: Mapping[str, Any]) -> dict[str, Any]:
     allowed = "true, false or a count of batches >= 0"
     check(isinstance(fast, bool) or (is_int(fast) and fast >= 0), "trainer.fast_dev_run", fast, allowed)
     return dict(others)
+
+
+MAX_EPOCHS_RULE = "an integer >= 1, or -1 (no epoch limit) with trainer.max_steps >= 1 to end the run"
+
+
+def epochs_ok(value: Any) -> bool:
+    """Lightning's -1 is "no epoch limit"; whether another limit ends the run is check_epoch_limit's to say."""
+    return is_int(value) and (value >= 1 or value == -1)
+
+
+def check_epoch_limit(trainer: Mapping[str, Any]) -> None:
+    """`trainer.max_epochs=-1` only with `trainer.max_steps` ending the run: the learning-rate schedule spans the
+    run's steps, so a time limit alone cannot bound it (the warm-up still counts epochs of the loader's steps)."""
+    if trainer.get("max_epochs") != -1:
+        return
+    steps = trainer.get("max_steps")
+    check(is_int(steps) and steps >= 1, "trainer.max_epochs", -1, MAX_EPOCHS_RULE)
 
 
 def check_val_check_interval(trainer: Mapping[str, Any], batches: int) -> None:
