@@ -114,3 +114,16 @@ def test_the_fingerprint_hashes_pixels_and_keeps_the_labels_hash_of_older_record
     assert data_difference(None, plain) == "its data fingerprint (none) differs from this data's"
     fewer = {**plain, "sizes": {**plain["sizes"], "test": 3}}
     assert data_difference(fewer, plain) == "the number of images of the test split differs"
+
+
+def test_a_labels_hash_of_other_data_is_a_difference_even_when_the_split_hashes_agree() -> None:
+    """Every hash a record holds must match: a record whose `labels_sha256` is another data set's is not this data's
+    record, whatever its per-split hashes say (re-tagging it would merge tags into another data set's result)."""
+    plain = data_fingerprint(_splits())
+    forged = {**plain, "labels_sha256": data_fingerprint(_splits(labels=1))["labels_sha256"]}
+    assert data_difference(forged, plain) == "the labels of all splits together (labels_sha256) differ"
+    assert data_difference(plain, plain) is None
+    other_labels = data_fingerprint(_splits(labels=1))  # per-split labels named, not the whole again
+    assert data_difference(other_labels, plain) == (
+        "the train split's labels, the eval split's labels, the test split's labels differ"
+    )

@@ -102,3 +102,19 @@ def test_the_cells_wandb_run_takes_the_new_tags(
         f"tags paper added to results.json; W&B run {first_record.run_id} tagged (saved offline in "
         f"{second_run}, upload with wandb sync)"
     )
+
+
+def test_a_record_holding_another_data_sets_labels_fingerprint_is_refused_not_tagged(
+    complete_cell: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, trains: InProcessTraining
+) -> None:
+    """Tags go only into a record measured on this data: one whose labels fingerprint is another data set's is
+    refused, and its file stays byte for byte."""
+    run_dir, before = complete_cell
+    forged = {**before, "data_fingerprint": {**before["data_fingerprint"], "labels_sha256": "0f1e2d3c4b5a6978"}}
+    forged["status"] = forged.pop("status")  # still written last
+    (run_dir / "results.json").write_text(json.dumps(forged, indent=2))
+    written = (run_dir / "results.json").read_bytes()
+    monkeypatch.setattr(cell, "build_trainer", no_training)
+    with pytest.raises(Exception, match=r"measured on other data \(the labels of all splits together"):
+        trains.run_cell_as_train(compose_config([*CELL, "tags=[first,paper]"]), run_dir)
+    assert (run_dir / "results.json").read_bytes() == written

@@ -47,7 +47,7 @@ def data_fingerprint(splits: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
 def data_difference(recorded: Any, current: dict[str, Any]) -> str | None:
     """What differs between a record's data fingerprint and this data's, as a phrase (`the train split's pixels
     differ`), or None when it is the same data. A record without a fingerprint cannot say it is; one written before
-    pixels were hashed is compared on its sizes and labels alone."""
+    pixels were hashed is compared on its sizes and labels alone; a newer one on every hash it holds."""
     if not isinstance(recorded, dict) or not recorded:
         return "its data fingerprint (none) differs from this data's"
     sizes = recorded.get("sizes") or {}
@@ -55,15 +55,18 @@ def data_difference(recorded: Any, current: dict[str, Any]) -> str | None:
         changed = [name for name in SPLITS if sizes.get(name) != current["sizes"][name]] or list(SPLITS)
         return f"the number of images of the {' and '.join(changed)} split{'s' if len(changed) > 1 else ''} differs"
     parts = recorded.get("sha256")
+    labels_same = recorded.get("labels_sha256") == current["labels_sha256"]
     if not isinstance(parts, dict):
-        same = recorded.get("labels_sha256") == current["labels_sha256"]
-        return None if same else "the labels differ (a record without pixel hashes)"
+        return None if labels_same else "the labels differ (a record without pixel hashes)"
     changed = [
         f"the {name} split's {part}"
         for name in SPLITS
         for part in DATA_PARTS
         if (parts.get(name) or {}).get(part) != current["sha256"][name][part]
     ]
+    if not labels_same and not any(part.endswith("labels") for part in changed):
+        # Every part a record holds must match: split hashes that agree do not excuse a labels hash that does not.
+        changed.append("the labels of all splits together (labels_sha256)")
     return f"{', '.join(changed)} differ" if changed else None
 
 
