@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from vit_locality.store.disk_space import as_disk_full
+
 TEMPORARY_SUFFIX = ".tmp"
 # Errors of fsync on a directory from file systems that cannot sync one: their renames are as durable as they get.
 DIRECTORY_SYNC_UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)
@@ -49,8 +51,11 @@ def replace_atomically(
         if keep_previous_as is not None and target.exists():
             os.replace(target, keep_previous_as)
         os.replace(temporary, target)
-    except BaseException:
+    except BaseException as error:
+        full = as_disk_full(error, target)  # asked while the temporary file still holds what fitted
         temporary.unlink(missing_ok=True)
+        if full is not None:
+            raise full from error
         raise
     fsync_directory(target.parent)
 
