@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import REPO, Spawner
@@ -155,6 +156,36 @@ def test_without_flock_a_pid_reused_by_an_unrelated_process_is_taken_over(tmp_pa
     (tmp_path / LOCK_FILE).write_text("\n".join([str(reused), *marker[1:]]) + "\n")
     with RunLock(tmp_path):
         assert LockHolder.read(tmp_path / LOCK_FILE).pid == os.getpid()
+
+
+def _two_line_marker(tmp_path, pid: int, written_ago_s: float) -> None:
+    """A soft-lock marker with PID and host only (older filelock versions: no process start), written `written_ago_s`
+    seconds ago."""
+    path = tmp_path / LOCK_FILE
+    path.write_text(f"{pid}\n{socket.gethostname()}\n")
+    stamp = time.time() - written_ago_s
+    os.utime(path, (stamp, stamp))
+
+
+@pytest.mark.parametrize("written_ago_s, taken_over", [(60.0, True), (-60.0, False)], ids=["reused", "holder"])
+def test_without_flock_a_marker_without_start_time_is_judged_by_the_pids_start(
+    tmp_path, no_flock, spawns: Spawner, written_ago_s: float, taken_over: bool
+) -> None:
+    """The adversary's case: the marker's PID now belongs to a `sleep` started after the marker was written, so its
+    writer is gone and the lock is taken over. A process that started before its marker (a marker written a minute
+    from now) may be its writer: refused."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        _two_line_marker(tmp_path, sleeper.pid, written_ago_s)
+        if taken_over:
+            with RunLock(tmp_path):
+                assert LockHolder.read(tmp_path / LOCK_FILE).pid == os.getpid()
+        else:
+            with pytest.raises(RunLocked, match=f"in use by PID {sleeper.pid} on {socket.gethostname()}"):
+                RunLock(tmp_path).acquire()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_without_flock_a_live_holder_is_refused(tmp_path, no_flock, spawns: Spawner) -> None:

@@ -9,7 +9,9 @@ removes the file on release while still holding it; filelock starts again when t
 Where the file system has no `flock` (network file systems without lock support), filelock's soft lock at the same
 path is the lock: its marker records the holder's PID, host and process start time, so a holder on this host whose
 process has ended, or whose PID now belongs to another process, is taken over; one on another host (whose process
-cannot be checked from here) is refused with the way out.
+cannot be checked from here) is refused with the way out. A marker without the start time (PID and host only, as
+older filelock versions write it) is judged by the PID's process start instead (`reused_pid_marker`): a process
+that started after the marker was written cannot be the one that wrote it.
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ class RunLock:
             lock: BaseFileLock = UnixFileLock(self.path, timeout=0, thread_local=False, on_acquired=self._record)
         else:
             lock = SoftFileLock(self.path, timeout=0, thread_local=False)
+            remove_reused_pid_marker(self.path)
         try:
             lock.acquire()
         except Timeout:
@@ -162,3 +165,37 @@ class RunLock:
             f"run directory {self.run_dir} is in use by {who}: wait for that run to end or stop it, "
             f"or choose another sweep_name{hint}"
         )
+
+
+def process_start(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), from /proc; None where that cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+    except (OSError, IndexError, StopIteration):
+        return None
+    return int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start, in clock ticks
+
+
+def reused_pid_marker(path: Path, slack_s: float = 2.0) -> os.stat_result | None:
+    """The soft-lock marker at `path` (its stat) when it names a live process of this host that started after the
+    marker was last written: that PID was reused by another process, and the writer is gone. None otherwise."""
+    try:
+        marker = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    holder = LockHolder.read(path)
+    if holder is None or holder.host != socket.gethostname():
+        return None
+    started = process_start(holder.pid)
+    return marker if started is not None and started > marker.st_mtime + slack_s else None
+
+
+def remove_reused_pid_marker(path: Path) -> None:
+    """Remove a marker `reused_pid_marker` finds stale, unless the file was replaced meanwhile (a new holder's)."""
+    marker = reused_pid_marker(path)
+    if marker is None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.samestat(marker, os.stat(path, follow_symlinks=False)):
+            path.unlink()
