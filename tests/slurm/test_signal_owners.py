@@ -131,6 +131,24 @@ def test_a_requeued_job_seen_failed_for_a_moment_is_not_ended(tmp_path: Path, ca
     assert cell.ended
 
 
+def test_a_cancelled_job_that_leaves_squeue_while_its_end_awaits_confirmation_says_cancelled(
+    tmp_path: Path, caplog
+) -> None:
+    """scancel on the real cluster: squeue showed CANCELLED for fewer polls than END_CONFIRM_POLLS before the job
+    left it (MinJobAge, on a loaded machine); the end says the state it was seen in, not "gone from squeue"."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(json.dumps({"status": "interrupted", "error": "SIGTERM"}))
+    cell = TrackedCell("cellD", fake_job(tmp_path), run_dir, [])
+    with caplog.at_level(logging.INFO, logger="vit_locality"):
+        observe(cell, ("RUNNING", "None", 0))
+        observe(cell, ("CANCELLED", "None", 0))
+        assert not cell.ended
+        observe(cell, None)
+    assert caplog.records[-1].getMessage() == "cellD: job 7_1 ended (CANCELLED); the cell is interrupted: SIGTERM"
+    assert cell.ended
+
+
 def test_a_requeue_between_two_polls_is_still_said(tmp_path: Path, caplog) -> None:
     cell = TrackedCell("cellB", fake_job(tmp_path), None, [])
     with caplog.at_level(logging.INFO, logger="vit_locality"):

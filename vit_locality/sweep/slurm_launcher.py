@@ -49,6 +49,7 @@ class TrackedCell:
     ended: bool = False
     seen: bool = False
     unconfirmed_end: int = 0  # polls in a row that showed an interrupted cell's job ended (END_CONFIRM_POLLS)
+    unconfirmed_state: str = ""  # the ended state those polls showed, said if the job leaves squeue meanwhile
 
     @property
     def job_id(self) -> str:
@@ -113,7 +114,8 @@ def observe(cell: TrackedCell, seen: tuple[str, str, int] | None) -> None:
     """Compare one cell's job with what was last seen of it; log a start, a requeue or the end."""
     if seen is None:  # gone from squeue (MinJobAge passed), or its result is there
         if cell.seen or cell.results_written():
-            end(cell, "gone from squeue" if not cell.results_written() else "COMPLETED")
+            # A job seen ended while its end awaited confirmation may leave squeue first (MinJobAge): that state.
+            end(cell, "COMPLETED" if cell.results_written() else cell.unconfirmed_state or "gone from squeue")
         return
     state, _, restarts = seen
     state = state.split()[0]
@@ -132,10 +134,11 @@ def observe(cell: TrackedCell, seen: tuple[str, str, int] | None) -> None:
         return
     elif cell.unconfirmed_end < END_CONFIRM_POLLS and cell.record_says()[0] == "interrupted":
         cell.unconfirmed_end += 1  # perhaps requeued on its way: the state it was last seen running in stays
+        cell.unconfirmed_state = state
         return
     else:
         end(cell, state)
-    cell.unconfirmed_end = 0
+    cell.unconfirmed_end, cell.unconfirmed_state = 0, ""
     cell.state = state
 
 
