@@ -21,9 +21,14 @@ SWEEP_ARGS = model=$(MODEL) seed=$(SEEDS) trainer.max_epochs=$(EPOCHS) hydra/lau
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
+# TORCH_INDEX: a package index for torch and torchvision, installed first (pip then keeps them), e.g. PyTorch's CPU-only
+# wheels on a machine without a GPU: `make install TORCH_INDEX=https://download.pytorch.org/whl/cpu` (PyPI's Linux
+# torch brings the CUDA libraries). Empty (the default): pip's own index for everything.
+TORCH_INDEX ?=
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(strip $(TORCH_INDEX)),$(PY) -m pip install --quiet torch torchvision --index-url $(strip $(TORCH_INDEX)))
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
@@ -54,8 +59,8 @@ demo: install ## offline: the 8-cell ablation on generated glyphs with a tiny Vi
 	env $(DEMO_ENV) $(PY) train.py -m experiment=demo
 	@mkdir -p $(REPORTS)/demo
 	@$(PY) -m vit_locality.report all $(SWEEP_ROOT)/demo --out $(REPORTS)/demo > $(REPORTS)/demo/report.txt
-	@$(PY) -m vit_locality.report page $(SWEEP_ROOT)/demo --out $(REPORTS)/demo >> $(REPORTS)/demo/report.txt
-	@echo "reports: tables, figures and demo.html in $(REPORTS)/demo/ (what the report printed: $(REPORTS)/demo/report.txt)"
+	@$(PY) -m vit_locality.report page $(SWEEP_ROOT)/demo --out $(REPORTS) >> $(REPORTS)/demo/report.txt
+	@echo "reports: tables and figures in $(REPORTS)/demo/, the page $(REPORTS)/demo.html (what the report printed: $(REPORTS)/demo/report.txt)"
 	@$(PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo
 
 sweep-ablation: install
@@ -64,17 +69,26 @@ sweep-ablation: install
 sweep-protocols: install
 	$(PY) train.py -m experiment=protocols data=$(DATASETS) $(SWEEP_ARGS) hydra.sweep.dir=$(SWEEP_ROOT)/protocols
 
-table-ablation: sweep-ablation ## the 8-cell grid on DATA (cifar100): trains what is missing, then the table
-	$(PY) -m vit_locality.report ablation $(SWEEP_ROOT)/ablation --data $(DATA) --model $(MODEL) --out $(REPORTS)
+# SWEEP=multirun/<name> (one or more sweep directories): the report targets render that sweep as it is and train
+# nothing; DATA and MODEL then narrow the report only where given on the command line (or in the environment).
+SWEEP ?=
+GIVEN = $(filter command line environment,$(origin $(1)))
+SWEEP_FILTER = $(if $(call GIVEN,DATA),--data $(DATA)) $(if $(call GIVEN,MODEL),--model $(MODEL))
+ABLATION_RUNS = $(or $(SWEEP),$(SWEEP_ROOT)/ablation)
+PROTOCOLS_RUNS = $(or $(SWEEP),$(SWEEP_ROOT)/protocols)
+FIGURE_RUNS = $(or $(SWEEP),$(SWEEP_ROOT)/ablation $(SWEEP_ROOT)/protocols)
 
-table-protocols: sweep-protocols ## Baseline vs Modern on DATASETS: trains what is missing, then the table
-	$(PY) -m vit_locality.report protocols $(SWEEP_ROOT)/protocols --model $(MODEL) --out $(REPORTS)
+table-ablation: $(if $(SWEEP),install,sweep-ablation) ## the 8-cell grid on DATA (cifar100): trains what is missing, then the table (SWEEP=dir: render only)
+	$(PY) -m vit_locality.report ablation $(ABLATION_RUNS) $(if $(SWEEP),$(SWEEP_FILTER),--data $(DATA) --model $(MODEL)) --out $(REPORTS)
 
-figures: sweep-ablation sweep-protocols ## planes, per-layer curves, emergence, instruments; one HTML page per sweep
-	$(PY) -m vit_locality.report figures $(SWEEP_ROOT)/ablation $(SWEEP_ROOT)/protocols --model $(MODEL) --out $(REPORTS)
-	$(PY) -m vit_locality.report page $(SWEEP_ROOT)/ablation $(SWEEP_ROOT)/protocols --model $(MODEL) --out $(REPORTS)
+table-protocols: $(if $(SWEEP),install,sweep-protocols) ## Baseline vs Modern on DATASETS: trains what is missing, then the table (SWEEP=dir: render only)
+	$(PY) -m vit_locality.report protocols $(PROTOCOLS_RUNS) $(if $(SWEEP),$(SWEEP_FILTER),--model $(MODEL)) --out $(REPORTS)
 
-paper: table-ablation table-protocols figures ## every paper table and figure (variables: SEEDS EPOCHS MODEL DATA DATASETS LAUNCHER)
+figures: $(if $(SWEEP),install,sweep-ablation sweep-protocols) ## planes, per-layer curves, emergence, instruments; one HTML page per sweep (SWEEP=dir: render only)
+	$(PY) -m vit_locality.report figures $(FIGURE_RUNS) $(if $(SWEEP),$(SWEEP_FILTER),--model $(MODEL)) --out $(REPORTS)
+	$(PY) -m vit_locality.report page $(FIGURE_RUNS) $(if $(SWEEP),$(SWEEP_FILTER),--model $(MODEL)) --out $(REPORTS)
+
+paper: table-ablation table-protocols figures ## every paper table and figure (variables: SEEDS EPOCHS MODEL DATA DATASETS LAUNCHER; SWEEP=dir: render only)
 
 BENCH_ARGS ?=   # e.g. --quick (every section in tiny settings) or --sections model,framework
 bench: install ## the benchmark suite (benchmarks/): side-by-side ratios (ours vs timm, Trainer vs plain loop, data, statistics)

@@ -172,3 +172,24 @@ def test_installed_train_runs_a_cell_from_any_directory(fresh_venv: Path, tmp_pa
         text=True,
     )
     assert bad.returncode == 2 and "data=imagenet is not allowed" in bad.stderr
+
+
+def test_python_m_vit_locality_points_to_the_four_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m vit_locality` names each installed command with its module form (each module runs as one)."""
+    import importlib.util
+    import re
+
+    from vit_locality.__main__ import COMMANDS, main
+
+    section = (REPO / "pyproject.toml").read_text().split("[project.scripts]")[1].split("\n[")[0]
+    scripts = dict(re.findall(r'^([\w-]+) = "([\w.:]+)"$', section, re.MULTILINE))
+    assert main([]) == 0 and main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    for name, module, _ in COMMANDS:
+        assert f"{name}  " in shown and f"python -m {module} " in shown
+        target = scripts[name].split(":")[0]  # the module form is the command's module, or its package's __main__
+        assert target in (module, f"{module}.__main__")
+        assert "__main__" in (REPO / importlib.util.find_spec(target).origin).read_text()
+    assert sorted(scripts) == sorted(name for name, _, _ in COMMANDS)
+    assert main(["train"]) == 2
+    assert "runs no command (got 'train')" in capsys.readouterr().err

@@ -46,3 +46,22 @@ def test_the_two_setup_commands_come_first_and_exit_statuses_are_explained() -> 
     assert statuses[:5] == ["0", "1", "2", "3", "130 / 143"]
     assert "-sc install=bash" in README  # tab completion
     assert "--index-url https://download.pytorch.org/whl/" in README  # a CUDA build of torch before the package
+
+
+def test_the_troubleshooting_rows_of_a_data_set_name_both_ways_out() -> None:
+    """An md5 mismatch: fetch the file again, or keep a copy one trusts with data.verify=false and what it still
+    checks; a server that cannot be reached is refused before anything is made."""
+    rows = [line for line in README.splitlines() if line.startswith("| `") and "md5" in line.split("|")[1]]
+    assert len(rows) == 1, rows
+    what_to_do = rows[0].split("|")[2]
+    assert "delete it and run again" in what_to_do and "`data.verify=false`" in what_to_do
+    assert "still checked member by member" in what_to_do and "format, shape and labels" in what_to_do
+    lines = README.splitlines()
+    assert any("cannot be reached to download it" in line and "nothing was created" in line for line in lines)
+
+
+def test_the_set_up_gives_the_cpu_only_torch_line_beside_the_gpu_one() -> None:
+    setup = README.split("## Set up and check")[1].split("\n## ")[0]
+    assert "--index-url https://download.pytorch.org/whl/cu124" in setup
+    assert "make install TORCH_INDEX=https://download.pytorch.org/whl/cpu" in setup
+    assert "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu" in setup

@@ -30,7 +30,7 @@ from vit_locality.data.on_device import (
     resolve_on_device,
 )
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw, transform_seeded
-from vit_locality.data.workers import WORKER_START_METHOD, init_data_worker
+from vit_locality.data.workers import WORKER_START_METHOD, init_data_worker, usable_workers
 from vit_locality.errors import VitLocalityError
 from vit_locality.upstream import batches_completed_in_epoch, epochs_processed
 
@@ -268,7 +268,7 @@ class ImageDataModule(L.LightningDataModule):
         """A training loader when given the training sampler (full batches keep CutMix and the per-step schedule
         uniform), else an evaluation loader in data set order. Iterators draw their workers' base seed from the
         loader's own generator, never from the global one that CutMix and dropout draw from."""
-        workers = self.num_workers
+        workers = usable_workers(self.num_workers)
         return DataLoader(
             dataset,
             batch_size=batch_size,

@@ -1,7 +1,9 @@
-"""How a data worker starts: signals left to the main process, and the start method named explicitly."""
+"""How a data worker starts: signals left to the main process, the start method named explicitly, and no more workers
+than the cores the process may use."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -13,6 +15,30 @@ from lightning.fabric.utilities.seed import pl_worker_init_function
 # a launcher with its own process class (joblib's loky workers) has that class as its default, and the DataLoader's
 # plain workers cannot be started through it ("'Process' object has no attribute 'env'").
 WORKER_START_METHOD = multiprocessing.get_all_start_methods()[0]
+
+log = logging.getLogger("vit_locality")
+_CAPPED: set[tuple[int, int]] = set()  # (asked, cores) already said in this process
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a SLURM allocation, `taskset`, a container's cpuset),
+    which is what torch's DataLoader compares its workers with."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity masks (macOS)
+        return os.cpu_count() or 1
+
+
+def usable_workers(asked: int) -> int:
+    """`data.num_workers`, capped at the cores this process may use: more workers than cores only wait for each
+    other (the data do not depend on the count), and torch warns twice a run. Said once per process, in one line."""
+    cores = usable_cores()
+    if asked <= cores:
+        return asked
+    if (asked, cores) not in _CAPPED:
+        _CAPPED.add((asked, cores))
+        log.info("data.num_workers=%d: %d data workers, the cores this process may use", asked, cores)
+    return cores
 
 
 def init_data_worker(worker_id: int) -> None:

@@ -20,6 +20,10 @@ def quiet_library_noise() -> None:
     )
     # `epoch` is logged per epoch without reducing it over ranks: every rank has the same number (classifier.py).
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('epoch', \.\.\., sync_dist=True\)`")
+    # Outside a SLURM job, Lightning's hint to start the run with `srun` (given wherever an `srun` is installed) is
+    # noise on every cell; inside one, where forgetting srun matters, it stays.
+    if "SLURM_JOB_ID" not in os.environ:
+        warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
     # Lightning advertises a cloud logger at every Trainer construction; one per cell of a sweep is noise.
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "Tip:" not in r.getMessage())
 

@@ -1,0 +1,37 @@
+"""How torch's OpenMP threads wait for each other on a CPU run: asleep (`OMP_WAIT_POLICY=PASSIVE`), unless the user
+says otherwise.
+
+By default they spin between parallel regions. On a machine whose cores something else also wants (another run,
+a test suite, a neighbour's job) the spinning threads take the cores from the ones with work to do, and an epoch
+takes several times as long (README, "CPU"); on an idle machine sleeping costs a little (the Makefile's demo comment).
+OpenMP reads the variable once, when torch loads it, so the entry point sets it before anything imports torch; a
+value the user set is kept, and a machine with a visible CUDA device is left alone (its cells compute on the GPU).
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import MutableMapping
+from pathlib import Path
+
+WAIT_POLICY = "OMP_WAIT_POLICY"
+
+
+def cuda_device_visible(environ: MutableMapping[str, str]) -> bool:
+    """Whether this process could see an NVIDIA GPU, asked without torch: a device node, unless CUDA_VISIBLE_DEVICES
+    hides every device."""
+    if environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def sleep_while_waiting(environ: MutableMapping[str, str] | None = None) -> bool:
+    """Set OMP_WAIT_POLICY=PASSIVE for a CPU run where the user set no policy and torch is not loaded yet; whether it
+    was set."""
+    env = os.environ if environ is None else environ
+    if WAIT_POLICY in env or "torch" in sys.modules or cuda_device_visible(env):
+        return False
+    env[WAIT_POLICY] = "PASSIVE"
+    return True
