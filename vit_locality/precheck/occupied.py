@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vit_locality.run.advice import way_out
 from vit_locality.store.record import RecordError, read_record
 
 
@@ -24,13 +25,7 @@ def occupied_problem(run_dir: Path | None, identity: str | None, multirun: bool,
         return None
     if record is None or not record.complete or record.identity_hash == identity:
         return None
-    if not multirun:
-        way_out = f"add hydra.run.dir={run_dir.parent / (run_dir.name + '-2')}"
-    elif "hydra.sweep.dir" in dirs:
-        way_out = f"add hydra.sweep.dir={run_dir.parent}-2"
-    else:
-        way_out = "add sweep_name=<another name>"
     return (
         f"run directory {run_dir} already holds a complete run with a different config (nothing has run); move that "
-        f"directory away or {way_out}"
+        f"directory away or {way_out(run_dir, multirun, 'hydra.sweep.dir' in dirs)}"
     )

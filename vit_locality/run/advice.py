@@ -23,12 +23,18 @@ def another_directory(run_dir: Path) -> str:
     from hydra.types import RunMode
 
     hydra_job = hydra_config.HydraConfig.get()
-    if hydra_job.mode != RunMode.MULTIRUN:
-        return f"move that directory away or add hydra.run.dir={Path(run_dir).parent / (Path(run_dir).name + '-2')}"
     sweep_set = any(o.startswith("hydra.sweep.dir=") for o in hydra_job.overrides.hydra)
-    if sweep_set:
-        return f"move that directory away or add hydra.sweep.dir={Path(run_dir).parent}-2"
-    return "move that directory away or add sweep_name=<another name>"
+    return f"move that directory away or {way_out(run_dir, hydra_job.mode == RunMode.MULTIRUN, sweep_set)}"
+
+
+def way_out(run_dir: Path, multirun: bool, sweep_dir_set: bool) -> str:
+    """The override, as typed: another `hydra.run.dir` for a single run, another `hydra.sweep.dir` for a sweep whose
+    directory the command sets, else another `sweep_name`."""
+    if not multirun:
+        return f"add hydra.run.dir={Path(run_dir).parent / (Path(run_dir).name + '-2')}"
+    if sweep_dir_set:
+        return f"add hydra.sweep.dir={Path(run_dir).parent}-2"
+    return "add sweep_name=<another name>"
 
 
 MAX_LISTED = 4  # differing settings a refusal names; the rest are counted
