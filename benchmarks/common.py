@@ -27,14 +27,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 from torch import nn
 from torch.utils.benchmark import Compare, Measurement, TaskSpec, Timer
 
-from vit_locality.data.on_device import uses_cuda
+from vit_locality.config.settings import RunSettings, uses_cuda
 from vit_locality.model.optimization import adamw_with_decay_groups
 from vit_locality.model.vit import VisionTransformer
 from vit_locality.paths import CONF_DIR
+from vit_locality.precheck.gate import settings_from
 from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.run.builders import resolve_precision
 
@@ -56,23 +56,23 @@ TARGETS = {  # name: (comparison, threshold, unit); set for the CPU except the l
 VERSIONED = ("torch", "torchvision", "lightning", "timm", "torchmetrics", "numpy")  # what a figure depends on
 
 
-def bench_config(model: str, device: torch.device, overrides: Sequence[str] = ()) -> DictConfig:
-    """`python train.py data=synthetic data.num_classes=100 model=<model> <overrides>` on `device`, composed
-    without running Hydra's app: synthetic data (nothing to download) and the paper's 100-class head."""
+def bench_config(model: str, device: torch.device, overrides: Sequence[str] = ()) -> RunSettings:
+    """The settings of `python train.py data=synthetic data.num_classes=100 model=<model> <overrides>` on `device`,
+    composed without running Hydra's app: synthetic data (nothing to download) and the paper's 100-class head."""
     trainer = ["trainer=cpu"] if device.type == "cpu" else ["trainer=default", "trainer.accelerator=gpu"]
     register_resolvers()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         base = ["data=synthetic", "data.num_classes=100", f"model={model}", *trainer]
-        return compose(config_name="train", overrides=[*base, *overrides])
+        return settings_from(compose(config_name="train", overrides=[*base, *overrides]), machine=False)
 
 
-def build_vit(cfg: DictConfig) -> VisionTransformer:
+def build_vit(cfg: RunSettings) -> VisionTransformer:
     m = cfg.model
     size, classes = cfg.data.image_size, cfg.data.num_classes
     return VisionTransformer(classes, size, depth=m.depth, dim=m.dim, heads=m.heads, mlp_ratio=m.mlp_ratio)
 
 
-def autocast(cfg: DictConfig) -> torch.autocast:
+def autocast(cfg: RunSettings) -> torch.autocast:
     """The precision `build_trainer` gives this config's Trainer, for a hand-written step (bf16-mixed or fp32)."""
     t = cfg.trainer
     bf16 = resolve_precision(t.precision, t.accelerator) == "bf16-mixed"
@@ -87,7 +87,7 @@ def optimizer_step(model: nn.Module, optimizer: Any, amp: torch.autocast, images
     optimizer.step()
 
 
-def train_step(model: nn.Module, cfg: DictConfig, batch: int, device: torch.device) -> Callable[[], None]:
+def train_step(model: nn.Module, cfg: RunSettings, batch: int, device: torch.device) -> Callable[[], None]:
     """Forward + cross-entropy + backward + the project's AdamW on a fixed random batch (data cost excluded)."""
     model.to(device).train()
     optimizer = adamw_with_decay_groups(model, cfg.optim.lr, cfg.optim.weight_decay, tuple(cfg.optim.betas))

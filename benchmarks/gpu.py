@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 from torch.utils.benchmark import Timer
 from torch.utils.benchmark import timer as clock  # the time once the device's queued work is done
 
@@ -55,6 +54,7 @@ from benchmarks.common import Report, autocast, bench_config, build_vit, ratio_t
 from benchmarks.suite import model_flops, stats
 from vit_locality.augment.batched_autoaugment import apply, draw
 from vit_locality.augment.mixing import mix_batch
+from vit_locality.config.settings import RunSettings
 from vit_locality.data.on_device import DeviceTrainLoader
 from vit_locality.run.builders import build_datamodule, build_module
 from vit_locality.store.atomic import atomic_write_text
@@ -91,7 +91,7 @@ FULL = Settings("vit_paper", 128, 512, 60, 10, 16_384, 512, (1, 2, 4, 8), 20.0, 
 SMOKE = Settings("vit_tiny", 16, 64, 3, 1, 256, 32, (1, 2), 1.0, 2, "eager", 2, True)
 
 
-def config(s: Settings, device: torch.device, protocol: str, on_device: bool) -> DictConfig:
+def config(s: Settings, device: torch.device, protocol: str, on_device: bool) -> RunSettings:
     """A CIFAR-100-shaped cell (100 classes, 32 px) on synthetic data with the protocol preset and data path."""
     return bench_config(s.model, device, [
         f"protocol={protocol}", f"data.on_device={str(on_device).lower()}", f"data.train_size={s.train_size}",
@@ -137,7 +137,7 @@ class CellStep:
     """One training step of a cell as its module runs it, minus the Trainer: the next batch from the cell's data path
     (workers or on the device), `training_loss` (mixing, normalise, forward, loss), backward, AdamW."""
 
-    def __init__(self, cfg: DictConfig, device: torch.device, vit: torch.nn.Module | None = None) -> None:
+    def __init__(self, cfg: RunSettings, device: torch.device, vit: torch.nn.Module | None = None) -> None:
         datamodule = build_datamodule(cfg)
         datamodule.setup("fit")
         self.module, self.device = build_module(cfg, datamodule).to(device), device
@@ -176,7 +176,7 @@ class CellStep:
         self.module.preprocess(mix_batch(images, labels, self.module.num_classes, self.module.protocol)[0])
 
 
-def compiled_step(cfg: DictConfig, s: Settings, device: torch.device, compile: bool) -> tuple[Callable, float, Any]:
+def compiled_step(cfg: RunSettings, s: Settings, device: torch.device, compile: bool) -> tuple[Callable, float, Any]:
     """`s.steps` train steps of a new model, compiled (`s.backend`, `s.compile_mode`) or eager; the seconds of the
     warm-up steps (the compile) and the model."""
     torch.manual_seed(0)

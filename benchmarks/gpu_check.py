@@ -208,7 +208,7 @@ def sync_key(text: str, ctx: Context) -> str:
 
 def real_cifar100() -> Path | None:
     """Where CIFAR-100 lies if train.py could read it without a download (data.root's default), else None."""
-    from vit_locality.run.data_presence import ARCHIVES
+    from vit_locality.precheck.data_presence import ARCHIVES
 
     root = Path(os.path.expanduser(os.environ.get("VIT_LOCALITY_DATA", "data")))
     root = root if root.is_absolute() else ROOT / root

@@ -31,7 +31,6 @@ from vit_locality.callbacks import build_callbacks
 
 from benchmarks.common import Report, bench_config, self_timed
 from vit_locality.augment.mixing import mix_batch
-from vit_locality.config.settings import settings_of
 from vit_locality.model.optimization import adamw_with_decay_groups, warmup_cosine_schedule
 from vit_locality.run.builders import build_datamodule, build_loggers, build_module, build_trainer
 
@@ -68,7 +67,7 @@ def _window(times: list[float], steps: int) -> float:
 
 def host(report: Report, device: torch.device, steps: int, rounds: int) -> None:
     """Host ms per step of the data path alone, a plain loop and `Trainer.fit`, side by side (module docstring)."""
-    settings = settings_of(bench_config("vit_tiny", device, host_config(device, steps)))
+    settings = bench_config("vit_tiny", device, host_config(device, steps))
     torch.manual_seed(0)
     datamodule = build_datamodule(settings)
     datamodule.batch_augment.grouping = "select"  # AutoAugment as a GPU runs it (a CPU groups: its reads are free)
@@ -82,8 +81,8 @@ def host(report: Report, device: torch.device, steps: int, rounds: int) -> None:
 
     def plain() -> float:
         module = build_module(settings, datamodule).to(device).train()
-        optim = module.optim
-        optimizer = adamw_with_decay_groups(module.model, optim.lr, optim.weight_decay, optim.betas)
+        optim = settings.optim
+        optimizer = adamw_with_decay_groups(module.model, optim.lr, optim.weight_decay, tuple(optim.betas))
         schedule = warmup_cosine_schedule(optimizer, 1000, 1, optim.warmup_epochs, optim.min_lr_ratio)
         times = []
         for images, labels in datamodule.train_dataloader():

@@ -34,8 +34,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vit_locality.augment.mixing import mix_batch
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.data.on_device import BatchAugment
-from vit_locality.protocol import Protocol
 
 _aten = torch.ops.aten
 READ_OPS = frozenset(
@@ -53,7 +53,7 @@ READ_OPS = frozenset(
 )
 FROM_DATA_OPS = frozenset({_aten.lift_fresh.default, _aten.lift_fresh_copy.default})
 GPU_GROUPING = "select"  # the AutoAugment grouping a GPU runs (no host reads)
-MODERN = Protocol(autoaug=True, cutmix=True, ls=0.1, policy="cifar10", autoaug_device="data_on_device")
+MODERN = TrainingProtocol(autoaug=True, cutmix=True, ls=0.1, policy="cifar10", autoaug_device="data_on_device")
 BATCH, SIZE = 128, 32  # a Modern CIFAR batch
 TINY = (8, 8)  # batch, side: compute negligible against dispatch
 
@@ -97,7 +97,7 @@ def modern_step(batch: int, size: int, grouping: str | None = GPU_GROUPING) -> C
     images = torch.randint(0, 256, (batch * 2, 3, size, size), dtype=torch.uint8, generator=generator)
     labels = torch.randint(0, 10, (batch * 2,), generator=generator)
     order = torch.randperm(batch * 2, generator=generator)
-    augment = BatchAugment(size, autoaug=True, policy="cifar10", grouping=grouping)
+    augment = BatchAugment(size, MODERN, grouping=grouping)
     step_generator = torch.Generator()
 
     def step(step: int) -> Any:

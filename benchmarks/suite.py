@@ -31,7 +31,6 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -47,9 +46,10 @@ from benchmarks.common import (
     train_step,
 )
 from benchmarks.host_time import host
-from vit_locality.attention.probe import ProbeSettings, probe_attention
+from vit_locality.attention.probe import probe_attention
 from vit_locality.augment.per_sample import build_train_transform
 from vit_locality.catalog import GRID_SIZE
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.data import UInt8ImageDataset
 from vit_locality.model.classifier import ViTClassifier
 from vit_locality.model.optimization import adamw_with_decay_groups, warmup_cosine_schedule
@@ -157,7 +157,7 @@ def framework_case(report: Report, device: torch.device, label: str, model: str,
                  "data.test_size=64", "protocol=baseline", "stats.enabled=false",
                  "callbacks.progress_bar=tqdm"]  # fmt: skip
     cfg = bench_config(model, device, overrides)
-    bare_cfg = OmegaConf.merge(cfg, {"callbacks": {"progress_bar": "none"}})
+    bare_cfg = bench_config(model, device, [*overrides, "callbacks.progress_bar=none"])
     L.seed_everything(0, verbose=False)
     with quiet():
         datamodule = build_datamodule(cfg)
@@ -169,9 +169,9 @@ def framework_case(report: Report, device: torch.device, label: str, model: str,
 
     def plain() -> float:
         """The loop a researcher writes by hand: the project's AdamW and warm-up + cosine schedule."""
-        clock, optim = StepClock(first, steps), module.optim
+        clock, optim = StepClock(first, steps), cfg.optim
         module.to(device).train()
-        optimizer = adamw_with_decay_groups(module.model, optim.lr, optim.weight_decay, optim.betas)
+        optimizer = adamw_with_decay_groups(module.model, optim.lr, optim.weight_decay, tuple(optim.betas))
         schedule = warmup_cosine_schedule(optimizer, batches, 1, optim.warmup_epochs, optim.min_lr_ratio)
         for idx, (images, labels) in enumerate(datamodule.train_dataloader()):
             if clock.mark(idx):
@@ -226,7 +226,7 @@ def data(report: Report, device: torch.device, model: str, images: int, loader_i
     datamodule.setup("fit")
     policy = datamodule.batch_augment.policy
     arrays = datamodule.arrays.train_images[:images], datamodule.arrays.train_labels[:images]
-    pipelines = {"baseline": build_train_transform(cfg.data.image_size, False, policy),
+    pipelines = {"baseline": build_train_transform(cfg.data.image_size, TrainingProtocol()),
                  "modern": datamodule.train_transform}  # fmt: skip
     sides = {name: partial(deque, DataLoader(UInt8ImageDataset(*arrays, t), batch), maxlen=0)
              for name, t in pipelines.items()}  # fmt: skip
@@ -264,7 +264,7 @@ def stats(report: Report, device: torch.device, model: str, batch: int, probe_si
     vit = build_vit(cfg)
     size = cfg.data.image_size
     probe = torch.randn(probe_size, 3, size, size, generator=torch.Generator().manual_seed(1)).to(device)
-    settings = ProbeSettings.from_mapping(cfg.stats)
+    settings = cfg.stats
     sides = {"train step": train_step(vit, cfg, batch, device), "probe": partial(probe_attention, vit, probe, settings)}
     times = side_by_side("stats: probe vs training step", f"{model}, batch {batch}", sides, rounds)
     report.measurements += times.values()

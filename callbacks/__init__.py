@@ -15,7 +15,6 @@ from vit_locality.callbacks.checkpointing import IdentityStamp, InterruptCheckpo
 from vit_locality.callbacks.epoch_log import EpochLineProgress, EpochLogCallback
 from vit_locality.callbacks.seeding import EpochReseed
 
-from vit_locality.attention.probe import ProbeSettings
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.settings import RunSettings
 
@@ -40,8 +39,7 @@ def build_callbacks(settings: RunSettings, run_dir: Path) -> list[Callback]:
     chosen: list[Callback] = [progress_display(str(settings.callbacks.progress_bar))]
     stats = settings.stats
     if stats.enabled:
-        probe = ProbeSettings.from_mapping(vars(stats))
-        chosen.append(AttentionStatsCallback(run_dir, stats.every_n_epochs, probe, stats.pictures))
+        chosen.append(AttentionStatsCallback(run_dir, stats))
     chosen += [
         EpochReseed(settings.seed),
         IdentityStamp(identity_hash(settings)),

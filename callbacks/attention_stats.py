@@ -23,7 +23,7 @@ from lightning.pytorch.loggers import WandbLogger
 
 from vit_locality.attention import plots
 from vit_locality.attention.noise_band import surround_band
-from vit_locality.attention.probe import ProbeResult, ProbeSettings, probe_attention
+from vit_locality.attention.probe import ProbeResult, probe_attention
 from vit_locality.attention.stats_log import (
     CSV_FIELDS,
     attention_section,
@@ -35,6 +35,7 @@ from vit_locality.attention.stats_log import (
     scalar_metrics,
     write_csv,
 )
+from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
 from vit_locality.store.checkpoints import completed_epochs
 from vit_locality.store.record import ATTENTION_CSV
@@ -45,17 +46,9 @@ log = logging.getLogger("vit_locality")
 class AttentionStatsCallback(Callback):
     """Attention statistics through training; see the module docstring for when and where they go."""
 
-    def __init__(
-        self,
-        run_dir: str | Path,
-        every_n_epochs: int = 1,
-        settings: ProbeSettings | None = None,
-        pictures: bool = True,
-    ) -> None:
+    def __init__(self, run_dir: str | Path, settings: StatsConfig | None = None) -> None:
         self.run_dir = Path(run_dir)
-        self.every_n_epochs = every_n_epochs
-        self.settings = settings or ProbeSettings()
-        self.pictures = pictures
+        self.settings = settings or StatsConfig()
         self.rows: list[dict[str, Any]] = []
         self.initial: dict[str, float] | None = None  # the initial model's headline pair
         self.final: ProbeResult | None = None
@@ -92,7 +85,7 @@ class AttentionStatsCallback(Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         completed = trainer.current_epoch + 1
-        if completed % self.every_n_epochs == 0:
+        if completed % self.settings.every_n_epochs == 0:
             self._measure(trainer, pl_module, epoch=completed)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -101,7 +94,7 @@ class AttentionStatsCallback(Callback):
             self.final = self._measure(trainer, pl_module, epoch=completed)
         for logger in trainer.loggers:
             logger.save()
-        if self.pictures and trainer.is_global_zero:
+        if self.settings.pictures and trainer.is_global_zero:
             band = self.band["surround_pref"] if self.band else None
             paths = save_pictures(self.final, self.run_dir, self.run_dir.name, band)
             log.info("attention pictures: %s", ", ".join(str(p) for p in paths))
@@ -113,16 +106,17 @@ class AttentionStatsCallback(Callback):
         return pl_module.preprocess(self._probe.to(pl_module.device))
 
     def _measure_band(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The band on untrained models of the module's architecture (ViTClassifier's `arch`); none for another
-        module, and on ranks other than 0, which record nothing."""
-        arch = getattr(pl_module, "arch", None)
-        if arch is None or not trainer.is_global_zero:
+        """The band on untrained models of the module's architecture (ViTClassifier's `model` hyper-parameter); none
+        for another module, and on ranks other than 0, which record nothing."""
+        arch = getattr(pl_module, "hparams", {}).get("model")
+        if not isinstance(arch, dict) or not trainer.is_global_zero:
             return
+        classes, size = pl_module.hparams["num_classes"], pl_module.hparams["image_size"]
 
         def build() -> VisionTransformer:
-            return VisionTransformer.from_config(arch, pl_module.num_classes, pl_module.hparams["image_size"])
+            return VisionTransformer(num_classes=classes, image_size=size, **arch)
 
-        design = (repr(arch), pl_module.num_classes, pl_module.hparams["image_size"])
+        design = (repr(sorted(arch.items())), classes, size)
         self.band = surround_band(build, self._probe_batch(trainer, pl_module), self.settings, design=design)
         log.info(
             "surround_pref noise band at initialisation: %.4f (%d seeds x %d heads, %s)",

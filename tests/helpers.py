@@ -16,7 +16,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from vit_locality.callbacks import build_callbacks
 
+from vit_locality.config.settings import RunSettings
 from vit_locality.paths import CONF_DIR
+from vit_locality.precheck.gate import settings_from
 from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.run.cell import run_cell
 
@@ -46,6 +48,17 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
     register_resolvers()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="train", overrides=overrides or [], return_hydra_config=False)
+
+
+def settings_for(overrides: list[str] | None = None) -> RunSettings:
+    """The settings a cell of these overrides gets through the gate, as train.py gives them (this machine's checks
+    included)."""
+    return settings_from(compose_config(overrides))
+
+
+def typed(overrides: list[str] | None = None) -> RunSettings:
+    """A cell's settings without this machine's checks (the run name its base, as outside a Hydra job)."""
+    return settings_from(compose_config(overrides), machine=False)
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -82,9 +95,11 @@ class InProcessTraining:
     puts it in the slow tier; no test makes its own."""
 
     @staticmethod
-    def run_cell_as_train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-        """One cell in this process with the callbacks train.py gives it (checkpoints, reseeding, statistics)."""
-        return run_cell(cfg, run_dir, build_callbacks)
+    def run_cell_as_train(cfg: DictConfig | RunSettings, run_dir: Path) -> dict[str, Any]:
+        """One cell in this process as train.py runs it: through the gate, with the callbacks train.py gives it
+        (checkpoints, reseeding, statistics)."""
+        settings = cfg if isinstance(cfg, RunSettings) else settings_from(cfg)
+        return run_cell(settings, run_dir, build_callbacks)
 
 
 class Spawner:

@@ -284,10 +284,10 @@ def count_cell(overrides: tuple[str, ...], run_dir: Path, model: str = "vit_tiny
     CSV logger, on on-device data, with AutoAugment's GPU grouping (`select`)."""
     from vit_locality.callbacks import build_callbacks
 
-    from vit_locality.config.settings import settings_of
+    from vit_locality.precheck.gate import settings_from
     from vit_locality.run.builders import build_loggers, build_trainer
 
-    settings = settings_of(compose_config(cell_config(overrides, model)))
+    settings = settings_from(compose_config(cell_config(overrides, model)), machine=False)
     datamodule = build_datamodule(settings)
     module = build_module(settings, datamodule)
     module.hparams.nonfinite_check_every = LOG_EVERY  # the GPU's way: a flag on the device, read at logging steps

@@ -19,8 +19,9 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
 from omegaconf import DictConfig  # noqa: E402
 
 from vit_locality.config.identity import identity_hash  # noqa: E402
-from vit_locality.config.settings import settings_of  # noqa: E402
+from vit_locality.config.settings import RunSettings  # noqa: E402
 from vit_locality.paths import CONF_DIR  # noqa: E402
+from vit_locality.precheck.gate import resolved  # noqa: E402
 from vit_locality.precheck.names import cell_name  # noqa: E402
 from vit_locality.precheck.resolvers import register_resolvers  # noqa: E402
 
@@ -77,13 +78,14 @@ def composed(overrides: list[str]) -> DictConfig:
         return compose(config_name="train", overrides=overrides, return_hydra_config=True)
 
 
-def cell_names(overrides: list[str], typed: bool = False) -> dict[str, str]:
-    """A cell's identity hash and its run directory's name, as a Hydra job of these overrides computes them; `typed`:
-    the hash from the cell's typed settings instead of the composed config."""
+def cell_names(overrides: list[str], typed: bool = True) -> dict[str, str]:
+    """A cell's identity hash and its run directory's name, as a Hydra job of these overrides computes them; the hash
+    from the cell's settings (`typed`) or from its record's config, as a reader of results.json computes it."""
     cfg = composed(overrides)
-    settings = settings_of(cfg, named=False)
+    settings = RunSettings.from_values(resolved(cfg))
+    record = json.loads(json.dumps(settings.as_record()))
     return {
-        "identity_hash": identity_hash(settings if typed else cfg),
+        "identity_hash": identity_hash(settings if typed else record),
         "name": cell_name(str(cfg.run_name), overrides, settings, None),  # outside a job run_name is the base
     }
 

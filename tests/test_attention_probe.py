@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vit_locality.attention.min_head import min_head_control
-from vit_locality.attention.probe import ProbeSettings, probe_attention
+from vit_locality.attention.probe import probe_attention
 from vit_locality.attention.stats_log import (
     CSV_FIELDS,
     probe_rows,
@@ -18,6 +18,7 @@ from vit_locality.attention.stats_log import (
     scalar_metrics,
     write_csv,
 )
+from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
 
 
@@ -82,7 +83,7 @@ def test_probe_matches_the_definitions_by_brute_force(tiny_model: VisionTransfor
     docs/metrics.md alone: a skipped renormalisation, a wrong distance unit or divisor, a Bessel-corrected sd, or
     a chunk counted twice all show at this tolerance (the fp32 probe is good to ~1e-6)."""
     images = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(2))
-    result = probe_attention(tiny_model, images, ProbeSettings(batch_size=2))
+    result = probe_attention(tiny_model, images, StatsConfig(batch_size=2))
     with torch.no_grad():
         _, maps = tiny_model.forward_with_attention(images)
     assert result.stats["mad"].shape == (4, 4) and result.num_images == 5
@@ -103,8 +104,8 @@ def test_probe_matches_the_definitions_by_brute_force(tiny_model: VisionTransfor
 
 def test_batch_size_does_not_change_the_answer(tiny_model: VisionTransformer) -> None:
     images = torch.randn(19, 3, 32, 32)
-    a = probe_attention(tiny_model, images, ProbeSettings(batch_size=4))
-    b = probe_attention(tiny_model, images, ProbeSettings(batch_size=512))
+    a = probe_attention(tiny_model, images, StatsConfig(batch_size=4))
+    b = probe_attention(tiny_model, images, StatsConfig(batch_size=512))
     for key in a.stats:
         torch.testing.assert_close(a.stats[key], b.stats[key], atol=1e-6, rtol=1e-5)
 
@@ -112,9 +113,9 @@ def test_batch_size_does_not_change_the_answer(tiny_model: VisionTransformer) ->
 def test_probe_is_fp32_under_autocast_and_restores_train_mode(tiny_model: VisionTransformer) -> None:
     images = torch.randn(6, 3, 32, 32)
     tiny_model.train()
-    reference = probe_attention(tiny_model, images, ProbeSettings())
+    reference = probe_attention(tiny_model, images, StatsConfig())
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        under_autocast = probe_attention(tiny_model, images, ProbeSettings())
+        under_autocast = probe_attention(tiny_model, images, StatsConfig())
     assert tiny_model.training
     assert under_autocast.stats["mad"].dtype == torch.float32
     torch.testing.assert_close(under_autocast.stats["mad"], reference.stats["mad"])
@@ -124,16 +125,16 @@ def test_options_units_and_raw() -> None:
     torch.manual_seed(1)
     model = VisionTransformer(num_classes=10, image_size=32, depth=2, dim=32, heads=2)
     images = torch.randn(5, 3, 32, 32)
-    unit = probe_attention(model, images, ProbeSettings())
-    pixels = probe_attention(model, images, ProbeSettings(units="pixels"))
-    grid = probe_attention(model, images, ProbeSettings(units="grid"))
+    unit = probe_attention(model, images, StatsConfig())
+    pixels = probe_attention(model, images, StatsConfig(units="pixels"))
+    grid = probe_attention(model, images, StatsConfig(units="grid"))
     for key in ("mad", "mad_control", "surround_pref", "mad_std"):  # measured on the unit square whatever is shown
         torch.testing.assert_close(pixels.stats[key], unit.stats[key])
         torch.testing.assert_close(grid.stats[key], unit.stats[key])
     assert unit.stats["mad"].max() < 1.5  # the unit square's diagonal: not patch steps nor pixels
     # what is shown: patch 4 px on an 8 x 8 grid
     assert (unit.display_factor(), grid.display_factor(), pixels.display_factor()) == (1.0, 8.0, 32.0)
-    raw = probe_attention(model, images, ProbeSettings(renormalize=False))
+    raw = probe_attention(model, images, StatsConfig(renormalize=False))
     # Raw weights leave out the CLS share: MAD_raw = MAD_renorm * (1 - cls_mass) per query; on average close.
     assert torch.all(raw.stats["mad"] < unit.stats["mad"])
 
@@ -142,14 +143,14 @@ def test_initialisation_is_near_uniform() -> None:
     """A sanity check of the whole path: random init attends almost uniformly (MAD of uniform is 0.517)."""
     torch.manual_seed(0)
     model = VisionTransformer(num_classes=10, image_size=32, depth=4, dim=64, heads=4)
-    result = probe_attention(model, torch.randn(32, 3, 32, 32), ProbeSettings())
+    result = probe_attention(model, torch.randn(32, 3, 32, 32), StatsConfig())
     early = result.stats["mad"][:2]
     assert torch.all((early > 0.4) & (early < 0.55))
     assert torch.all(result.stats["entropy"][:2] > 0.95)
 
 
 def test_rows_metrics_and_csv_roundtrip(tiny_model: VisionTransformer, tmp_path) -> None:
-    result = probe_attention(tiny_model, torch.randn(4, 3, 32, 32), ProbeSettings())
+    result = probe_attention(tiny_model, torch.randn(4, 3, 32, 32), StatsConfig())
     rows = probe_rows(result, epoch=3, step=120)
     assert len(rows) == 4 * 4 and set(rows[0]) == set(CSV_FIELDS)
     assert [(r["layer"], r["head"]) for r in rows[:5]] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
@@ -183,7 +184,7 @@ def test_csv_keeps_the_old_columns_first_and_old_rows_readable(tiny_model: Visio
     assert list(CSV_FIELDS[9:]) == later
     path = tmp_path / "attention_stats.csv"
     path.write_text(",".join(old_header) + "\n0,0,0,0,0.5,0.99,0.01,0.0,0.0\n")
-    result = probe_attention(tiny_model, torch.randn(2, 3, 32, 32), ProbeSettings())
+    result = probe_attention(tiny_model, torch.randn(2, 3, 32, 32), StatsConfig())
     write_csv(path, read_csv(path) + probe_rows(result, epoch=1, step=8))
     back = read_csv(path)
     assert back[0]["mad"] == "0.5" and all(back[0][key] == "" for key in later)
@@ -201,7 +202,7 @@ def test_csv_keeps_the_old_columns_first_and_old_rows_readable(tiny_model: Visio
 def test_min_head_control_reads_the_minimum_heads_control(tiny_model: VisionTransformer) -> None:
     """The report's figures for the head `min_mad_early` comes from: its control and surround preference, from the
     record's per-head tables and its own early layers; None for a record written before the control existed."""
-    result = probe_attention(tiny_model, torch.randn(3, 3, 32, 32), ProbeSettings())
+    result = probe_attention(tiny_model, torch.randn(3, 3, 32, 32), StatsConfig())
     final = probe_summary(result)
     assert {"mad_control", "surround_pref"} <= set(final["per_head"])
     layer, head = result.min_mad_head()

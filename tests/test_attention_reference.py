@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from vit_locality.attention import plots
-from vit_locality.attention.probe import ProbeSettings
 from vit_locality.attention.reference import figure_references, measure_reference, plain_number, reference_model
-from vit_locality.model.vit import ModelConfig, VisionTransformer, neighbourhood_attention_mask
+from vit_locality.config.schema import StatsConfig
+from vit_locality.model.vit import VisionTransformer, neighbourhood_attention_mask
 from vit_locality.report.aggregate import Group
 from vit_locality.report.figures import emergence_figure, layers_figure
 from vit_locality.store.record import RunRecord
@@ -27,7 +27,7 @@ R2 = math.sqrt(2)
 HAND_MAD_3X3_STEPS = (36 * (4 + 4 * R2) / 9 + 24 * (3 + 2 * R2) / 6 + 4 * (2 + R2) / 4) / 64
 HAND_MAD_3X3 = HAND_MAD_3X3_STEPS / 8
 HAND_ENTROPY_3X3 = (36 * math.log(9) + 24 * math.log(6) + 4 * math.log(4)) / (64 * math.log(64))
-SMALL = ModelConfig(depth=2, dim=32, heads=4, mlp_ratio=1.0)
+SMALL = dict(depth=2, dim=32, heads=4, mlp_ratio=1.0)
 
 
 def test_hand_values_are_the_issue_s() -> None:
@@ -37,7 +37,7 @@ def test_hand_values_are_the_issue_s() -> None:
 
 @pytest.mark.parametrize("renormalize", [True, False])
 def test_3x3_reference_gives_the_hand_value_in_every_layer_and_head(renormalize: bool) -> None:
-    result = measure_reference(SMALL, 32, 1, ProbeSettings(renormalize=renormalize))
+    result = measure_reference(SMALL, 32, 1, StatsConfig(renormalize=renormalize))
     assert result.stats["mad"].shape == (2, 4)
     assert torch.allclose(result.stats["mad"], torch.full((2, 4), HAND_MAD_3X3), atol=1e-5)
     assert torch.allclose(result.stats["entropy"], torch.full((2, 4), HAND_ENTROPY_3X3), atol=1e-5)
@@ -105,7 +105,7 @@ def test_restriction_confines_a_trained_like_model_on_both_paths() -> None:
     """Without the zeroed q/k the weights are not uniform, but nothing falls outside the neighbourhood, and the
     fused path agrees with the explicit one under the mask."""
     torch.manual_seed(0)
-    model = VisionTransformer.from_config(SMALL, 10, 32).eval()
+    model = VisionTransformer(num_classes=10, image_size=32, **SMALL).eval()
     with torch.no_grad():
         for block in model.blocks:
             block.attn.qkv.weight.normal_(0, 0.5)  # sharp, input-dependent attention
@@ -123,9 +123,9 @@ def test_restriction_confines_a_trained_like_model_on_both_paths() -> None:
 
 def test_default_is_unchanged_and_checkpoints_are_shared() -> None:
     torch.manual_seed(0)
-    plain = VisionTransformer.from_config(SMALL, 10, 32).eval()
+    plain = VisionTransformer(num_classes=10, image_size=32, **SMALL).eval()
     torch.manual_seed(0)
-    lifted = VisionTransformer.from_config(SMALL, 10, 32).eval()
+    lifted = VisionTransformer(num_classes=10, image_size=32, **SMALL).eval()
     keys = list(plain.state_dict())
     assert all(block.attn.attn_mask is None for block in plain.blocks)
     lifted.restrict_attention(1)
@@ -216,7 +216,7 @@ def test_a_runs_own_plane_in_pixels_shows_the_references_at_its_patch_size(tmp_p
     from vit_locality.attention.stats_log import save_pictures
 
     model = VisionTransformer(num_classes=3, image_size=32, depth=1, dim=32, heads=4, mlp_ratio=1.0)
-    result = probe_attention(model, torch.randn(4, 3, 32, 32), ProbeSettings(probe_size=4, units="pixels"))
+    result = probe_attention(model, torch.randn(4, 3, 32, 32), StatsConfig(probe_size=4, units="pixels"))
     assert result.patch_size == 4
     seen: list[float] = []
     original = plots.save

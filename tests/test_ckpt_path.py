@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import CONF, QUICK, InProcessTraining, Spawner, compose_config
+from helpers import CONF, QUICK, InProcessTraining, Spawner, compose_config, typed
 
 from vit_locality.config.identity import file_content_hash, identity_hash
 from vit_locality.errors import ConfigError
@@ -39,15 +39,15 @@ def test_a_start_from_weights_is_another_cell_named_by_the_files_content(
     source: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
     checkpoint, record = source
-    scratch = identity_hash(compose_config(CELL))
-    from_weights = identity_hash(compose_config([*CELL, f"ckpt_path={checkpoint}"]))
+    scratch = identity_hash(typed(CELL))
+    from_weights = identity_hash(typed([*CELL, f"ckpt_path={checkpoint}"]))
     assert scratch == record["identity_hash"] and from_weights != scratch
     copy = tmp_path / "copy.ckpt"
     shutil.copy(checkpoint, copy)
-    assert identity_hash(compose_config([*CELL, f"ckpt_path={copy}"])) == from_weights  # the content, not the path
+    assert identity_hash(typed([*CELL, f"ckpt_path={copy}"])) == from_weights  # the content, not the path
     copy.write_bytes(copy.read_bytes() + b"\0")
-    assert identity_hash(compose_config([*CELL, f"ckpt_path={copy}"])) != from_weights
-    assert identity_hash(compose_config([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume"])) == scratch
+    assert identity_hash(typed([*CELL, f"ckpt_path={copy}"])) != from_weights
+    assert identity_hash(typed([*CELL, f"ckpt_path={checkpoint}", "ckpt_mode=resume"])) == scratch
 
 
 def test_a_start_from_weights_never_collides_with_the_cell_from_scratch(
@@ -114,10 +114,10 @@ def test_a_resume_of_another_cells_checkpoint_is_refused_by_the_pre_check(
     naming the settings that differ (never two hashes); weights mode is not its concern."""
     checkpoint, _ = source
     resume = [f"ckpt_path={checkpoint}", "ckpt_mode=resume"]
-    check_start(compose_config([*CELL, *resume]))  # the cell that wrote it
-    check_start(compose_config([*CELL, f"ckpt_path={checkpoint}", "seed=1"]))  # a new cell from its weights
+    check_start(typed([*CELL, *resume]))  # the cell that wrote it
+    check_start(typed([*CELL, f"ckpt_path={checkpoint}", "seed=1"]))  # a new cell from its weights
     with pytest.raises(ConfigError) as refused:
-        check_start(compose_config([*CELL, *resume, "seed=1", "optim.lr=0.003"]))
+        check_start(typed([*CELL, *resume, "seed=1", "optim.lr=0.003"]))
     line = str(refused.value)
     assert line == (
         f"ckpt_path={str(checkpoint)!r} with ckpt_mode=resume: the checkpoint is another cell's; the settings that "
@@ -129,7 +129,7 @@ def test_a_resume_of_another_cells_checkpoint_is_refused_by_the_pre_check(
     lonely = tmp_path / "lonely.ckpt"  # no record beside it to name the settings
     shutil.copy(checkpoint, lonely)
     with pytest.raises(ConfigError) as refused:
-        check_start(compose_config([*CELL, f"ckpt_path={lonely}", "ckpt_mode=resume", "seed=1"]))
+        check_start(typed([*CELL, f"ckpt_path={lonely}", "ckpt_mode=resume", "seed=1"]))
     assert f"another cell's (no record of it at {tmp_path.parent / 'results.json'}" in str(refused.value)
     assert _hash_like(str(refused.value)) == []
 
@@ -144,7 +144,7 @@ def test_a_refused_resume_names_a_start_from_weights(source: tuple[Path, dict[st
     record["config"].update(ckpt_path="/elsewhere/first.ckpt", ckpt_mode="weights")
     (cell_dir / "results.json").write_text(json.dumps(record))
     copied = cell_dir / "checkpoints" / "last.ckpt"
-    cfg = compose_config([*CELL, f"ckpt_path={copied}", "ckpt_mode=resume"])
+    cfg = typed([*CELL, f"ckpt_path={copied}", "ckpt_mode=resume"])
     assert settings_that_differ(cfg, copied) == (
         "; the settings that differ: start weights of /elsewhere/first.ckpt there, scratch here"
     )
@@ -154,14 +154,14 @@ def test_the_pre_check_refuses_a_checkpoint_without_identity_or_not_a_checkpoint
     unstamped = tmp_path / "unstamped.ckpt"
     torch.save({"global_step": 3, "state_dict": {"w": torch.zeros(2)}}, unstamped)
     with pytest.raises(ConfigError, match="the checkpoint records no config .a cell of this project did not write it."):
-        check_start(compose_config([*CELL, f"ckpt_path={unstamped}", "ckpt_mode=resume"]))
+        check_start(typed([*CELL, f"ckpt_path={unstamped}", "ckpt_mode=resume"]))
     damaged = tmp_path / "damaged.ckpt"
     damaged.write_bytes(b"not a checkpoint")
     with pytest.raises(ConfigError) as refused:
-        check_start(compose_config([*CELL, f"ckpt_path={damaged}", "ckpt_mode=resume"]))
+        check_start(typed([*CELL, f"ckpt_path={damaged}", "ckpt_mode=resume"]))
     assert str(refused.value).startswith(f"ckpt_path={str(damaged)!r} is not allowed: a readable checkpoint file (")
     assert "\n" not in str(refused.value)
-    check_start(compose_config([*CELL, f"ckpt_path={damaged}"]))  # weights mode: the cell names the damage
+    check_start(typed([*CELL, f"ckpt_path={damaged}"]))  # weights mode: the cell names the damage
 
 
 def test_a_damaged_checkpoint_is_refused_before_training(tmp_path: Path, trains: InProcessTraining) -> None:
@@ -233,7 +233,7 @@ def test_a_checkpoint_replaced_after_the_identity_is_built_is_not_what_the_cell_
     original = torch.load(given, weights_only=True)["state_dict"]
     named_for = file_content_hash(str(given))
     args = [*CELL, f"ckpt_path={given}", "data.num_workers=1"]
-    expected_identity = identity_hash(compose_config(args))
+    expected_identity = identity_hash(typed(args))
     replacement = _other_weights(checkpoint, tmp_path / "other.ckpt")
     built = cell.identity_hash
 

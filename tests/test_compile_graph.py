@@ -14,23 +14,23 @@ import pytest
 import torch
 import torch._dynamo as dynamo
 import torch.nn.functional as F
-from helpers import QUICK, InProcessTraining, Spawner, compose_config
+from helpers import QUICK, InProcessTraining, Spawner, compose_config, typed
 
 from vit_locality.augment.mixing import mix_batch
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.model.vit import VisionTransformer
-from vit_locality.protocol import Protocol
 from vit_locality.run.builders import build_datamodule
 
 CLASSES, BATCH = 10, 8
 PROTOCOLS = {
-    "cutmix_ls": Protocol(cutmix=True, ls=0.1),
-    "cutmix_half_ls": Protocol(cutmix=True, cutmix_prob=0.5, ls=0.1),
-    "mixup": Protocol(mixup=True),
-    "plain": Protocol(),
+    "cutmix_ls": TrainingProtocol(cutmix=True, ls=0.1),
+    "cutmix_half_ls": TrainingProtocol(cutmix=True, cutmix_prob=0.5, ls=0.1),
+    "mixup": TrainingProtocol(mixup=True),
+    "plain": TrainingProtocol(),
 }
 
 
-def _step(model: torch.nn.Module, protocol: Protocol):
+def _step(model: torch.nn.Module, protocol: TrainingProtocol):
     mean, std = torch.full((1, 3, 1, 1), 125.0), torch.full((1, 3, 1, 1), 63.0)
 
     def loss(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -112,7 +112,7 @@ def test_compiled_step_matches_eager_and_never_recompiles(request: pytest.Fixtur
 def test_every_training_batch_has_one_size(on_device: bool) -> None:
     """100 training images in batches of 32: three batches of 32 (the last 4 images wait for another epoch)."""
     overrides = [*QUICK, "data.train_size=100", "data.batch_size=32", f"data.on_device={str(on_device).lower()}"]
-    datamodule = build_datamodule(compose_config(overrides))
+    datamodule = build_datamodule(typed(overrides))
     datamodule.setup("fit")
     sizes = [len(labels) for _, labels in datamodule.train_dataloader()]
     assert sizes == [32, 32, 32]
@@ -123,10 +123,9 @@ def test_a_short_evaluation_batch_keeps_a_compiled_models_one_shape(compiled: bo
     """Static evaluation shapes: after a batch of 8, a compiled model gets the tail of 3 padded to 8 (no second
     shape to compile) and the 3 rows' logits are those of the 3 alone; an eager model gets the 3 as they are."""
     from vit_locality.model.classifier import ViTClassifier
-    from vit_locality.model.vit import ModelConfig
 
     torch.manual_seed(0)
-    small = ModelConfig(depth=1, dim=16, heads=2, mlp_ratio=1.0)
+    small = dict(depth=1, dim=16, heads=2, mlp_ratio=1.0)
     module = ViTClassifier(3, 16, [0.5] * 3, [0.25] * 3, small).eval()
     module.hparams["compile_model"] = compiled  # the flag the padding follows, without a real compile here
     seen: list[int] = []
@@ -149,12 +148,12 @@ def test_a_compiled_cell_compiles_one_training_and_one_evaluation_graph(
     """The module as a cell runs it (`model.compile=true`, CPU inductor) under Lightning: two epochs of fit, each
     validated on batches of another size than training's (and a short last one), then the test: the training graph
     and the evaluation graph, each compiled once with static shapes, and nothing recompiled."""
-    from vit_locality.config.settings import settings_of
+    from vit_locality.precheck.gate import settings_from
     from vit_locality.run.builders import build_module, build_trainer
 
     overrides = [*QUICK, "model.compile=true", "data.train_size=64", "data.batch_size=16", "data.test_size=40",
                  "data.eval_batch_size=24", "trainer.max_epochs=2", "aug.cutmix=true", "loss.ls=0.1"]  # fmt: skip
-    settings = settings_of(compose_config(overrides))
+    settings = settings_from(compose_config(overrides), machine=False)
     datamodule = build_datamodule(settings)
     module = build_module(settings, datamodule)
     trainer = build_trainer(settings, tmp_path, loggers=[], callbacks=[], sanity_check=False)

@@ -6,17 +6,16 @@ import json
 import typing
 
 import pytest
-from helpers import CONF, Spawner, compose_config
+from helpers import CONF, Spawner, compose_config, typed
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.schema import StatsConfig
-from vit_locality.config.settings import settings_of
 from vit_locality.errors import ConfigError
+from vit_locality.precheck.gate import settings_from
 from vit_locality.precheck.preflight import check_command
 from vit_locality.precheck.refusals import no_such_setting
-from vit_locality.run.checks import validate
 
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
 
@@ -32,7 +31,7 @@ def test_every_config_composes_and_validates(override: str) -> None:
     cfg = compose_config([override])
     OmegaConf.resolve(cfg)  # every interpolation resolves
     gpus_asked = cfg.trainer.accelerator in ("gpu", "cuda")
-    validate(cfg, check_devices=not gpus_asked or _has_cuda())  # a GPU config is compared with a machine that has GPUs
+    settings_from(cfg, machine=not gpus_asked or _has_cuda())  # a GPU config is compared with a machine that has GPUs
 
 
 def _has_cuda() -> bool:
@@ -42,7 +41,7 @@ def _has_cuda() -> bool:
 
 
 def test_default_is_paper_vit_modern_cifar100() -> None:
-    cfg = compose_config()
+    cfg = typed()
     assert (cfg.data.name, cfg.model.name) == ("cifar100", "vit_paper")
     assert (cfg.model.depth, cfg.model.dim, cfg.model.heads, cfg.model.mlp_ratio) == (8, 192, 8, 2.0)
     assert (cfg.aug.autoaug, cfg.aug.cutmix, cfg.loss.ls) == (True, True, 0.1)
@@ -56,9 +55,9 @@ def test_default_is_paper_vit_modern_cifar100() -> None:
 
 
 def test_baseline_preset_and_command_line_win_over_preset() -> None:
-    base = compose_config(["protocol=baseline"])
+    base = typed(["protocol=baseline"])
     assert (base.aug.autoaug, base.aug.cutmix, base.loss.ls) == (False, False, 0.0)
-    mixed = compose_config(["protocol=baseline", "aug.cutmix=true"])
+    mixed = typed(["protocol=baseline", "aug.cutmix=true"])
     assert (mixed.aug.autoaug, mixed.aug.cutmix, mixed.loss.ls) == (False, True, 0.0)
 
 
@@ -77,7 +76,7 @@ def test_baseline_preset_and_command_line_win_over_preset() -> None:
     ],
 )
 def test_run_name_says_the_cell(overrides: list[str], name: str) -> None:
-    cfg = compose_config(overrides)
+    cfg = typed(overrides)
     assert cfg.run_name == name
     assert "=" not in cfg.run_name and "/" not in cfg.run_name
 
@@ -105,7 +104,7 @@ def test_mistyped_key_fails_in_struct_mode() -> None:
 def test_bad_values_name_the_key(override: str, key: str) -> None:
     cfg = compose_config([override])
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        validate(cfg)
+        settings_from(cfg)
 
 
 @pytest.mark.parametrize(
@@ -157,7 +156,7 @@ def test_every_group_option_validates_as_its_section() -> None:
             text = (CONF / group / f"{option}.yaml").read_text()
             if "@package _global_" in text or group == "hydra":
                 continue
-            settings = settings_of(compose_config(["data=synthetic", "model=vit_tiny", f"{group}={option}"]))
+            settings = typed(["data=synthetic", "model=vit_tiny", f"{group}={option}"])
             section = getattr(settings, group)
             fields = set(type(section).model_fields) if section is not None else set()
             assert set(compose_config([f"{group}={option}"])[group]) <= fields | {"wandb"}, f"{group}={option}"
@@ -172,16 +171,16 @@ def test_shared_bases_are_never_offered_as_options() -> None:
 
 def test_typed_floats_make_zero_and_zero_point_zero_one_identity() -> None:
     """`loss.ls=0` and `loss.ls=0.0` are one float once validated, so one cell, one identity."""
-    a, b = compose_config(["loss.ls=0"]), compose_config(["loss.ls=0.0"])
-    assert settings_of(a).loss.ls == 0.0 and isinstance(settings_of(a).config["loss"]["ls"], float)
+    a, b = typed(["loss.ls=0"]), typed(["loss.ls=0.0"])
+    assert a.loss.ls == 0.0 and isinstance(a.as_record()["loss"]["ls"], float)
     assert identity_hash(a) == identity_hash(b)
-    assert identity_hash(compose_config(["loss.ls=0.1"])) != identity_hash(a)
+    assert identity_hash(typed(["loss.ls=0.1"])) != identity_hash(a)
 
 
 def test_choices_serialise_as_their_strings() -> None:
     """A choice (Enum) setting is its string in a record's JSON, in f-strings and in comparisons."""
-    settings = settings_of(compose_config(["stats.units=grid", "logger=wandb"]))
-    record = json.loads(json.dumps(settings.config))
+    settings = settings_from(compose_config(["stats.units=grid", "logger=wandb"]), machine=False)
+    record = json.loads(json.dumps(settings.as_record()))
     assert (record["stats"]["units"], record["callbacks"]["progress_bar"], record["logger"]["wandb"]["mode"]) == (
         "grid",
         "tqdm",
@@ -192,31 +191,29 @@ def test_choices_serialise_as_their_strings() -> None:
 
 
 def test_cutmix_needs_two_images_per_batch() -> None:
-    validate(compose_config(["data.batch_size=1", "aug.cutmix=false"]))
+    settings_from(compose_config(["data.batch_size=1", "aug.cutmix=false"]))
     with pytest.raises(ConfigError, match="data.batch_size"):
-        validate(compose_config(["data.batch_size=1", "aug.cutmix=true"]))
+        settings_from(compose_config(["data.batch_size=1", "aug.cutmix=true"]))
 
 
 def test_identity_ignores_workers_but_not_protocol() -> None:
-    ref = identity_hash(compose_config(["data=synthetic"]))
-    assert identity_hash(compose_config(["data=synthetic", "data.num_workers=7"])) == ref
-    assert identity_hash(compose_config(["data=synthetic", "loss.ls=0.2"])) != ref
-    assert identity_hash(compose_config(["data=synthetic", "trainer.max_epochs=3"])) != ref
+    ref = identity_hash(typed(["data=synthetic"]))
+    assert identity_hash(typed(["data=synthetic", "data.num_workers=7"])) == ref
+    assert identity_hash(typed(["data=synthetic", "loss.ls=0.2"])) != ref
+    assert identity_hash(typed(["data=synthetic", "trainer.max_epochs=3"])) != ref
 
 
 def test_device_autoaugment_and_compile_settings() -> None:
-    validate(compose_config(["aug.device=gpu", "data=synthetic"]))
+    settings_from(compose_config(["aug.device=gpu", "data=synthetic"]))
     with pytest.raises(ConfigError, match="^aug.device='tpu' is not allowed: one of cpu, gpu$"):  # the field's choices
-        validate(compose_config(["aug.device=tpu"]))
+        settings_from(compose_config(["aug.device=tpu"]))
     with pytest.raises(ConfigError, match="aug.device"):  # ColorJitter has no batched version
-        validate(compose_config(["data=tiny_imagenet", "aug.autoaug=true", "aug.device=gpu"]))
-    from vit_locality.run.builders import compile_wanted
-
-    assert compile_wanted(compose_config(["trainer=cpu"])) is False  # auto: off on CPU
-    assert compile_wanted(compose_config(["trainer=cpu", "model.compile=true"])) is True
+        settings_from(compose_config(["data=tiny_imagenet", "aug.autoaug=true", "aug.device=gpu"]))
+    assert typed(["trainer=cpu"]).compiles is False  # auto: off on CPU
+    assert typed(["trainer=cpu", "model.compile=true"]).compiles is True
     # compile changes no maths: a run may be resumed with it switched
-    ref = identity_hash(compose_config(["data=synthetic"]))
-    assert identity_hash(compose_config(["data=synthetic", "model.compile=true"])) == ref
+    ref = identity_hash(typed(["data=synthetic"]))
+    assert identity_hash(typed(["data=synthetic", "model.compile=true"])) == ref
 
 
 def test_config_checks_load_no_torch(spawns: Spawner) -> None:
@@ -225,7 +222,7 @@ def test_config_checks_load_no_torch(spawns: Spawner) -> None:
     import sys
 
     code = (
-        "import sys, vit_locality.run.checks, vit_locality.precheck.preflight, vit_locality.catalog, "
+        "import sys, vit_locality.precheck.gate, vit_locality.precheck.preflight, vit_locality.catalog, "
         "vit_locality.config.schema, vit_locality.precheck.resolvers, vit_locality.store.record; "
         "print(sorted(m for m in ('torch', 'torchvision', 'lightning') if m in sys.modules))"
     )
@@ -252,7 +249,7 @@ def test_trainer_names_are_lightnings() -> None:
 def test_vocabulary_written_out_for_the_check_matches_its_source() -> None:
     from vit_locality.attention.metrics import UNITS
     from vit_locality.catalog import DATASETS
-    from vit_locality.run.checks import TRAIN_SIZES
+    from vit_locality.config.schema import TRAIN_SIZES
 
     assert typing.get_args(StatsConfig.model_fields["units"].annotation) == UNITS
     assert {*TRAIN_SIZES, "synthetic", "glyphs"} == set(DATASETS)  # the two generated sets have no download
@@ -270,5 +267,5 @@ def test_vocabulary_written_out_for_the_check_matches_its_source() -> None:
 )
 def test_new_checks_name_the_key(overrides: list[str], key: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        validate(compose_config(overrides))
+        settings_from(compose_config(overrides))
     assert str(caught.value).startswith(f"{key}=")

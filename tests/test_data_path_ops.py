@@ -12,7 +12,7 @@ from torchvision.transforms import v2
 import vit_locality.augment.batched_autoaugment as batched
 from benchmarks import host_work
 from vit_locality.augment.batched_autoaugment import AutoAugmentDraws, apply, draw
-from vit_locality.augment.per_sample import autoaugment_policy
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.data.on_device import BatchAugment, CropFlipDraws, crop_flip, draw_crop_flip
 from vit_locality.upstream import apply_autoaugment_op, autoaugment_space, autoaugment_sub_policies
 
@@ -22,7 +22,7 @@ SPACE = autoaugment_space()
 
 
 def _sub_policies(policy: str) -> list:
-    return autoaugment_sub_policies(v2.AutoAugment(autoaugment_policy(policy)))
+    return autoaugment_sub_policies(v2.AutoAugment(v2.AutoAugmentPolicy(policy)))
 
 
 def test_a_modern_batch_dispatches_a_bounded_number_of_ops_whatever_its_size() -> None:
@@ -60,7 +60,7 @@ def _every_op_draws(policy: str, batch: int) -> AutoAugmentDraws:
 
 def _torchvision(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
     """Each image through torchvision's own ops, one image at a time, as the drawn sub-policy names them."""
-    augment = v2.AutoAugment(autoaugment_policy(draws.policy))
+    augment = v2.AutoAugment(v2.AutoAugmentPolicy(draws.policy))
     height, width = images.shape[-2:]
     out = []
     for i, image in enumerate(images):
@@ -95,7 +95,7 @@ def test_the_modern_augmentation_is_crop_flip_then_torchvision_per_image(monkeyp
     (crop + flip, then AutoAugment, drawn in that order from the step's generator)."""
     monkeypatch.setitem(batched.GROUPING_BY_DEVICE, "cpu", "select")
     images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(4))
-    out = BatchAugment(32, autoaug=True, policy="cifar10")(images, torch.Generator().manual_seed(5))
+    out = BatchAugment(32, TrainingProtocol(autoaug=True, policy="cifar10"))(images, torch.Generator().manual_seed(5))
     generator = torch.Generator().manual_seed(5)
     crop = draw_crop_flip(64, 4, generator)
     drawn = draw(64, generator)

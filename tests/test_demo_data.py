@@ -11,7 +11,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from vit_locality.data.glyphs import CLASS_SEGMENTS, GlyphsDataModule, generate_glyphs, mirrored
 from vit_locality.errors import ConfigError
-from vit_locality.run.checks import validate
+from vit_locality.precheck.gate import settings_from
 
 # Larger glyphs than the demo's (0.6-0.8 of the side), so that a linear classifier of the whole image has more to
 # read: the control that shows the single-patch test can tell a giveaway from a weak classifier.
@@ -177,12 +177,12 @@ def test_colour_operations_and_the_flip_keep_the_class(
 )
 def test_bad_glyph_settings_name_the_key(overrides: list[str], key: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        validate(compose_config(["data=glyphs", *overrides]))
+        settings_from(compose_config(["data=glyphs", *overrides]))
     assert str(caught.value).startswith(f"{key}=")
 
 
 def test_the_glyph_config_validates_and_matches_the_datamodule_defaults() -> None:
     cfg = compose_config(["data=glyphs"])
-    validate(cfg)
+    settings_from(cfg)
     defaults = GlyphsDataModule(batch_size=8).generation
     assert {key: cfg.data[key if key != "seed" else "generator_seed"] for key in defaults} == defaults

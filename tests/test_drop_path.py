@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import CONF, compose_config
+from helpers import CONF, compose_config, typed
 
 from vit_locality.config.identity import identity_hash, run_identity
-from vit_locality.config.settings import settings_of
 from vit_locality.model.vit import VisionTransformer
+from vit_locality.precheck.gate import settings_from
 from vit_locality.precheck.preflight import check_command
 
 TINY = dict(num_classes=10, image_size=16, depth=3, dim=16, heads=2, mlp_ratio=2.0)
@@ -50,12 +50,12 @@ def test_a_rate_changes_training_but_not_evaluation() -> None:
 
 def test_the_setting_reaches_the_model_and_the_identity() -> None:
     base = ["data=synthetic", "model=vit_tiny"]
-    settings = settings_of(compose_config([*base, "model.drop_path=0.1"]))
+    settings = settings_from(compose_config([*base, "model.drop_path=0.1"]), machine=False)
     assert settings.model.drop_path == 0.1
-    assert identity_hash(compose_config(base)) == identity_hash(compose_config([*base, "model.drop_path=0"]))
-    assert identity_hash(compose_config([*base, "model.drop_path=0.1"])) != identity_hash(compose_config(base))
+    assert identity_hash(typed(base)) == identity_hash(typed([*base, "model.drop_path=0"]))
+    assert identity_hash(typed([*base, "model.drop_path=0.1"])) != identity_hash(typed(base))
     # at 0 the setting is no part of the identity: cells recorded before it existed keep theirs
-    assert "model.drop_path" not in run_identity(compose_config(base))
+    assert "model.drop_path" not in run_identity(typed(base))
 
 
 @pytest.mark.parametrize("value", ["1.0", "-0.1", "abc"])

@@ -21,8 +21,9 @@ from helpers import Spawner
 from omegaconf import OmegaConf
 
 from tests.helpers import QUICK, compose_config
-from vit_locality.attention.probe import ProbeSettings, probe_attention
+from vit_locality.attention.probe import probe_attention
 from vit_locality.attention.stats_log import attention_section, probe_rows, save_pictures, write_csv
+from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
 from vit_locality.report.__main__ import main
 from vit_locality.report.html_page import END_COLOUR
@@ -48,7 +49,7 @@ def _write_run(sweep: Path, cell: str, seed: int) -> Path:
     with torch.no_grad():  # sharper attention than at initialisation, so heads differ
         for block in model.blocks:
             block.attn.qkv.weight.mul_(6.0)
-    result = probe_attention(model, torch.randn(8, 3, 32, 32), ProbeSettings())
+    result = probe_attention(model, torch.randn(8, 3, 32, 32), StatsConfig())
     rows = []
     for epoch in range(4):
         mad = 0.517 if epoch == 0 else TRAJECTORIES[cell][epoch][1]
@@ -83,7 +84,7 @@ def _write_run(sweep: Path, cell: str, seed: int) -> Path:
     hparams = {
         "num_classes": 10,
         "image_size": 32,
-        "model": {"name": "vit_tiny", "depth": 2, "dim": 32, "heads": 2, "mlp_ratio": 2.0},
+        "model": {"depth": 2, "dim": 32, "heads": 2, "mlp_ratio": 2.0},
         "mean": [0.5, 0.5, 0.5],
         "std": [0.25, 0.25, 0.25],
     }

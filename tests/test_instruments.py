@@ -159,7 +159,7 @@ def test_model_and_positions_from_a_checkpoint() -> None:
         "hyper_parameters": {
             "num_classes": 10,
             "image_size": 32,
-            "model": {"name": "t", "depth": 2, "dim": 32, "heads": 2, "mlp_ratio": 2.0, "compile": "auto"},
+            "model": {"depth": 2, "dim": 32, "heads": 2, "mlp_ratio": 2.0},
             "mean": [0.5, 0.5, 0.5],
             "std": [0.25, 0.25, 0.25],
         },

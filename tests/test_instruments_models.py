@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
+from helpers import CONF, compose_config, typed
 
-from tests.helpers import CONF, compose_config
+from vit_locality.errors import ConfigError
 from vit_locality.model.vit import VisionTransformer, count_parameters
-from vit_locality.run.checks import validate
+from vit_locality.precheck.gate import settings_from
 
 
 def test_conv_stem_keeps_the_grid_and_sees_only_its_neighbourhood() -> None:
@@ -34,29 +35,30 @@ def test_conv_stem_keeps_the_grid_and_sees_only_its_neighbourhood() -> None:
     assert big(torch.randn(2, 3, 64, 64)).shape == (2, 10)
 
 
-def test_stem_settings_that_cannot_work_fail_clearly() -> None:
-    with pytest.raises(ValueError, match="model.stem='convolution'"):
-        VisionTransformer(num_classes=10, stem="convolution")
-    with pytest.raises(ValueError, match="power of 2"):
-        VisionTransformer(num_classes=10, image_size=48, stem="conv")  # 6 px patches
+def test_stem_settings_that_cannot_work_are_refused_before_anything_is_built() -> None:
+    with pytest.raises(ConfigError, match=r"^model.stem='convolution' is not allowed: one of patch, conv$"):
+        typed(["model=vit_convstem", "data=synthetic", "model.stem=convolution"])
+    with pytest.raises(ConfigError, match=r"^data.image_size=48 is not allowed: .* power of 2 .*model.stem=conv"):
+        typed(["model=vit_convstem", "data=synthetic", "data.image_size=48"])  # 6 px patches
+    typed(["model=vit_convstem", "data=synthetic", "data.image_size=48", "model.stem=patch"])
 
 
 def test_model_configs_compose_and_validate() -> None:
     base = compose_config(["model=vit_base", "data=synthetic"])
-    validate(base, check_devices=False)
+    settings_from(base, machine=False)
     arch = {k: base.model[k] for k in ("depth", "dim", "heads", "mlp_ratio")}
     assert arch == {"depth": 12, "dim": 768, "heads": 12, "mlp_ratio": 4.0}
     assert count_parameters(VisionTransformer(num_classes=100, **arch)) == 85_221_220
     conv = compose_config(["model=vit_convstem", "data=synthetic"])
-    validate(conv, check_devices=False)
+    settings_from(conv, machine=False)
     assert conv.model.stem == "conv" and conv.model.depth == 8 and conv.model.dim == 192
 
 
 def test_the_training_module_builds_the_configured_stem() -> None:
     from vit_locality.model.classifier import ViTClassifier
 
-    cfg = compose_config(["model=vit_convstem", "data=synthetic"])
-    module = ViTClassifier(num_classes=10, image_size=32, mean=[0.5] * 3, std=[0.25] * 3, model=dict(cfg.model))
+    architecture = typed(["model=vit_convstem", "data=synthetic"]).model.architecture()
+    module = ViTClassifier(num_classes=10, image_size=32, mean=[0.5] * 3, std=[0.25] * 3, model=architecture)
     assert isinstance(module.model.patch_embed, torch.nn.Sequential)
 
 
@@ -74,7 +76,7 @@ def test_dose_experiments_vary_one_knob_from_baseline(name: str, key: str, value
     params = yaml.safe_load((CONF / "experiment" / f"{name}.yaml").read_text())["hydra"]["sweeper"]["params"]
     assert params == {key: values}
     cfg = compose_config([f"experiment={name}"])
-    validate(cfg, check_devices=False)
+    settings_from(cfg, machine=False)
     assert not cfg.aug.autoaug and cfg.loss.ls == 0
     assert cfg.aug.cutmix == key.startswith("aug.cutmix")
     paper = {"aug.cutmix_alpha": ["1"], "aug.cutmix_prob": ["0", "1"], "loss.ls": ["0", "0.1"]}[key]

@@ -13,7 +13,7 @@ from helpers import QUICK, InProcessTraining, compose_config
 
 from vit_locality.config.metric_names import eval_prefix, selection_problem
 from vit_locality.errors import ConfigError
-from vit_locality.run.checks import validate
+from vit_locality.precheck.gate import settings_from
 
 TEST_SET_LINE = "optimized_metric=val/acc1 needs data.val_size > 0: the evaluation split is the test set"
 
@@ -46,9 +46,9 @@ def test_a_search_on_val_without_a_held_out_split_is_one_line() -> None:
     """The user's command: `hparams_search=optuna_lr data.val_size=0` (optimized_metric=val/acc1)."""
     cfg = compose_config(["data=synthetic", "model=vit_tiny", "hparams_search=optuna_lr", "data.val_size=0"])
     with pytest.raises(ConfigError) as caught:
-        validate(cfg, check_devices=False)
+        settings_from(cfg, machine=False)
     assert str(caught.value) == TEST_SET_LINE
-    validate(compose_config(["data=synthetic", "model=vit_tiny", "hparams_search=optuna_lr"]), check_devices=False)
+    settings_from(compose_config(["data=synthetic", "model=vit_tiny", "hparams_search=optuna_lr"]), machine=False)
 
 
 @pytest.mark.parametrize(("val_size", "prefix", "absent"), [(0, "test_epoch", "val"), (64, "val", "test_epoch")])

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_config
+from helpers import typed
 
 from vit_locality.augment.mixing import mix_batch, mixup_batch
 from vit_locality.catalog import CELL_ORDER
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.errors import ConfigError
-from vit_locality.protocol import Protocol
 from vit_locality.report.aggregate import aggregate_runs
 from vit_locality.run.builders import build_datamodule, build_module
 from vit_locality.store.record import RunRecord, RunScan
@@ -79,13 +79,13 @@ def test_lambda_follows_beta_alpha_alpha(alpha: float) -> None:
 
 def test_mix_batch_dispatches_on_the_protocol() -> None:
     images, labels = _constant_batch(4), torch.arange(4)
-    same = mix_batch(images, labels, 4, Protocol())
+    same = mix_batch(images, labels, 4, TrainingProtocol())
     assert same[0] is images and same[1] is labels and same[2] is labels  # nothing drawn, nothing changed
     torch.manual_seed(0)
-    blended, targets, reference = mix_batch(images, labels, 4, Protocol(mixup=True))
+    blended, targets, reference = mix_batch(images, labels, 4, TrainingProtocol(mixup=True))
     assert blended.dtype == torch.float32 and targets.shape == (4, 4)
     assert torch.equal(reference, targets.argmax(dim=1))
-    pasted, _, _ = mix_batch(images, labels, 4, Protocol(cutmix=True))
+    pasted, _, _ = mix_batch(images, labels, 4, TrainingProtocol(cutmix=True))
     assert pasted.dtype == torch.uint8  # CutMix copies pixels, it does not blend them
 
 
@@ -106,40 +106,46 @@ ONE_MIXER = "false when aug.cutmix=true (one mixer)"
 )
 def test_mixup_settings_out_of_range_fail_in_one_line(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        Protocol.from_cfg(compose_config(["data=synthetic", "protocol=baseline", *overrides]))
+        typed(["data=synthetic", "protocol=baseline", *overrides])
     assert str(caught.value) == message
 
 
 def test_mixup_settings_in_range_pass() -> None:
-    protocol = Protocol.from_cfg(
-        compose_config(["data=synthetic", "protocol=baseline", "aug.mixup=true", "aug.mixup_alpha=0.2"])
-    )
+    protocol = typed(["data=synthetic", "protocol=baseline", "aug.mixup=true", "aug.mixup_alpha=0.2"]).protocol
     assert protocol.mixup and protocol.mixup_alpha == 0.2
-    assert not Protocol.from_cfg(compose_config(["data=synthetic"])).mixup  # off by default
+    assert not typed(["data=synthetic"]).protocol.mixup  # off by default
 
 
 def test_a_mixup_cell_is_named_tagged_and_grouped_apart_from_its_twin() -> None:
     for aa, cm, ls in ((False, False, 0.0), (True, False, 0.1)):
-        off, on = Protocol(autoaug=aa, cutmix=cm, ls=ls), Protocol(autoaug=aa, cutmix=cm, ls=ls, mixup=True)
+        off, on = (
+            TrainingProtocol(autoaug=aa, cutmix=cm, ls=ls),
+            TrainingProtocol(autoaug=aa, cutmix=cm, ls=ls, mixup=True),
+        )
         assert on.cell_name == off.cell_name + "+MU" and on.cell_name not in CELL_ORDER
         assert on.tags() == [*[on.cell_name], *off.tags()[1:], "mu1"] and "mu1" not in off.tags()
         assert on.group_key() != off.group_key()
-    paper = {Protocol(autoaug=aa, cutmix=cm, ls=ls).cell_name for aa in (0, 1) for cm in (0, 1) for ls in (0.0, 0.1)}
+    paper = {
+        TrainingProtocol(autoaug=aa, cutmix=cm, ls=ls).cell_name
+        for aa in (False, True)
+        for cm in (False, True)
+        for ls in (0.0, 0.1)
+    }
     assert paper == {"Baseline", "+AA", "+CM", "+LS", "-AA", "-CM", "-LS", "Modern"}
 
 
 def test_mixup_in_the_description_and_the_record() -> None:
-    protocol = Protocol(mixup=True, mixup_alpha=0.4, ls=0.1)
+    protocol = TrainingProtocol(mixup=True, mixup_alpha=0.4, ls=0.1)
     assert protocol.describe() == "crop+flip | mixup(alpha=0.4) | ls=0.1"
     record = protocol.record()
     assert (record["mixup"], record["mixup_alpha"]) == (True, 0.4)
-    assert Protocol.from_record(record) == protocol
-    assert (Protocol().record()["mixup"], Protocol().record()["mixup_alpha"]) == (False, None)
+    assert TrainingProtocol.from_record(record) == protocol
+    assert (TrainingProtocol().record()["mixup"], TrainingProtocol().record()["mixup_alpha"]) == (False, None)
 
 
 def test_a_record_without_mixup_keys_reads_as_mixup_off() -> None:
     old = {"autoaug": False, "cutmix": True, "ls": 0.1, "policy": None, "cutmix_alpha": 1.0, "cutmix_prob": 1.0}
-    protocol = Protocol.from_record(old)
+    protocol = TrainingProtocol.from_record(old)
     assert not protocol.mixup and protocol.cell_name == "-AA" and protocol.tags() == ["-AA", "aa0", "cm1", "ls0.1"]
 
 
@@ -163,8 +169,8 @@ def test_the_report_keeps_a_mixup_cell_out_of_its_twin(tmp_path: Path) -> None:
     baseline = {"autoaug": False, "cutmix": False, "ls": 0.0}
     runs = [
         _run(tmp_path, "old", 0, baseline),
-        _run(tmp_path, "new", 1, Protocol().record()),
-        _run(tmp_path, "mu", 0, Protocol(mixup=True).record()),
+        _run(tmp_path, "new", 1, TrainingProtocol().record()),
+        _run(tmp_path, "mu", 0, TrainingProtocol(mixup=True).record()),
     ]
     result = aggregate_runs(RunScan(runs, []))
     cells = {key.cell: len(group.runs) for key, group in result.groups.items()}
@@ -183,7 +189,7 @@ def _cross_entropy_by_hand(logits: torch.Tensor, targets: torch.Tensor) -> float
 
 def test_the_module_trains_a_mixup_cell_on_blended_images_and_smoothed_blended_targets(monkeypatch) -> None:
     """(1 - eps) (lam own + (1 - lam) partner) + eps / C: MixUp's targets, smoothed once in the loss."""
-    cfg = compose_config(["data=synthetic", "model=vit_tiny", "protocol=baseline", "aug.mixup=true", "loss.ls=0.1"])
+    cfg = typed(["data=synthetic", "model=vit_tiny", "protocol=baseline", "aug.mixup=true", "loss.ls=0.1"])
     module = build_module(cfg, build_datamodule(cfg))
     logits = torch.tensor([[float((3 * i + 7 * c) % 10) / 2 - 1 for c in range(10)] for i in range(8)])
     seen: list[torch.Tensor] = []

@@ -9,7 +9,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import typed
 
+from vit_locality.errors import ConfigError
 from vit_locality.model.vit import VisionTransformer, count_parameters
 
 PAPER = dict(depth=8, dim=192, heads=8, mlp_ratio=2.0)
@@ -106,14 +108,14 @@ def test_patch_tokens_are_row_major_after_the_cls_token(image_size: int) -> None
 
 
 @pytest.mark.parametrize("image_size", [28, 60, 33])
-def test_image_size_not_divisible_by_grid_is_rejected(image_size: int) -> None:
-    with pytest.raises(ValueError, match=str(image_size)):
-        VisionTransformer(10, image_size=image_size, **PAPER)
+def test_image_size_not_divisible_by_grid_is_refused_before_anything_is_built(image_size: int) -> None:
+    with pytest.raises(ConfigError, match=rf"^data.image_size={image_size} is not allowed: a multiple of 8 \(the 8"):
+        typed(["data=synthetic", f"data.image_size={image_size}"])
 
 
-def test_dim_not_divisible_by_heads_is_rejected() -> None:
-    with pytest.raises(ValueError, match="divisible"):
-        VisionTransformer(10, image_size=32, depth=2, dim=190, heads=8)
+def test_dim_not_divisible_by_heads_is_refused_before_anything_is_built() -> None:
+    with pytest.raises(ConfigError, match=r"^model.dim=190 is not allowed: a multiple of model.heads=8$"):
+        typed(["data=synthetic", "model.dim=190"])
 
 
 @pytest.mark.parametrize(

@@ -90,13 +90,13 @@ def test_a_tag_with_a_control_character_from_a_config_file_is_refused() -> None:
     from omegaconf import open_dict
 
     from vit_locality.errors import ConfigError
-    from vit_locality.run.checks import validate
+    from vit_locality.precheck.gate import settings_from
 
     cfg = compose_config(TINY)
     with open_dict(cfg):
         cfg.tags = ["fine", "forged\n[INFO] line"]
     with pytest.raises(ConfigError, match="printable"):
-        validate(cfg, check_devices=False)
+        settings_from(cfg, machine=False)
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_a_missing_data_root_is_refused_before_anything_is_made(tmp_path: Path, 
 def test_the_pre_checks_archive_names_are_the_data_modules() -> None:
     from vit_locality.data.cifar import CIFAR10DataModule, CIFAR100DataModule
     from vit_locality.data.tiny_imagenet import TinyImageNetDataModule
-    from vit_locality.run.data_presence import ARCHIVES
+    from vit_locality.precheck.data_presence import ARCHIVES
 
     for name, module in (("cifar10", CIFAR10DataModule), ("cifar100", CIFAR100DataModule)):
         spec = module.archive

@@ -15,8 +15,9 @@ from test_report import write_run
 from vit_locality.attention import plots
 from vit_locality.attention.metrics import attention_summary
 from vit_locality.attention.noise_band import BAND_SEEDS, surround_band
-from vit_locality.attention.probe import ProbeSettings, probe_attention
+from vit_locality.attention.probe import probe_attention
 from vit_locality.attention.stats_log import attention_section
+from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
 from vit_locality.report.aggregate import aggregate
 from vit_locality.report.tables import BAND_HEADERS, ablation_table
@@ -30,7 +31,7 @@ def test_the_band_is_the_largest_untrained_head_and_leaves_the_run_s_random_stre
     torch.manual_seed(5)
     images = torch.randn(16, 3, 16, 16)
     before = torch.get_rng_state()
-    band = surround_band(build, images, ProbeSettings(probe_size=16), seeds=(1, 2))
+    band = surround_band(build, images, StatsConfig(probe_size=16), seeds=(1, 2))
     assert torch.equal(torch.get_rng_state(), before)  # the run's next draw is the one it would have made
     # Recomputed by hand: each seed's model, every layer's maps, the largest |control - MAD| of any head.
     expected = []
@@ -48,7 +49,7 @@ def test_the_band_is_the_largest_untrained_head_and_leaves_the_run_s_random_stre
 
 def test_the_record_keeps_the_band() -> None:
     torch.manual_seed(0)
-    result = probe_attention(build(), torch.randn(4, 3, 16, 16), ProbeSettings(probe_size=4))
+    result = probe_attention(build(), torch.randn(4, 3, 16, 16), StatsConfig(probe_size=4))
     band = {"surround_pref": 0.002, "seeds": [1]}
     assert attention_section(result, 3, None, band)["attention"]["noise_band"] == band
     assert "noise_band" not in attention_section(result, 3, None)["attention"]
@@ -113,7 +114,7 @@ def test_a_process_measures_a_design_s_band_once() -> None:
     # the same design reuse it (the tests' many quick cells too); other images are measured anew.
     torch.manual_seed(3)
     images, other = torch.randn(8, 3, 16, 16), torch.randn(8, 3, 16, 16)
-    settings, design = ProbeSettings(probe_size=8), ("test design", 10, 16)
+    settings, design = StatsConfig(probe_size=8), ("test design", 10, 16)
     first = surround_band(build, images, settings, seeds=(1, 2), design=design)
     again = surround_band(build, images, settings, seeds=(1, 2), design=design)
     assert (first["reused"], again["reused"]) == (False, True)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUICK, InProcessTraining, Spawner, compose_config
+from helpers import QUICK, InProcessTraining, Spawner, compose_config, typed
 from torchvision.transforms import v2
 
 from vit_locality.config.identity import identity_hash
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.data.on_device import (
     BatchAugment,
     ColorJitterDraws,
@@ -24,14 +25,12 @@ from vit_locality.data.on_device import (
     DeviceTrainLoader,
     color_jitter,
     crop_flip,
-    data_on_device,
     draw_color_jitter,
-    resolve_on_device,
 )
 from vit_locality.data.sampling import EpochShardSampler, shard_order
 from vit_locality.errors import ConfigError
+from vit_locality.precheck.gate import settings_from
 from vit_locality.run.builders import build_datamodule, build_module
-from vit_locality.run.checks import validate
 
 PAD = 4
 
@@ -84,7 +83,7 @@ def test_random_corners_and_flips_are_uniform_and_drawn_per_sample() -> None:
     """Read back from the augmented images themselves: chi-square over the 81 corners and the 2 flips, far beyond any
     plausible statistic (p < 1e-6) if a bias existed; and the samples of one batch do not share their draws."""
     generator = torch.Generator().manual_seed(1)
-    augment = BatchAugment(32, autoaug=False, policy="cifar10")
+    augment = BatchAugment(32, TrainingProtocol(autoaug=False, policy="cifar10"))
     images = _coordinates(512)
     corners, flips = [], []
     for _ in range(60):  # 30,720 samples, about 380 per corner
@@ -150,7 +149,7 @@ def test_ddp_ranks_together_hold_the_one_process_batches_augmented_alike(policy:
     """Each step's per-rank batches are the one-process batch split, every sample with the same pixels: the draws
     come per global batch and position, not per process."""
     images, labels = _images(96), torch.arange(96)
-    augment = BatchAugment(32, autoaug=True, policy=policy)
+    augment = BatchAugment(32, TrainingProtocol(autoaug=True, policy=policy))
     one = DeviceTrainLoader(images, labels, 24, seed=7, augment=augment)
     ranks = [DeviceTrainLoader(images, labels, 12, 7, augment, world=2, rank=r) for r in (0, 1)]
     assert len(one) == len(ranks[0]) == len(ranks[1]) == 4
@@ -166,7 +165,7 @@ def test_ddp_ranks_together_hold_the_one_process_batches_augmented_alike(policy:
 def test_an_epoch_draws_the_same_whatever_came_before() -> None:
     """Resume at an epoch boundary: a fresh loader told epoch 1 gives what an unbroken one gives in its epoch 1."""
     images, labels = _images(64), torch.arange(64)
-    augment = BatchAugment(32, autoaug=True, policy="cifar10")
+    augment = BatchAugment(32, TrainingProtocol(autoaug=True, policy="cifar10"))
     unbroken = DeviceTrainLoader(images, labels, 16, seed=3, augment=augment)
     _epoch(unbroken, 0)
     second = _epoch(unbroken, 1)
@@ -184,7 +183,7 @@ def test_a_loader_resumed_mid_epoch_gives_the_rest_of_the_unbroken_epoch(world: 
     """Resume after step 2 of 4 (a signal mid-epoch): the same images, augmented alike, for the steps left; the
     length stays the epoch's, and the next epoch is whole."""
     images, labels = _images(96), torch.arange(96)
-    augment = BatchAugment(32, autoaug=True, policy="cifar10")
+    augment = BatchAugment(32, TrainingProtocol(autoaug=True, policy="cifar10"))
     for rank in range(world):
         unbroken = list(DeviceTrainLoader(images, labels, 24 // world, 3, augment, 1, world, rank))
         resumed = DeviceTrainLoader(images, labels, 24 // world, 3, augment, 1, world, rank)
@@ -207,24 +206,21 @@ def test_eval_shards_cover_the_split_with_equal_counts() -> None:
 
 
 def test_setting_is_checked_resolved_and_part_of_the_identity() -> None:
-    assert resolve_on_device("auto", cuda=True) and not resolve_on_device("auto", cuda=False)
-    assert resolve_on_device(True, cuda=False) and not resolve_on_device(False, cuda=True)
-    with pytest.raises(ValueError, match="data.on_device"):
-        resolve_on_device("gpu", cuda=True)
     with pytest.raises(ConfigError, match=r"data.on_device='yes' is not allowed: auto \(on with CUDA\), true or false"):
-        validate(compose_config([*QUICK, "data.on_device=yes"]))
-    on, off = compose_config([*QUICK, "data.on_device=true"]), compose_config([*QUICK, "data.on_device=false"])
-    assert identity_hash(on) != identity_hash(off)
-    assert compose_config(QUICK).data.on_device == "auto" and not data_on_device(compose_config(QUICK))  # trainer=cpu
+        settings_from(compose_config([*QUICK, "data.on_device=yes"]))
+    on, off = typed([*QUICK, "data.on_device=true"]), typed([*QUICK, "data.on_device=false"])
+    assert identity_hash(on) != identity_hash(off) and on.data_on_device and not off.data_on_device
+    auto = typed(QUICK)
+    assert auto.data.on_device == "auto" and not auto.data_on_device  # trainer=cpu: no CUDA
 
 
 def test_on_device_data_moves_autoaugment_out_of_the_module() -> None:
     """With on-device data the loader augments; the module must not run AutoAugment a second time."""
-    cfg = compose_config([*QUICK, "data.on_device=true", "aug.device=gpu", "protocol=modern"])
+    cfg = typed([*QUICK, "data.on_device=true", "aug.device=gpu", "protocol=modern"])
     datamodule = build_datamodule(cfg)
     assert datamodule.on_device and datamodule.batch_augment.policy == "cifar10"
     assert build_module(cfg, datamodule).device_autoaugment is None
-    worker = compose_config([*QUICK, "data.on_device=false", "aug.device=gpu", "protocol=modern"])
+    worker = typed([*QUICK, "data.on_device=false", "aug.device=gpu", "protocol=modern"])
     assert build_module(worker, build_datamodule(worker)).device_autoaugment is not None
     loader = datamodule.train_dataloader()
     assert isinstance(loader, DeviceTrainLoader) and len(loader) == 256 // 64

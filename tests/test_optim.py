@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
-from helpers import InProcessTraining, compose_config
+from helpers import InProcessTraining, typed
 
 from vit_locality.model.optimization import warmup_cosine, warmup_cosine_schedule
 from vit_locality.run.builders import build_datamodule, build_module, split_global_batch
@@ -32,7 +32,7 @@ TINY_RUN = [
 
 
 def _paper_module():
-    cfg = compose_config(["model=vit_paper", "data=synthetic", "data.num_classes=100", "trainer=cpu"])
+    cfg = typed(["model=vit_paper", "data=synthetic", "data.num_classes=100", "trainer=cpu"])
     datamodule = build_datamodule(cfg)
     return build_module(cfg, datamodule)
 
@@ -118,7 +118,7 @@ def _fit(max_epochs: int, overrides: tuple[str, ...] = (), **trainer_options) ->
     """A tiny in-process fit of TINY_RUN (and `overrides`: the module takes accumulation from the config); the trainer
     and the learning rate of each batch."""
     torch.manual_seed(0)
-    cfg = compose_config([*TINY_RUN, *overrides])
+    cfg = typed([*TINY_RUN, *overrides])
     datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
     rates = _LearningRates()
@@ -186,7 +186,7 @@ def test_a_run_without_an_epoch_limit_warms_up_over_epochs_of_its_loader(trains:
 def test_each_process_takes_the_single_process_number_of_batches(world_size: int) -> None:
     """512 images in global batches of 64 are 8 steps an epoch; with W processes each loads 64 / W images a step
     from its 512 / W samples: still 8 batches, on every rank, so DDP leaves the schedule's length unchanged."""
-    cfg = compose_config([*TINY_RUN, "data.train_size=512", "data.batch_size=64"])
+    cfg = typed([*TINY_RUN, "data.train_size=512", "data.batch_size=64"])
     for rank in range(world_size):
         datamodule = build_datamodule(cfg)
         split_global_batch(datamodule, world_size)

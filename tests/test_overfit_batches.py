@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import InProcessTraining, compose_config
+from helpers import InProcessTraining, typed
 
 from vit_locality.augment.fixed_batches import fixed_batches
 from vit_locality.model.classifier import ViTClassifier
@@ -41,7 +41,7 @@ def _trained_inputs(overrides: list[str], tmp_path: Path, monkeypatch: pytest.Mo
         return forward(self, images)
 
     monkeypatch.setattr(ViTClassifier, "forward", recording)
-    cfg = compose_config(overrides)
+    cfg = typed(overrides)
     datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
     trainer = build_trainer(cfg, tmp_path, loggers=[], callbacks=[])
@@ -64,7 +64,7 @@ def test_overfitting_sees_the_same_images_every_epoch(
         overfit = _trained_inputs(["debug=overfit", *SMALL, device, "protocol=modern"], tmp_path / "a", monkeypatch)
     assert sorted(overfit) == [0, 1] and overfit[0].shape[0] == 32
     assert torch.equal(overfit[0], overfit[1])
-    datamodule = build_datamodule(compose_config([*SMALL, device]))
+    datamodule = build_datamodule(typed([*SMALL, device]))
     datamodule.setup()
     assert torch.equal(overfit[0], datamodule.arrays.train_images[:32].float())  # in order, unaugmented, unmixed
     assert caplog.text.count("trainer.overfit_batches=1: the same training images every epoch") == 1

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from helpers import typed
 
 from tests.helpers import compose_config
 from vit_locality.config.identity import run_identity
@@ -17,8 +18,8 @@ from vit_locality.instruments.position_embedding import (
     similarity_at_distances,
 )
 from vit_locality.model.position_code import sincos_position_code
-from vit_locality.model.vit import ModelConfig, VisionTransformer
-from vit_locality.run.checks import validate
+from vit_locality.model.vit import VisionTransformer
+from vit_locality.precheck.gate import settings_from
 
 
 def test_the_code_by_hand() -> None:
@@ -58,21 +59,21 @@ def test_the_model_starts_from_the_code_and_still_learns_it() -> None:
     assert model.pos_embed.grad is not None and model.pos_embed.grad.abs().sum() > 0
     learned = VisionTransformer(num_classes=10, depth=1, dim=32, heads=2)
     assert 0.015 < learned.pos_embed.detach().std() < 0.025  # the paper's start: normal, std 0.02
-    with pytest.raises(ValueError, match="model.pos_init='sin'"):
-        VisionTransformer(num_classes=10, pos_init="sin")
+    with pytest.raises(ConfigError, match=r"^model.pos_init='sin' is not allowed: one of learned, sincos$"):
+        typed(["model=vit_tiny_sincos", "data=glyphs", "model.pos_init=sin"])
 
 
 def test_the_config_builds_it_and_the_other_models_identities_are_unchanged() -> None:
     from vit_locality.model.classifier import ViTClassifier
 
-    cfg = compose_config(["model=vit_tiny_sincos", "data=glyphs"])
-    validate(cfg, check_devices=False)
-    module = ViTClassifier(num_classes=10, image_size=32, mean=[0.5] * 3, std=[0.25] * 3, model=dict(cfg.model))
-    assert module.arch.pos_init == "sincos"
+    settings = typed(["model=vit_tiny_sincos", "data=glyphs"])
+    architecture = settings.model.architecture()
+    module = ViTClassifier(num_classes=10, image_size=32, mean=[0.5] * 3, std=[0.25] * 3, model=architecture)
+    assert module.hparams["model"]["pos_init"] == "sincos" and module.model.pos_init == "sincos"
     torch.testing.assert_close(module.model.pos_embed.detach()[0], sincos_position_code(64, 8))
-    assert ModelConfig.from_mapping({"depth": 1, "dim": 8, "heads": 1, "mlp_ratio": 1.0}).pos_init == "learned"
+    assert VisionTransformer(num_classes=10, depth=1, dim=8, heads=1, mlp_ratio=1.0).pos_init == "learned"
     for model in ("vit_tiny", "vit_paper", "vit_convstem"):
-        assert not any("pos_init" in key for key in run_identity(compose_config([f"model={model}"])))
+        assert not any("pos_init" in key for key in run_identity(typed([f"model={model}"])))
 
 
 @pytest.mark.parametrize(
@@ -82,4 +83,4 @@ def test_the_config_builds_it_and_the_other_models_identities_are_unchanged() ->
 def test_bad_position_settings_name_the_key(overrides: list[str], fragment: str) -> None:
     cfg = compose_config(["model=vit_tiny_sincos", "data=glyphs", *overrides])
     with pytest.raises(ConfigError, match=fragment):
-        validate(cfg, check_devices=False)
+        settings_from(cfg, machine=False)

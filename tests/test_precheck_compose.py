@@ -1,6 +1,6 @@
 """The pre-check composes every cell once with Hydra's public compose API and names its run directory as the job will;
-Hydra then composes each cell once more, in its job, and `run_name` composes nothing: a single run is composed at
-most 3 times, a sweep of N cells at most 2N + 2, with the basic, joblib and SLURM launchers alike."""
+Hydra then runs its own checks (its mode, its sweeper's check of each cell) and composes each cell once more, in its
+job, and `run_name` composes nothing: a single run is composed at most 3 times, a sweep of N cells 3N + 3 times."""
 
 from __future__ import annotations
 
@@ -137,29 +137,30 @@ LAUNCHERS = ["hydra/launcher=basic", "hydra/launcher=joblib"]
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_a_four_cell_sweep_is_composed_ten_times(
+def test_a_four_cell_sweep_is_composed_fifteen_times(
     launcher: str, tmp_path: Path, spawns: Spawner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Counted by wrapping Hydra's config loader in every process (the launcher's workers too): the pre-check's 4
-    cells and the command's own config, Hydra's master config, and each job's own: 2N + 2. Each cell's config is
-    validated once in a process: by the pre-check, its settings reused by a job in the same process (basic launcher),
-    and once more by a job in another (a joblib worker)."""
+    cells and the command's own config, Hydra's master config and its sweeper's check of each cell, and each job's
+    own: 3N + 3. A cell's settings are validated once by the pre-check and three times in its job's process (Hydra
+    names the output directory, the job resolves its run name once, the gate)."""
     counted = tmp_path / "compositions"
     monkeypatch.setenv("COMPOSE_COUNT_FILE", str(counted))
     monkeypatch.setenv("PYTHONPATH", f"{COUNTER}:{__import__('os').environ.get('PYTHONPATH', '')}")
     sweep = ["aug.cutmix=true,false", "loss.ls=0,0.1", "+trainer.fast_dev_run=true", "stats.enabled=false"]
     proc = spawns.run_train(["-m", *QUICK, *sweep, launcher, f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(counted.read_text().splitlines()) == 10
+    assert len(counted.read_text().splitlines()) == 15
     validated = Path(f"{counted}.validated").read_text().split()
     launching = validated[0]  # the pre-check's process validates first
-    assert validated.count(launching) == 4 and len(validated) == (4 if launcher.endswith("basic") else 8)
+    jobs = [pid for pid in validated if pid != launching]
+    assert len(validated) == 16 and len(jobs) == (0 if launcher.endswith("basic") else 12)
     counted.unlink()
     Path(f"{counted}.validated").unlink()
     single = spawns.run_train([*QUICK, "+trainer.fast_dev_run=true", "stats.enabled=false"], cwd=tmp_path)
     assert single.returncode == 0, single.stderr[-3000:]
     assert len(counted.read_text().splitlines()) <= 3
-    assert len(Path(f"{counted}.validated").read_text().split()) == 1  # one run: validated once
+    assert len(Path(f"{counted}.validated").read_text().split()) == 4  # the pre-check's 1, the job's 3
 
 
 def test_a_schema_refusal_names_the_declared_type() -> None:

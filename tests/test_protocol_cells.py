@@ -7,21 +7,18 @@ import math
 
 import pytest
 import torch
-from helpers import compose_config
+from helpers import typed
 from torchvision.transforms import v2
 
 import vit_locality.augment.batched_autoaugment as batched
-from vit_locality.protocol import Protocol
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.run.builders import build_datamodule, build_module
-from vit_locality.run.cell import protocol_record
 
 CELLS = list(itertools.product([False, True], [False, True], [0.0, 0.1]))
 
 
 def _cell_cfg(autoaug: bool, cutmix: bool, ls: float, data: str = "synthetic"):
-    return compose_config(
-        [f"data={data}", "model=vit_tiny", f"aug.autoaug={autoaug}", f"aug.cutmix={cutmix}", f"loss.ls={ls}"]
-    )
+    return typed([f"data={data}", "model=vit_tiny", f"aug.autoaug={autoaug}", f"aug.cutmix={cutmix}", f"loss.ls={ls}"])
 
 
 def _transform_types(datamodule) -> list[type]:
@@ -57,7 +54,7 @@ def test_tiny_imagenet_uses_colorjitter_and_patch_8(autoaug: bool) -> None:
 
 
 def test_policy_override() -> None:
-    cfg = compose_config(["data=synthetic", "aug.autoaug=true", "aug.policy=svhn"])
+    cfg = typed(["data=synthetic", "aug.autoaug=true", "aug.policy=svhn"])
     datamodule = build_datamodule(cfg)
     assert (
         datamodule.batch_augment.policy == "svhn"
@@ -115,13 +112,13 @@ def test_cell_loss(autoaug: bool, cutmix: bool, ls: float, monkeypatch: pytest.M
 
 @pytest.mark.parametrize(("autoaug", "cutmix", "ls"), CELLS)
 def test_cell_record_and_name(autoaug: bool, cutmix: bool, ls: float) -> None:
-    record = protocol_record(_cell_cfg(autoaug, cutmix, ls))
+    record = _cell_cfg(autoaug, cutmix, ls).protocol.record()
     assert (record["autoaug"], record["cutmix"], record["ls"]) == (autoaug, cutmix, ls)
     desc = record["description"]
     assert ("autoaugment(cifar10)" in desc) == autoaug
     assert ("cutmix(alpha=1.0)" in desc) == cutmix
     assert ("ls=0.1" in desc) == (ls > 0)
-    assert Protocol.from_record(record).cell_name in {
+    assert TrainingProtocol.from_record(record).cell_name in {
         "Baseline",
         "+AA",
         "+CM",
@@ -134,7 +131,7 @@ def test_cell_record_and_name(autoaug: bool, cutmix: bool, ls: float) -> None:
 
 
 def test_cell_names_follow_the_paper() -> None:
-    names = {(aa, cm, ls): Protocol(autoaug=aa, cutmix=cm, ls=ls).cell_name for aa, cm, ls in CELLS}
+    names = {(aa, cm, ls): TrainingProtocol(autoaug=aa, cutmix=cm, ls=ls).cell_name for aa, cm, ls in CELLS}
     assert names[(False, False, 0.0)] == "Baseline"
     assert names[(True, True, 0.1)] == "Modern"
     assert names[(False, True, 0.1)] == "-AA"
@@ -149,12 +146,12 @@ def test_autoaugment_on_the_device_moves_it_out_of_the_workers(monkeypatch: pyte
     batch with its own sub-policy: 256 copies of one image must come out as many different images, and the
     recorded choices must span the policy. One sub-policy for the whole batch gives at most 9 different images
     (each op applied or not, with either sign) and a single choice."""
-    cfg = compose_config(["data=synthetic", "model=vit_tiny", "aug.autoaug=true", "aug.device=gpu"])
+    cfg = typed(["data=synthetic", "model=vit_tiny", "aug.autoaug=true", "aug.device=gpu"])
     datamodule = build_datamodule(cfg)
     assert [type(t) for t in datamodule.train_transform.transforms] == [v2.RandomCrop, v2.RandomHorizontalFlip]
     module = build_module(cfg, datamodule)
     assert module.device_autoaugment is not None
-    assert "autoaugment(cifar10, batched on gpu)" in protocol_record(cfg)["description"]
+    assert "autoaugment(cifar10, batched on gpu)" in cfg.protocol.record()["description"]
 
     recorded: list[batched.AutoAugmentDraws] = []
     real_apply = batched.apply
@@ -178,6 +175,6 @@ def test_autoaugment_on_the_device_moves_it_out_of_the_workers(monkeypatch: pyte
 
 
 def test_autoaugment_off_builds_no_device_augmentation() -> None:
-    cfg = compose_config(["data=synthetic", "model=vit_tiny", "aug.autoaug=false", "aug.device=gpu"])
+    cfg = typed(["data=synthetic", "model=vit_tiny", "aug.autoaug=false", "aug.device=gpu"])
     datamodule = build_datamodule(cfg)
     assert build_module(cfg, datamodule).device_autoaugment is None

@@ -12,9 +12,9 @@ from helpers import Spawner
 from test_results import complete_payload
 
 from vit_locality.paths import CONF_DIR
+from vit_locality.precheck import data_presence
+from vit_locality.precheck.data_presence import ARCHIVES, Archive
 from vit_locality.precheck.preflight import check_command
-from vit_locality.run import data_presence
-from vit_locality.run.data_presence import ARCHIVES, Archive
 from vit_locality.store.record import write_record
 
 PROXIES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY")

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import typed
 
 from vit_locality.report.__main__ import main as report_main
 from vit_locality.report.summary import main as summary_main
@@ -214,11 +215,11 @@ def test_a_link_to_dev_zero_or_a_huge_file_is_skipped_with_its_reason(tmp_path: 
 
 def test_the_identity_names_the_random_stream_version(monkeypatch) -> None:
     """A checkpoint or record of an older random stream must not pass for this one: the version is in the hash."""
-    from helpers import QUICK, compose_config
+    from helpers import QUICK
 
     import vit_locality.config.identity as identity
 
-    cfg = compose_config(QUICK)
+    cfg = typed(QUICK)
     now = identity.identity_hash(cfg)
     monkeypatch.setattr(identity, "RANDOM_STREAM_VERSION", identity.RANDOM_STREAM_VERSION - 1)
     assert identity.identity_hash(cfg) != now
@@ -226,10 +227,10 @@ def test_the_identity_names_the_random_stream_version(monkeypatch) -> None:
 
 def test_the_process_count_is_part_of_the_identity() -> None:
     """Two processes mix their own halves of the batch: not the one-process cell (a later run was skipped as it)."""
-    from helpers import QUICK, compose_config
+    from helpers import QUICK
 
     from vit_locality.config.identity import identity_hash
 
-    one = identity_hash(compose_config([*QUICK, "trainer.devices=1"]))
-    assert identity_hash(compose_config([*QUICK, "trainer.devices=2"])) != one
-    assert identity_hash(compose_config([*QUICK, "trainer.devices=[0]"])) == one  # one device, named or counted
+    one = identity_hash(typed([*QUICK, "trainer.devices=1"]))
+    assert identity_hash(typed([*QUICK, "trainer.devices=2"])) != one
+    assert identity_hash(typed([*QUICK, "trainer.devices=[0]"])) == one  # one device, named or counted

@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import QUICK, Spawner, compose_config
+from helpers import QUICK, Spawner, compose_config, typed
 from hydra import compose, initialize_config_dir
 
 from vit_locality.config.identity import canonical_text, identity_hash
-from vit_locality.config.settings import settings_of
+from vit_locality.config.settings import RunSettings
 from vit_locality.paths import CONF_DIR
+from vit_locality.precheck.gate import resolved
 from vit_locality.precheck.names import ID_SUFFIX, MAX_NAME_CHARS, cell_name, fitted_name, named_settings
 from vit_locality.precheck.preflight import check_command
 from vit_locality.precheck.resolvers import register_resolvers
@@ -37,7 +38,7 @@ TUNING = [
 def name_of(overrides: list[str], parent: Path | None = None) -> str:
     """The name the job's `${cell_name:...}` gives: from the cell's own validated config and its overrides."""
     cfg = compose_config(overrides)
-    return cell_name(str(cfg.run_name), overrides, settings_of(cfg, named=False), parent)
+    return cell_name(str(cfg.run_name), overrides, RunSettings.from_values(resolved(cfg)), parent)
 
 
 def id_of(name: str) -> str:
@@ -50,7 +51,7 @@ def test_ten_tuning_settings_fit_and_keep_what_fits_readable() -> None:
     overrides = ["data=synthetic", "model=vit_tiny", *QUICK, *TUNING]
     name = name_of(overrides)
     assert len(name) <= MAX_NAME_CHARS and name.startswith(BASE + "_aug.cutmix_alpha-0.8")
-    assert name.endswith("_id-" + identity_hash(compose_config(overrides))[:8])
+    assert name.endswith("_id-" + identity_hash(typed(overrides))[:8])
 
 
 def test_a_300_character_value_and_a_long_float_are_shortened() -> None:
@@ -82,7 +83,7 @@ def test_one_value_one_identity_one_directory(one: list[str], other: list[str], 
     """However a value is typed (or left at its default), one identity; its directory, once made, is found again."""
     base = ["data=synthetic", "model=vit_tiny"]
     assert id_of(name_of([*base, *one])) == id_of(name_of([*base, *other]))
-    assert identity_hash(compose_config([*base, *one])) == identity_hash(compose_config([*base, *other]))
+    assert identity_hash(typed([*base, *one])) == identity_hash(typed([*base, *other]))
     (tmp_path / name_of([*base, *one])).mkdir()
     assert name_of([*base, *other], tmp_path) == name_of([*base, *one])
 
@@ -97,7 +98,7 @@ def test_the_readme_flags_of_a_cell_find_the_protocol_cell_again() -> None:
     preset = ["data=synthetic", "model=vit_tiny", "protocol=baseline"]
     flags = ["data=synthetic", "model=vit_tiny", "aug.autoaug=false", "aug.cutmix=false", "loss.ls=0"]
     assert name_of(preset) == name_of(flags)
-    assert identity_hash(compose_config(preset)) == identity_hash(compose_config(flags))
+    assert identity_hash(typed(preset)) == identity_hash(typed(flags))
 
 
 @pytest.mark.parametrize("sweep", ["loss.ls=0,0.0", "data.period=4,4.0", "optim.lr=1e-3,0.001"])
@@ -160,8 +161,8 @@ def test_the_process_count_reaches_the_name() -> None:
     one = job_name(["data=synthetic", "model=vit_tiny", *SHORT])
     two = job_name(["data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=2"])
     assert id_of(one) != id_of(two) and one.endswith(f"_stats.probe_size-64_trainer.max_steps-2_id-{id_of(one)}")
-    assert identity_hash(compose_config(["data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=2"])) != (
-        identity_hash(compose_config(["data=synthetic", "model=vit_tiny", *SHORT]))
+    assert identity_hash(typed(["data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=2"])) != (
+        identity_hash(typed(["data=synthetic", "model=vit_tiny", *SHORT]))
     )
 
 
@@ -169,9 +170,7 @@ def test_what_an_experiment_sets_reaches_the_name_and_equal_identities_share_it(
     demo = job_name(["experiment=demo", *SHORT])
     assert demo != job_name(["data=glyphs", "model=vit_tiny_sincos", *SHORT])  # other settings, other directory
     assert id_of(demo) == id_of(job_name([*DEMO_BY_HAND, *SHORT]))  # the demo's values typed by hand: the same cell
-    assert identity_hash(compose_config(["experiment=demo", *SHORT])) == identity_hash(
-        compose_config([*DEMO_BY_HAND, *SHORT])
-    )
+    assert identity_hash(typed(["experiment=demo", *SHORT])) == identity_hash(typed([*DEMO_BY_HAND, *SHORT]))
     assert id_of(demo) != id_of(job_name([*DEMO_BY_HAND[:-1], *SHORT]))  # one of them left out: not the same cell
 
 

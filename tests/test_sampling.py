@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler
 
 from vit_locality.augment.per_sample import build_train_transform
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.data import SyntheticDataModule
 from vit_locality.data.on_device import DeviceTrainLoader
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw
@@ -140,7 +141,7 @@ def test_both_paths_resume_at_the_same_position_once_and_only_in_its_epoch(path:
 def _datamodule(num_workers: int, **options: int) -> SyntheticDataModule:
     dm = SyntheticDataModule(train_size=128, test_size=32, batch_size=32, num_workers=num_workers, seed=11, **options)
     dm.setup()
-    dm.train_transform = build_train_transform(32, autoaug=True, policy="cifar10")
+    dm.train_transform = build_train_transform(32, TrainingProtocol(autoaug=True, policy="cifar10"))
     return dm
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from saved_names import CELLS, cell_names, composed, saved
 
-from vit_locality.config.settings import settings_of
+from vit_locality.config.settings import RunSettings
+from vit_locality.precheck.gate import resolved
 from vit_locality.precheck.names import cell_name
 
 
@@ -18,10 +19,10 @@ def test_the_saved_set_covers_every_listed_cell() -> None:
     assert [row["overrides"] for row in saved()] == CELLS
 
 
-@pytest.mark.parametrize("typed", [False, True], ids=["composed", "typed"])
+@pytest.mark.parametrize("typed", [False, True], ids=["record", "typed"])
 @pytest.mark.parametrize("row", saved(), ids=lambda row: " ".join(row["overrides"]) or "default")
 def test_each_cell_keeps_its_saved_identity_hash_and_name(row: dict, typed: bool) -> None:
-    """From the composed config and from the cell's typed settings alike."""
+    """From the cell's settings and from its record's config alike."""
     assert cell_names(row["overrides"], typed) == {"identity_hash": row["identity_hash"], "name": row["name"]}
     assert row["name"].endswith("_id-" + row["identity_hash"][:8])
 
@@ -31,7 +32,7 @@ def test_a_directory_named_before_ids_is_found_by_its_record(row: dict, tmp_path
     """A sweep written before names held ids: its cell's directory, found by the identity its record says, is the
     cell's name, so a re-run skips or resumes it; a directory of another identity under that name is not."""
     cfg = composed(row["overrides"])
-    settings, base = settings_of(cfg, named=False), str(cfg.run_name)
+    settings, base = RunSettings.from_values(resolved(cfg)), str(cfg.run_name)
     old = tmp_path / row["old_name"]
     old.mkdir()
     (old / "results.json").write_text(json.dumps({"identity_hash": "0" * 16, "status": "complete"}))

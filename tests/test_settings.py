@@ -1,5 +1,5 @@
-"""A cell's config becomes one typed, frozen object, validated once per process; its parts (the protocol built
-once among them) are what the builders, the record and W&B read."""
+"""A cell's config becomes one typed, frozen object through the gate; its parts (the protocol derived once among
+them) are what the builders, the record and W&B read."""
 
 from __future__ import annotations
 
@@ -8,47 +8,58 @@ import pytest
 from helpers import compose_config
 
 from vit_locality.config.identity import identity_hash
-from vit_locality.config.settings import RunSettings, settings_of
+from vit_locality.config.protocol import TrainingProtocol
+from vit_locality.config.settings import RunSettings
 from vit_locality.errors import ConfigError
-from vit_locality.protocol import Protocol
-from vit_locality.run.builders import build_datamodule, build_module, cell_protocol
-from vit_locality.run.cell import protocol_record
+from vit_locality.precheck.gate import settings_from
+from vit_locality.run.builders import build_datamodule, build_module
 from vit_locality.tracking.wandb_run import run_tags
 
 TINY = ["data=synthetic", "model=vit_tiny", "trainer=cpu", "data.num_workers=0", "data.train_size=256"]
 
 
-def test_the_settings_are_typed_frozen_and_built_once_per_config() -> None:
-    settings = settings_of(compose_config(TINY))
+def test_the_settings_are_typed_and_frozen() -> None:
+    settings = settings_from(compose_config(TINY), machine=False)
     assert isinstance(settings, RunSettings) and settings.model.depth == 4 and settings.data.name == "synthetic"
     with pytest.raises(pydantic.ValidationError, match="frozen"):
         settings.model.depth = 8  # type: ignore[misc]
-    assert settings_of(compose_config(TINY)) is settings  # composed again: the same object, not validated again
-    assert settings_of(compose_config([*TINY, "seed=1"])) is not settings
+    assert settings_from(compose_config(TINY), machine=False) == settings  # composed again: equal settings
+    assert settings_from(compose_config([*TINY, "seed=1"]), machine=False) != settings
 
 
 def test_a_float_setting_typed_as_an_integer_is_the_same_cell() -> None:
-    two = settings_of(compose_config([*TINY, "aug.cutmix_alpha=2"]))
+    two = settings_from(compose_config([*TINY, "aug.cutmix_alpha=2"]), machine=False)
     assert two.aug.cutmix_alpha == 2.0 and isinstance(two.aug.cutmix_alpha, float)
-    assert identity_hash(two) == identity_hash(settings_of(compose_config([*TINY, "aug.cutmix_alpha=2.0"])))
+    again = settings_from(compose_config([*TINY, "aug.cutmix_alpha=2.0"]), machine=False)
+    assert identity_hash(two) == identity_hash(again)
 
 
-def test_the_protocol_is_built_once_for_every_part_of_a_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_protocol_is_derived_once_for_every_part_of_a_cell(monkeypatch: pytest.MonkeyPatch) -> None:
     built = []
-    original = Protocol.from_sections.__func__
+    original = TrainingProtocol.of.__func__
 
     def counted(cls, *args, **kwargs):
         built.append(args)
         return original(cls, *args, **kwargs)
 
-    monkeypatch.setattr(Protocol, "from_sections", classmethod(counted))
-    settings = settings_of(compose_config([*TINY, "seed=7", "aug.cutmix_prob=0.5"]))
+    monkeypatch.setattr(TrainingProtocol, "of", classmethod(counted))
+    settings = settings_from(compose_config([*TINY, "seed=7", "aug.cutmix_prob=0.5"]), machine=False)
     datamodule = build_datamodule(settings)
     module = build_module(settings, datamodule)
-    record = protocol_record(settings)
+    record = settings.protocol.record()
     tags = run_tags(settings)
-    assert len(built) == 1 and module.protocol is cell_protocol(settings)
+    assert len(built) == 1 and module.protocol is settings.protocol
     assert record["cutmix_prob"] == 0.5 and tags[:2] == ["Modern", "aa1"]
+
+
+def test_a_record_config_comes_back_as_the_same_settings() -> None:
+    """A record's config (RunSettings.as_record) is the settings again, and one written before a setting existed
+    takes its neutral value: the identity of the run it records is unchanged."""
+    settings = settings_from(compose_config(TINY), machine=False)
+    assert RunSettings.from_record(settings.as_record()) == settings
+    older = settings.as_record()
+    del older["model"]["drop_path"]  # a record from before model.drop_path
+    assert identity_hash(RunSettings.from_record(older)) == identity_hash(settings) == identity_hash(older)
 
 
 @pytest.mark.parametrize(
@@ -70,7 +81,7 @@ def test_a_value_out_of_its_range_is_one_line_naming_the_setting(overrides: list
         assert message is None  # refused while composing: the key is not the section's
         return
     with pytest.raises(ConfigError) as caught:
-        settings_of(cfg)
+        settings_from(cfg, machine=False)
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
 
 
@@ -86,6 +97,6 @@ def test_the_settings_outside_the_identity_are_the_fields_marked_so() -> None:
         *("trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy"),
         *("trainer.log_every_n_steps", "trainer.profiler", "trainer.enable_model_summary", "trainer.detect_anomaly"),
     }
-    identity = run_identity(compose_config(TINY))
+    identity = run_identity(settings_from(compose_config(TINY), machine=False))
     assert "data.batch_size" in identity and "stats.every_n_epochs" in identity and "seed" in identity
     assert not any(key.startswith(("logger", "data.num_workers", "trainer.devices")) for key in identity)

@@ -20,9 +20,8 @@ import torch
 from vit_locality.callbacks.attention_stats import AttentionStatsCallback
 
 from vit_locality.attention import stats_log
-from vit_locality.attention.probe import ProbeSettings
 from vit_locality.attention.reference import reference_model
-from vit_locality.model.vit import ModelConfig
+from vit_locality.config.schema import StatsConfig
 from vit_locality.report.record_units import csv_scale, in_unit_square
 from vit_locality.store.record import ATTENTION_CSV, read_record, write_record
 
@@ -68,7 +67,7 @@ class Lines(logging.Handler):
 def measure(run_dir: Path, units: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """One fit of the callback on the 3 x 3 reference model with `stats.units=units`: what it logged, printed,
     drew and wrote (the record's attention section and attention_stats.csv)."""
-    model = reference_model(ModelConfig(depth=2, dim=8, heads=2, mlp_ratio=1.0), image_size=8 * PATCH, radius=1)
+    model = reference_model(dict(depth=2, dim=8, heads=2, mlp_ratio=1.0), image_size=8 * PATCH, radius=1)
     logger, lines, drawn = MetricsLogger(), Lines(), {}
     trainer = SimpleNamespace(
         datamodule=SimpleNamespace(probe_images=lambda n: torch.randn(n, 3, 8 * PATCH, 8 * PATCH)),
@@ -84,8 +83,8 @@ def measure(run_dir: Path, units: str, monkeypatch: pytest.MonkeyPatch) -> dict[
         return stats_log.plots.plt.figure()
 
     monkeypatch.setattr(stats_log.plots, "mad_entropy_plane", plane)
-    settings = ProbeSettings(probe_size=4, batch_size=4, early_layers=1, units=units)
-    callback = AttentionStatsCallback(run_dir, 1, settings, pictures=True)
+    settings = StatsConfig(probe_size=4, batch_size=4, early_layers=1, units=units)
+    callback = AttentionStatsCallback(run_dir, settings)
     log = logging.getLogger("vit_locality")
     log.addHandler(lines)
     level = log.level

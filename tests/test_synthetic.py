@@ -254,9 +254,9 @@ def test_a_synthetic_run_imports_no_other_datamodule(spawns: Spawner) -> None:
     """The registry imports a datamodule's module only when its data set is chosen: building and loading the
     synthetic datamodule (as a run does) leaves the file readers and the downloader unimported."""
     code = (
-        "import sys\nfrom helpers import QUICK, compose_config\n"
+        "import sys\nfrom helpers import QUICK, typed\n"
         "from vit_locality.run.builders import build_datamodule\n"
-        "build_datamodule(compose_config(QUICK)).setup('fit')\n"
+        "build_datamodule(typed(QUICK)).setup('fit')\n"
         "print(sorted(m for m in sys.modules if m.startswith('vit_locality.data.')))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, capture_output=True, text=True)

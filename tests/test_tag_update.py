@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import QUICK, InProcessTraining, compose_config
+from helpers import QUICK, InProcessTraining, compose_config, typed
 from test_wandb import of_kind, wandb_records
 
 from vit_locality.config.identity import identity_hash
@@ -36,7 +36,7 @@ def test_new_tags_reach_the_record_without_retraining(
 ) -> None:
     run_dir, before = complete_cell
     monkeypatch.setattr(cell, "build_trainer", no_training)
-    cfg = compose_config([*CELL, "tags=[first,paper,v2]"])
+    cfg = typed([*CELL, "tags=[first,paper,v2]"])
     assert identity_hash(cfg) == before["identity_hash"]  # tags are outside the identity
     with caplog.at_level(logging.INFO, logger="vit_locality"):
         returned = trains.run_cell_as_train(cfg, run_dir)

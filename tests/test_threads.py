@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import CONF, QUICK, InProcessTraining, Spawner, compose_config
+from helpers import CONF, QUICK, InProcessTraining, Spawner, compose_config, typed
 
 from vit_locality.config.identity import identity_hash, run_identity
 from vit_locality.precheck.preflight import check_command
@@ -50,8 +50,8 @@ def test_the_default_leaves_torch_alone_and_the_demo_fixes_two(restore_threads: 
 def test_the_thread_count_is_no_part_of_the_identity() -> None:
     """It changes floating-point sums, as the accelerator does, but it is how a cell is computed, not which cell:
     a cell measured at 2 threads is found again (and not retrained) under any other count."""
-    assert identity_hash(compose_config([*CELL, "threads=1"])) == identity_hash(compose_config(CELL))
-    assert "threads" not in run_identity(compose_config([*CELL, "threads=3"]))
+    assert identity_hash(typed([*CELL, "threads=1"])) == identity_hash(typed(CELL))
+    assert "threads" not in run_identity(typed([*CELL, "threads=3"]))
 
 
 def test_a_cell_builds_its_model_at_the_set_count_and_records_it(

@@ -15,18 +15,18 @@ from pathlib import Path
 import lightning as L
 import pytest
 import yaml
-from helpers import CONF, QUICK, Spawner, compose_config
+from helpers import CONF, QUICK, Spawner, compose_config, typed
 from omegaconf import OmegaConf
 
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.schema import DECLARED_TRAINER_KEYS
 from vit_locality.errors import ConfigError
+from vit_locality.precheck.gate import settings_from
 from vit_locality.precheck.preflight import check_command
+from vit_locality.precheck.trainer_options import RESERVED, check_trainer_options, trainer_parameters
 from vit_locality.precheck.tree import config_tree_text
 from vit_locality.report.run_settings import quick_run
 from vit_locality.run.builders import build_trainer
-from vit_locality.run.checks import validate
-from vit_locality.run.trainer_options import RESERVED, check_trainer_options, trainer_parameters
 from vit_locality.store.record import RunRecord
 
 
@@ -131,9 +131,7 @@ def test_every_setting_reaches_the_trainer(tmp_path: Path) -> None:
         "+trainer.min_epochs=1",
         "+trainer.num_sanity_val_steps=0",
     ]
-    cfg = compose_config([*QUICK, *extra])
-    validate(cfg)
-    trainer = build_trainer(cfg, tmp_path, loggers=[], callbacks=[])
+    trainer = build_trainer(settings_from(compose_config([*QUICK, *extra])), tmp_path, loggers=[], callbacks=[])
     assert trainer.max_steps == 3
     assert trainer.accumulate_grad_batches == 2
     assert trainer.val_check_interval == 0.5
@@ -144,17 +142,17 @@ def test_every_setting_reaches_the_trainer(tmp_path: Path) -> None:
 
 
 def test_settings_that_change_results_enter_the_identity() -> None:
-    base = identity_hash(compose_config(QUICK))
-    assert identity_hash(compose_config([*QUICK, "++trainer.max_steps=3"])) != base
-    assert identity_hash(compose_config([*QUICK, "+trainer.accumulate_grad_batches=2"])) != base
-    assert identity_hash(compose_config([*QUICK, "+trainer.profiler=simple"])) == base  # measuring time only
-    assert identity_hash(compose_config([*QUICK, "startup.print_config=false"])) == base
+    base = identity_hash(typed(QUICK))
+    assert identity_hash(typed([*QUICK, "++trainer.max_steps=3"])) != base
+    assert identity_hash(typed([*QUICK, "+trainer.accumulate_grad_batches=2"])) != base
+    assert identity_hash(typed([*QUICK, "+trainer.profiler=simple"])) == base  # measuring time only
+    assert identity_hash(typed([*QUICK, "startup.print_config=false"])) == base
 
 
 @pytest.mark.parametrize("name", ["fdr", "limit", "overfit", "profiler"])
 def test_debug_configs_compose_validate_and_are_quick_runs(name: str) -> None:
     cfg = compose_config(["data=synthetic", "model=vit_tiny", f"debug={name}"])
-    validate(cfg, check_devices=False)
+    settings_from(cfg, machine=False)
     assert cfg.sweep_name == "debug"
     if name != "profiler":
         assert cfg.trainer.accelerator == "cpu"

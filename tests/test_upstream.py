@@ -12,7 +12,6 @@ from helpers import Spawner
 from torchvision.transforms import v2
 
 from vit_locality import upstream
-from vit_locality.augment.per_sample import autoaugment_policy
 from vit_locality.catalog import AUTOAUGMENT_POLICIES
 from vit_locality.upstream import (
     UpstreamChanged,
@@ -48,7 +47,7 @@ OPS = {
 
 
 def _augment(policy: str = "cifar10") -> v2.AutoAugment:
-    return v2.AutoAugment(autoaugment_policy(policy))
+    return v2.AutoAugment(v2.AutoAugmentPolicy(policy))
 
 
 def test_autoaugment_sub_policies() -> None:

@@ -16,14 +16,13 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import QUICK, InProcessTraining, Spawner, compose_config
+from helpers import QUICK, InProcessTraining, Spawner, compose_config, typed
 from matplotlib.colors import to_rgba
-from omegaconf import OmegaConf
 
 from vit_locality.attention import plots
 from vit_locality.config.identity import identity_hash
 from vit_locality.errors import ConfigError
-from vit_locality.run.checks import validate
+from vit_locality.precheck.gate import settings_from
 from vit_locality.tracking.quiet import quiet_wandb
 from vit_locality.tracking.wandb_mode import resolve_mode
 from vit_locality.tracking.wandb_run import run_group, run_tags
@@ -142,7 +141,7 @@ def test_auto_mode_reads_the_netrc_named_by_netrc(tmp_path: Path) -> None:
 
 def _cell(autoaug: int, cutmix: int, ls: float, seed: int, *extra: str) -> Any:
     flags = [f"aug.autoaug={bool(autoaug)}", f"aug.cutmix={bool(cutmix)}", f"loss.ls={ls}", f"seed={seed}"]
-    return compose_config([*QUICK, "logger=wandb", "sweep_name=abl", *flags, *extra])
+    return typed([*QUICK, "logger=wandb", "sweep_name=abl", *flags, *extra])
 
 
 def test_group_is_the_cell_without_its_seed() -> None:
@@ -169,15 +168,13 @@ def test_tags_name_the_cell_the_sweep_and_the_users_tags() -> None:
 @pytest.mark.parametrize("value", ["paper", "[1,2]", "['']", f"[{'x' * 65}]"])
 def test_tags_must_be_a_list_of_strings(value: str) -> None:
     with pytest.raises(ConfigError, match=r"^tags=.* is not allowed: a list of strings") as error:
-        validate(compose_config([*QUICK, f"tags={value}"]))
+        settings_from(compose_config([*QUICK, f"tags={value}"]))
     assert "\n" not in str(error.value)
 
 
 def test_tags_change_no_identity() -> None:
-    plain = compose_config(QUICK)
-    validate(compose_config([*QUICK, "tags=[paper,v2]"]))
-    assert identity_hash(compose_config([*QUICK, "tags=[paper,v2]"])) == identity_hash(plain)
-    assert OmegaConf.to_container(plain)["tags"] == []
+    plain = typed(QUICK)
+    assert identity_hash(typed([*QUICK, "tags=[paper,v2]"])) == identity_hash(plain) and plain.tags == []
 
 
 # --- heatmaps, noise -------------------------------------------------------------------------------------------------

@@ -24,8 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
+from vit_locality.precheck.gate import validate_analysis, validate_stats
 from vit_locality.precheck.resolvers import register_resolvers
-from vit_locality.run.checks import validate_analysis, validate_stats
 from vit_locality.store.atomic import atomic_write_text
 from vit_locality.store.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
 from vit_locality.tracking.quiet import quiet_library_noise
@@ -138,9 +138,10 @@ def recorded_run_band(run_dir: Path) -> float | None:
 
 def analyze(cfg: DictConfig) -> dict[str, Any]:
     """Load, test, probe, record; returns the record written to analysis.json."""
-    from vit_locality.attention.probe import ProbeSettings, probe_attention
+    from vit_locality.attention.probe import probe_attention
     from vit_locality.attention.stats_log import probe_rows, probe_summary, save_pictures, write_csv
     from vit_locality.attention.units import shown
+    from vit_locality.config.settings import RunSettings
     from vit_locality.run.builders import build_datamodule
     from vit_locality.store.checkpoints import completed_epochs
 
@@ -150,7 +151,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     run_dir = run_directory(checkpoint)
     run_cfg = run_config(run_dir)
     depth = OmegaConf.select(run_cfg, "model.depth")
-    validate_stats(cfg.stats, depth if isinstance(depth, int) else None)  # early_layers: at most the run's depth
+    settings = validate_stats(cfg.stats, depth if isinstance(depth, int) else None)  # early_layers <= the run's depth
     out_dir = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(checkpoint, cfg.stats)
     if (out_dir / "analysis.json").exists() and not cfg.overwrite:
         raise ConfigError(f"{out_dir} holds an analysis already; pass overwrite=true to replace it")
@@ -159,10 +160,9 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
         run_cfg.data.root = cfg.data_root
     run_cfg.data.num_workers = 0
     module = load_module(checkpoint, meta, analysis_device(cfg.device))
-    datamodule = build_datamodule(run_cfg)
+    datamodule = build_datamodule(RunSettings.from_record(OmegaConf.to_container(run_cfg, resolve=True)))
     datamodule.setup("test")
     metrics = test_accuracy(module, datamodule)
-    settings = ProbeSettings.from_mapping(cfg.stats)
     images = module.preprocess(datamodule.probe_images(settings.probe_size).to(module.device))
     result = probe_attention(module.model, images, settings)
 

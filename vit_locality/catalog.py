@@ -54,4 +54,4 @@ CELL_NAMES = {
 }
 CELL_ORDER = list(CELL_NAMES.values())
 CELL_FLAGS = {name: flags for flags, name in CELL_NAMES.items()}  # name -> (AA, CM, LS on)
-# A run's cell name comes from its protocol (vit_locality.protocol.Protocol.cell_name), which reads these names.
+# A run's cell name comes from its protocol (config.protocol.TrainingProtocol.cell_name), which reads these names.

@@ -23,9 +23,9 @@ from omegaconf import DictConfig
 
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
+from vit_locality.precheck.data_presence import ask_servers
 from vit_locality.precheck.preflight import Plan, check_command
 from vit_locality.precheck.resolvers import register_resolvers
-from vit_locality.run.data_presence import ask_servers
 from vit_locality.run.wait_policy import sleep_while_waiting
 from vit_locality.sweep.launch import (
     in_multirun,
@@ -36,7 +36,6 @@ from vit_locality.sweep.launch import (
 )
 from vit_locality.sweep.progress import announce_sweep_size, cell_start_line, finished_durations, sweep_cells
 from vit_locality.sweep.search import one_line_without_result
-from vit_locality.upstream import hydra_composes_less
 
 log = logging.getLogger("vit_locality")
 
@@ -88,6 +87,8 @@ def name_the_cell_in_each_line(run_name: str) -> None:
 def main(cfg: DictConfig) -> float | None:
     # Heavy imports only after Hydra has parsed the command line (so --help and typos answer at once).
     from vit_locality.callbacks import build_callbacks
+    from vit_locality.precheck.gate import settings_from
+    from vit_locality.precheck.tree import config_tree_text
     from vit_locality.run.advice import remove_refused_run_dir
     from vit_locality.run.cell import CellInterrupted, run_cell
     from vit_locality.store.disk_space import disk_full_cause
@@ -95,6 +96,7 @@ def main(cfg: DictConfig) -> float | None:
 
     quiet_library_noise()
     print_each_line_once()
+    cfg.run_name = str(cfg.run_name)  # resolved once: the name is computed from the rest (precheck/names.py)
     if in_multirun():
         hydra_job = HydraConfig.get()
         if "BasicLauncher" not in str(hydra_job.launcher.get("_target_", "")):  # cells run side by side
@@ -113,12 +115,11 @@ def main(cfg: DictConfig) -> float | None:
         pin_gpu_for_parallel_cells(cfg)
     child = "LOCAL_RANK" in os.environ  # a DDP rank > 0 started by Lightning: it must not re-point anything
     original_argv = sys.argv if child else point_ddp_children_at_this_cell(run_dir)
-    if cfg.startup.print_config and not child:
-        from vit_locality.precheck.tree import config_tree_text
-
-        print(config_tree_text(cfg), flush=True)
     try:
-        record = run_cell(cfg, run_dir, build_callbacks)
+        settings = settings_from(cfg)  # the job's own cell through the gate: on a SLURM node, the node's machine
+        if cfg.startup.print_config and not child:
+            print(config_tree_text(cfg), flush=True)
+        record = run_cell(settings, run_dir, build_callbacks)
     except CellInterrupted as stop:
         log.error("%s", stop)
         sys.exit(stop.exit_code)
@@ -144,17 +145,16 @@ def cli() -> None:
     """`python train.py` and the installed `vit-locality-train`: check every cell, run, give the verdict."""
     sleep_while_waiting()  # OMP_WAIT_POLICY=PASSIVE on a CPU, before anything loads torch (run/wait_policy.py)
     counted: list[int] = []  # the pre-check counts the command's cells, saved sweeps (experiment=...) included
-    plans: list[Plan] = []  # and composes, checks and names each of them once
-    ask_servers()  # data to download: its server must answer before anything is made (run/data_presence.py)
+    plans: list[Plan] = []  # and composes, checks and names each of them
+    ask_servers()  # data to download: its server must answer before anything is made (precheck/data_presence.py)
     problems = check_command(sys.argv[1:], CONF_DIR, counted=counted, plan_out=plans)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:
         sys.exit(2)
-    if plans:  # Hydra need not compose again what the pre-check composed (upstream.hydra_composes_less)
+    if plans:
         from vit_locality.sweep.slurm_launcher import note_run_dirs
 
-        hydra_composes_less(plans[0].mode)
         note_run_dirs(plans[0].run_dirs)  # a SLURM sweep follows each cell's directory without composing it
     register_resolvers()  # before main(): Hydra resolves run_name when it builds the output directory
     from vit_locality.sweep.verdict import COMMAND_ID_ENV, new_command_id, report_verdict, started_sweep_dir

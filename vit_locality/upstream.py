@@ -105,25 +105,6 @@ def hydra_args_parser() -> argparse.ArgumentParser:
     return get_args_parser()
 
 
-def hydra_composes_less(mode: Any) -> None:
-    """Hand the pre-check's work to Hydra in this process, so Hydra does not compose again what it composed: its
-    first composition only reads the command's mode (`Hydra.get_mode`; the pre-check composed the same config), and
-    its basic sweeper composes every cell only to check it (`validate_batch_is_legal`; the pre-check checked each).
-    A sweep of N cells is then composed 2N + 2 times in all (the pre-check's N + 1, Hydra's master 1, the jobs' N)."""
-    import hydra
-
-    try:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra._internal.hydra import Hydra
-    except ImportError:
-        raise _changed(hydra, "hydra._internal.hydra.Hydra") from None
-    for owner, name in ((Hydra, "get_mode"), (BasicSweeper, "validate_batch_is_legal")):
-        if not callable(getattr(owner, name, None)):
-            raise _changed(hydra, f"{owner.__name__}.{name}")
-    Hydra.get_mode = lambda self, config_name, overrides: mode  # type: ignore[method-assign]
-    BasicSweeper.validate_batch_is_legal = lambda self, batch: None  # type: ignore[method-assign]
-
-
 def accelerator_connector_class() -> type:
     """Lightning's `_AcceleratorConnector`: what the Trainer builds first from `accelerator`, `strategy`, `devices`,
     `num_nodes` and `precision`, refusing a pair it cannot run (an accelerator this machine lacks, `fsdp` on a

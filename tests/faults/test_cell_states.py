@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUICK, InProcessTraining, Spawner, compose_config
+from helpers import QUICK, InProcessTraining, Spawner, compose_config, typed
 
 from vit_locality.data import synthetic
 from vit_locality.errors import ConfigError
@@ -116,7 +116,7 @@ def test_a_failure_building_the_callbacks_is_recorded(tmp_path: Path, spawns: Sp
         raise RuntimeError("callback construction failed")
 
     with pytest.raises(RuntimeError):
-        run_cell(compose_config(CELL), run_dir, broken)
+        run_cell(typed(CELL), run_dir, broken)
     record = json.loads((run_dir / "results.json").read_text())
     assert record["status"] == "failed" and "callback construction failed" in record["error"]
 
@@ -132,7 +132,7 @@ def test_a_quick_check_is_never_taken_for_the_full_run(tmp_path: Path, trains: I
 def test_the_identity_covers_every_setting_that_changes_numbers() -> None:
     from vit_locality.config.identity import identity_hash
 
-    base = identity_hash(compose_config(CELL))
+    base = identity_hash(typed(CELL))
     for change in (
         "trainer.gradient_clip_val=1.0",
         "stats.probe_size=32",
@@ -141,9 +141,9 @@ def test_the_identity_covers_every_setting_that_changes_numbers() -> None:
         "aug.device=gpu",
         "data.val_size=32",
     ):
-        assert identity_hash(compose_config([*CELL, change])) != base, change
+        assert identity_hash(typed([*CELL, change])) != base, change
     for same in ("data.num_workers=3", "callbacks.progress_bar=tqdm", "stats.pictures=true", "model.compile=true"):
-        assert identity_hash(compose_config([*CELL, same])) == base, same
+        assert identity_hash(typed([*CELL, same])) == base, same
 
 
 def test_a_complete_run_on_other_data_is_not_reused(tmp_path: Path, monkeypatch, trains: InProcessTraining) -> None:
@@ -262,10 +262,10 @@ def test_every_attempt_of_a_cell_continues_one_wandb_run(tmp_path: Path) -> None
     """The W&B run id comes from the cell's identity and directory: a resumed cell logs into the same run."""
     from vit_locality.run.builders import wandb_run_id
 
-    cfg = compose_config(CELL)
-    assert wandb_run_id(cfg, tmp_path / "a") == wandb_run_id(compose_config(CELL), tmp_path / "a")
+    cfg = typed(CELL)
+    assert wandb_run_id(cfg, tmp_path / "a") == wandb_run_id(typed(CELL), tmp_path / "a")
     assert wandb_run_id(cfg, tmp_path / "a") != wandb_run_id(cfg, tmp_path / "b")
-    assert wandb_run_id(cfg, tmp_path / "a") != wandb_run_id(compose_config([*CELL, "seed=1"]), tmp_path / "a")
+    assert wandb_run_id(cfg, tmp_path / "a") != wandb_run_id(typed([*CELL, "seed=1"]), tmp_path / "a")
 
 
 def test_the_record_says_what_was_measured_on_and_cutmix_prob(tmp_path: Path, trains: InProcessTraining) -> None:
@@ -294,7 +294,7 @@ def test_cutmix_prob_mixes_about_that_share_of_batches(monkeypatch) -> None:
         return coin
 
     monkeypatch.setattr(module, "cutmix_this_batch", counting)
-    cfg = compose_config([*CELL, "aug.cutmix_prob=0.5"])
+    cfg = typed([*CELL, "aug.cutmix_prob=0.5"])
     from vit_locality.run.builders import build_datamodule, build_module
 
     datamodule = build_datamodule(cfg)
@@ -306,7 +306,7 @@ def test_cutmix_prob_mixes_about_that_share_of_batches(monkeypatch) -> None:
     for _ in range(400):
         classifier.training_loss(images, labels)
     assert 170 <= len(mixed) <= 230
-    always = build_module(compose_config([*CELL, "aug.cutmix_prob=1.0"]), datamodule)
+    always = build_module(typed([*CELL, "aug.cutmix_prob=1.0"]), datamodule)
     state = torch.random.get_rng_state()
     module.cutmix_this_batch(always.protocol.cutmix_prob)
     assert torch.equal(state, torch.random.get_rng_state())

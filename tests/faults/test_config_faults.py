@@ -10,11 +10,11 @@ import pytest
 from helpers import CONF, Spawner
 from hydra.errors import MissingConfigException
 
+from vit_locality.precheck import gate as config
 from vit_locality.precheck import preflight
 from vit_locality.precheck.composer import Composer
 from vit_locality.precheck.preflight import check_command
 from vit_locality.precheck.refusals import explain
-from vit_locality.run import checks as config
 
 NAME_RULE = "letters, digits and _ . + - (it names a directory)"
 

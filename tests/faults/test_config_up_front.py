@@ -8,15 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import CONF, QUICK, Spawner, compose_config
+from helpers import CONF, QUICK, Spawner, typed
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from vit_locality.config.identity import identity_hash
+from vit_locality.precheck import gate as checks
 from vit_locality.precheck.names import named_settings
 from vit_locality.precheck.preflight import check_command
 from vit_locality.precheck.resolvers import register_resolvers
-from vit_locality.run import checks
 
 GIB = 2**30
 # QUICK has 256 training images in batches of 64: 4 batches an epoch.
@@ -176,11 +176,11 @@ def test_trainer_arguments_without_plus_are_the_same_cell_as_with_it() -> None:
         ["trainer.max_steps=3", "trainer.fast_dev_run=true"],
         ["+trainer.max_steps=3", "++trainer.fast_dev_run=true"],
     )
-    cfg = compose_config(plain)
-    assert cfg.trainer.max_steps == 3 and cfg.trainer.fast_dev_run is True
-    assert identity_hash(cfg) == identity_hash(compose_config(plus))
+    cfg = typed(plain)
+    assert cfg.trainer_arguments()["max_steps"] == 3 and cfg.trainer_arguments()["fast_dev_run"] is True
+    assert identity_hash(cfg) == identity_hash(typed(plus))
     assert named_settings(plain) == named_settings(plus) == {"trainer.fast_dev_run": "true", "trainer.max_steps": "3"}
-    assert identity_hash(compose_config([])) != identity_hash(cfg)
+    assert identity_hash(typed([])) != identity_hash(cfg)
 
 
 def _every_group() -> list[str]:

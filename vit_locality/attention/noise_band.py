@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from vit_locality.attention.probe import ProbeSettings, probe_attention
+from vit_locality.attention.probe import probe_attention
+from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
 
 BAND_SEEDS = (9001, 9002, 9003, 9004)  # initialisations measured; fixed so that every cell of a design shares them
@@ -31,7 +32,7 @@ _MEASURED: dict[Hashable, dict[str, Any]] = {}  # this process's bands by what d
 _KEPT = 8  # designs remembered; a sweep has one or a few
 
 
-def _cache_key(design: Hashable, images: torch.Tensor, settings: ProbeSettings, seeds: tuple[int, ...]) -> Hashable:
+def _cache_key(design: Hashable, images: torch.Tensor, settings: StatsConfig, seeds: tuple[int, ...]) -> Hashable:
     """Everything the band depends on: the architecture (`design`), the probe images' bytes, the settings that change
     the statistics, the seeds, and where it runs (kernels differ in their last bits between devices and dtypes)."""
     digest = hashlib.sha256(images.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
@@ -42,7 +43,7 @@ def _cache_key(design: Hashable, images: torch.Tensor, settings: ProbeSettings, 
 def surround_band(
     build: Callable[[], VisionTransformer],
     images: torch.Tensor,
-    settings: ProbeSettings,
+    settings: StatsConfig,
     seeds: tuple[int, ...] = BAND_SEEDS,
     design: Hashable | None = None,
 ) -> dict[str, Any]:

@@ -5,14 +5,13 @@ Shared by the training callback and the offline `analyze` entry point, so both m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from vit_locality.attention.metrics import AttentionStatsAccumulator
 from vit_locality.attention.units import display_factor
+from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
 
 # The first five are the original columns; the locality masses and the concentration control (docs/metrics.md) come
@@ -31,30 +30,6 @@ STAT_KEYS = (
 )
 
 
-@dataclass(frozen=True)
-class ProbeSettings:
-    """How the statistics are computed and shown; every non-default is a stated option, never a silent change.
-    Distances are always measured and stored on the unit square; `units` only chooses how logs and pictures show
-    them (attention/units.py)."""
-
-    probe_size: int = 512
-    batch_size: int = 128
-    early_layers: int = 2
-    renormalize: bool = True
-    units: str = "unit"  # display only: unit | grid | pixels | diagonal
-
-    @classmethod
-    def from_mapping(cls, stats: Mapping[str, Any]) -> ProbeSettings:
-        """From the `stats` config group (extra keys such as `enabled` or `pictures` are not the probe's)."""
-        return cls(
-            probe_size=int(stats["probe_size"]),
-            batch_size=int(stats["batch_size"]),
-            early_layers=int(stats["early_layers"]),
-            renormalize=bool(stats["renormalize"]),
-            units=str(stats["units"]),
-        )
-
-
 @dataclass
 class ProbeResult:
     """Per-head statistics, each a (layers, heads) tensor (distances on the unit square), plus each head's mean map
@@ -64,7 +39,7 @@ class ProbeResult:
     central_maps: torch.Tensor  # (layers, heads, g, g): mean attention of the central patch query over patches
     num_images: int
     early_layers: int
-    settings: ProbeSettings = field(default_factory=ProbeSettings)
+    settings: StatsConfig = field(default_factory=StatsConfig)  # how it was measured; `units` how it is shown
     patch_size: int | None = None  # pixels per patch side: a figure in pixel units needs it for its references
 
     @property
@@ -131,7 +106,7 @@ def central_query_index(grid_size: int) -> int:
 def probe_attention(
     model: VisionTransformer,
     images: torch.Tensor,
-    settings: ProbeSettings,
+    settings: StatsConfig,
 ) -> ProbeResult:
     """`images` are normalised float (N, 3, H, W) on the model's device; the model is put in eval mode
     for the pass and restored afterwards. Autocast is off: the statistics are fp32 whatever the training

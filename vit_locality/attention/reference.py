@@ -20,18 +20,20 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
-from vit_locality.attention.probe import ProbeResult, ProbeSettings, probe_attention
+from vit_locality.attention.probe import ProbeResult, probe_attention
 from vit_locality.attention.units import display_factor
 from vit_locality.catalog import GRID_SIZE
-from vit_locality.model.vit import ModelConfig, VisionTransformer
+from vit_locality.config.schema import StatsConfig
+from vit_locality.model.vit import VisionTransformer
 
 # The references drawn on the figures, by label: the attention radius in patch steps (Chebyshev distance).
 REFERENCES = {"3x3 neighbourhood": 1, "self only": 0}
 PROBE_IMAGES = 4  # the answer does not depend on the images; a few show that it does not
-TINY = ModelConfig(depth=1, dim=8, heads=1, mlp_ratio=1.0)  # the figures' references: width changes nothing
+TINY = {"depth": 1, "dim": 8, "heads": 1, "mlp_ratio": 1.0}  # the figures' references: width changes nothing
 
 
 @dataclass(frozen=True)
@@ -73,42 +75,43 @@ def zero_query_key(model: VisionTransformer) -> None:
 
 
 def reference_model(
-    config: ModelConfig, image_size: int, radius: int, num_classes: int = 10, seed: int = 0
+    architecture: dict[str, Any], image_size: int, radius: int, num_classes: int = 10, seed: int = 0
 ) -> VisionTransformer:
-    """The study's model of architecture `config`, attention restricted to `radius` steps and made uniform inside.
-    Built on a forked random stream: drawing a figure during training leaves the run's own stream untouched."""
+    """The study's model of `architecture` (the ViT's keyword arguments), attention restricted to `radius` steps and
+    made uniform inside. Built on a forked random stream: drawing a figure during training leaves the run's own stream
+    untouched."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = VisionTransformer.from_config(config, num_classes, image_size)
+        model = VisionTransformer(num_classes=num_classes, image_size=image_size, **architecture)
     model.restrict_attention(radius)
     zero_query_key(model)
     return model.eval()
 
 
 def measure_reference(
-    config: ModelConfig,
+    architecture: dict[str, Any],
     image_size: int,
     radius: int,
-    settings: ProbeSettings | None = None,
+    settings: StatsConfig | None = None,
     num_images: int = PROBE_IMAGES,
     seed: int = 0,
 ) -> ProbeResult:
     """The project's probe, with the run's own `settings` (renormalisation), on the reference of `radius` over random
     images: per-layer and per-head MAD (unit square, as the runs store it) and entropy."""
-    settings = settings or ProbeSettings()
-    model = reference_model(config, image_size, radius, seed=seed)
+    settings = settings or StatsConfig()
+    model = reference_model(architecture, image_size, radius, seed=seed)
     generator = torch.Generator().manual_seed(seed)
     images = torch.randn(num_images, 3, image_size, image_size, generator=generator)
     return probe_attention(model, images, settings)
 
 
 def measure_references(
-    config: ModelConfig, image_size: int, settings: ProbeSettings | None = None
+    architecture: dict[str, Any], image_size: int, settings: StatsConfig | None = None
 ) -> dict[str, Reference]:
-    """Every reference of REFERENCES for the model `config`, keyed by label."""
+    """Every reference of REFERENCES for the model of `architecture`, keyed by label."""
     found = {}
     for label, radius in REFERENCES.items():
-        result = measure_reference(config, image_size, radius, settings)
+        result = measure_reference(architecture, image_size, radius, settings)
         found[label] = Reference(label, radius, result.stats["mad"], result.stats["entropy"])
     return found
 
@@ -125,6 +128,6 @@ def figure_references(
         factor = display_factor(units, GRID_SIZE, patch_size)
     except ValueError:
         return ()
-    settings = ProbeSettings(probe_size=PROBE_IMAGES, batch_size=PROBE_IMAGES, renormalize=renormalize)
+    settings = StatsConfig(probe_size=PROBE_IMAGES, batch_size=PROBE_IMAGES, renormalize=renormalize)
     measured = measure_references(TINY, GRID_SIZE * 2, settings).values()
     return tuple(replace(ref, mad=ref.mad * factor) for ref in measured)

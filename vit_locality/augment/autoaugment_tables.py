@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
-from vit_locality.augment.per_sample import autoaugment_policy
 from vit_locality.upstream import apply_autoaugment_op, autoaugment_space, autoaugment_sub_policies
 
 NUM_BINS = 10  # torchvision's AutoAugment.forward asks its magnitude functions for this many bins
@@ -173,7 +172,7 @@ def _slot(augment: v2.AutoAugment, subs: list, slot: int, height: int, width: in
 @cache
 def _host_tables(policy: str, height: int, width: int) -> PixelTables:
     """Built once per policy and image size on the host, with torchvision's own kernels, autocast off."""
-    augment = v2.AutoAugment(autoaugment_policy(policy))
+    augment = v2.AutoAugment(v2.AutoAugmentPolicy(policy))
     subs = autoaugment_sub_policies(augment)
     with torch.autocast(device_type="cpu", enabled=False), torch.no_grad():
         slots = tuple(_slot(augment, subs, k, height, width) for k in range(NUM_OPS))

@@ -32,7 +32,6 @@ from torchvision.transforms import v2
 
 from vit_locality.augment.autoaugment_ops import apply_slots
 from vit_locality.augment.autoaugment_tables import NUM_OPS, _magnitude, pixel_tables
-from vit_locality.augment.per_sample import autoaugment_policy
 from vit_locality.upstream import apply_autoaugment_op, autoaugment_space, autoaugment_sub_policies
 
 __all__ = ["AutoAugmentDraws", "BatchedAutoAugment", "apply", "draw"]
@@ -101,7 +100,7 @@ def _thresholds(sub: tuple, space: dict) -> list[float]:
 @cache
 def _table(policy: str, device: str) -> _Table:
     """Built once per policy and device from torchvision's own sub-policy list and augmentation space."""
-    augment = v2.AutoAugment(autoaugment_policy(policy))
+    augment = v2.AutoAugment(v2.AutoAugmentPolicy(policy))
     space = autoaugment_space()
     specs: dict[tuple[str, int | None], int] = {}
     op_id, signed, thresholds = [], [], []
@@ -216,7 +215,6 @@ class BatchedAutoAugment(torch.nn.Module):
 
     def __init__(self, policy: str = "cifar10") -> None:
         super().__init__()
-        autoaugment_policy(policy)  # an unknown policy fails here, not at the first batch
         self.policy = policy
 
     def forward(self, images: torch.Tensor, world: int = 1, rank: int = 0) -> torch.Tensor:

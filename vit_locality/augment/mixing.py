@@ -4,7 +4,7 @@ CutMix (Yun et al. 2019) pastes into every image one box of its partner (a rando
 by one Beta(alpha, alpha) draw per batch; lambda, the share of the image kept, is corrected to the pasted area. MixUp
 (Zhang et al. 2018), CutMix's spatially global control, blends every image whole with its partner: lambda x own +
 (1 - lambda) x partner. The soft targets mix the labels with the same weights. A protocol runs one of the two, never
-both (Protocol.validate refuses it); label smoothing happens once, in the loss. Every draw uses torch's global
+both (the `aug` section refuses it); label smoothing happens once, in the loss. Every draw uses torch's global
 generator of the batch's device, which the run reseeds per epoch (exact resume).
 
 No host reads (on a GPU each one stalls the step): the lambdas, boxes, partners and the per-batch CutMix coin
@@ -20,7 +20,7 @@ from functools import cache
 
 import torch
 
-from vit_locality.protocol import Protocol
+from vit_locality.config.protocol import TrainingProtocol
 
 
 def _beta(alpha: float, device: torch.device) -> torch.Tensor:
@@ -154,7 +154,7 @@ def cutmix_this_batch(prob: float, device: torch.device | str = "cpu") -> torch.
 
 
 def mix_batch(
-    images: torch.Tensor, labels: torch.Tensor, num_classes: int, protocol: Protocol
+    images: torch.Tensor, labels: torch.Tensor, num_classes: int, protocol: TrainingProtocol
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The batch as the protocol trains on it: (images, targets for the loss, labels accuracy is measured against).
 

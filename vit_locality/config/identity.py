@@ -19,9 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from enum import Enum
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from vit_locality.config.settings import identity_marks, settings_of
+from vit_locality.config.settings import RESUME_MODE, RunSettings, identity_marks
 
 # Settings that do not change what a cell computes (dotted keys; a key covers everything below it): the fields the
 # schema marks OUTSIDE_IDENTITY, and the few keys it does not declare; and settings left out at a neutral value.
@@ -37,10 +35,9 @@ def _covered(key: str, prefixes: Iterable[str]) -> bool:
     return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
 
 
-def run_identity(cfg: Any) -> dict[str, Any]:
+def run_identity(cfg: RunSettings | Mapping[str, Any]) -> dict[str, Any]:
     """The settings that define the cell, as plain data (dotted key -> value), each as validated (`loss.ls=0` and
-    `0.0` are one value). `cfg`: the cell's typed settings, a composed config (validated here, once per process),
-    or a record's config (validated when it was run)."""
+    `0.0` are one value). `cfg`: the cell's settings, or a record's config (validated when it was run)."""
     flat: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -70,11 +67,9 @@ def _stored_units(flat: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def _config_of(cfg: Any) -> Any:
-    """The plain config of typed settings or of a composed config (validated), or a plain mapping as it is."""
-    if OmegaConf.is_config(cfg):
-        return settings_of(cfg, named=False).config
-    return cfg if isinstance(cfg, Mapping) else cfg.config
+def _config_of(cfg: RunSettings | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The plain config of settings (RunSettings.as_record), or a record's config as it is."""
+    return cfg if isinstance(cfg, Mapping) else cfg.as_record()
 
 
 # What the same settings compute changes with the code's random streams: 2 draws every training batch's CutMix,
@@ -83,25 +78,24 @@ def _config_of(cfg: Any) -> Any:
 RANDOM_STREAM_VERSION = 2
 
 
-def processes(cfg: Any) -> int | str:
+def processes(cfg: RunSettings | Mapping[str, Any]) -> int | str:
     """How many processes share the cell, as far as the config says (devices x nodes; `auto` and -1 as written).
     Under DDP each process mixes its own share of the batch (CutMix, MixUp), so a cell on 2 devices computes other
     numbers than the cell on 1: the count is part of the identity, though `trainer.devices` itself is not (a list
     of device indices and a count of the same size are one cell)."""
     trainer = _config_of(cfg).get("trainer") or {}
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
-    if OmegaConf.is_list(devices) or isinstance(devices, list):
+    if isinstance(devices, list):
         devices = len(devices)
     if isinstance(devices, int) and devices > 0 and isinstance(nodes, int):
         return devices * nodes
     return f"{devices}x{nodes}"
 
 
-RESUME_MODE = "resume"  # ckpt_mode that continues the checkpoint's own cell; any other starts a new one from it
 CONTENT_HASH_CHARS = 16
 
 
-def start_checkpoint(cfg: Any) -> str | None:
+def start_checkpoint(cfg: RunSettings | Mapping[str, Any]) -> str | None:
     """The checkpoint whose weights start this cell (`ckpt_path` with `ckpt_mode=weights`), or None: a cell from
     scratch, or one that resumes its own checkpoint (`ckpt_mode=resume`, the same cell)."""
     cfg = _config_of(cfg)
@@ -155,7 +149,7 @@ def _content_hash(path: str, inode: int, size: int, mtime_ns: int, ctime_ns: int
     return digest.hexdigest()[:CONTENT_HASH_CHARS]
 
 
-def identity_hash(cfg: Any) -> str:
+def identity_hash(cfg: RunSettings | Mapping[str, Any]) -> str:
     """The cell's identity: its settings (run_identity), its process count, this version of the random streams and,
     for a cell started from a checkpoint's weights, that checkpoint's content hash (never a from-scratch cell's)."""
     identity = {"settings": run_identity(cfg), "processes": processes(cfg), "random_stream": RANDOM_STREAM_VERSION}
@@ -172,10 +166,8 @@ ID_SUFFIX = re.compile(rf"_{ID_NAME}-([0-9a-f]{{{ID_CHARS}}})$")
 
 
 def canonical_value(value: Any) -> Any:
-    """One value, one spelling: a config node as plain data, a string that spells a number or a bool as that number
-    or bool (`1e-3` -> 0.001, `True` -> true); ints and floats stay apart (a count of batches is not a fraction)."""
-    if OmegaConf.is_config(value):
-        value = OmegaConf.to_container(value, resolve=True)
+    """One value, one spelling: a string that spells a number or a bool as that number or bool (`1e-3` -> 0.001,
+    `True` -> true); ints and floats stay apart (a count of batches is not a fraction)."""
     if isinstance(value, Enum):
         return value.name
     if isinstance(value, str):

@@ -26,7 +26,7 @@ from vit_locality.config.fields import (
     is_int,
     outside_identity,
 )
-from vit_locality.config.protocol_sections import SECTION
+from vit_locality.config.protocol import SECTION
 from vit_locality.config.trainer_checks import (
     ACCELERATORS,
     MAX_EPOCHS_RULE,
@@ -156,6 +156,10 @@ class ModelConfig(BaseModel):
     drop_path: Annotated[Number("a number in [0, 1)", ge=0, lt=1), NeutralAt(0.0)]
     compile: outside_identity(OneOf(ON_OFF_AUTO, "auto, true or false"))  # the same maths either way
 
+    def architecture(self) -> dict[str, Any]:
+        """The network's keyword arguments (VisionTransformer's): every field but the name and compile."""
+        return self.model_dump(exclude={"name", "compile"})
+
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelConfig:
         check(self.dim % self.heads == 0, "model.dim", self.dim, f"a multiple of model.heads={self.heads}")
@@ -183,14 +187,16 @@ def _beta_pair(betas: Any) -> bool:
 
 
 class OptimConfig(BaseModel):
+    """AdamW's settings and the warm-up + cosine schedule's (conf/optim/adamw.yaml)."""
+
     model_config = SECTION
 
-    lr: Number("> 0, finite", gt=0)
-    weight_decay: Number(">= 0, finite", ge=0)
-    betas: Rule(_beta_pair, "two numbers in [0, 1), e.g. [0.9,0.999]", list[float])
+    lr: Number("> 0, finite", gt=0) = 1e-3
+    weight_decay: Number(">= 0, finite", ge=0) = 0.05
+    betas: Rule(_beta_pair, "two numbers in [0, 1), e.g. [0.9,0.999]", list[float]) = [0.9, 0.999]
     # Any: a float would turn the YAML's 5 into 5.0 and so change the identity of every run made so far.
-    warmup_epochs: Rule(lambda v: is_finite(v) and v >= 0, ">= 0, finite")
-    min_lr_ratio: Number("a number in [0, 1] (of optim.lr)", ge=0, le=1)
+    warmup_epochs: Rule(lambda v: is_finite(v) and v >= 0, ">= 0, finite") = 5
+    min_lr_ratio: Number("a number in [0, 1] (of optim.lr)", ge=0, le=1) = 0.0
 
 
 def _devices(devices: Any) -> bool:
@@ -201,7 +207,7 @@ def _devices(devices: Any) -> bool:
 class TrainerConfig(BaseModel):
     """The declared Trainer settings (conf/trainer/default.yaml). Any other Trainer argument may be set too (by the
     command line or a debug config); RunSettings holds those apart (`trainer_options`), checked by the installed
-    Trainer (run/checks.py)."""
+    Trainer (precheck/trainer_options.py)."""
 
     model_config = SECTION
 
@@ -262,16 +268,19 @@ class CallbacksConfig(BaseModel):
 
 
 class StatsConfig(BaseModel):
+    """How the attention statistics are measured and shown (conf/stats/default.yaml; docs/metrics.md). Distances are
+    always stored on the unit square: `units` only chooses how logs and pictures show them."""
+
     model_config = SECTION
 
-    enabled: Flag()
-    probe_size: Int(1)
-    batch_size: outside_identity(Int(1))  # statistics do not depend on how probe images are batched
-    every_n_epochs: Int(1)
-    early_layers: Rule(is_int, "an integer")  # in [1, model.depth]: checked with the model (settings.early_layers_rule)
-    renormalize: Flag()
-    units: Choice("unit", "grid", "pixels", "diagonal")  # how logs and pictures show distances (attention/units.py)
-    pictures: outside_identity(Flag())
+    enabled: Flag() = True
+    probe_size: Int(1) = 512
+    batch_size: outside_identity(Int(1)) = 128  # statistics do not depend on how probe images are batched
+    every_n_epochs: Int(1) = 1
+    early_layers: Rule(is_int, "an integer") = 2  # in [1, model.depth]: checked with the model (early_layers_rule)
+    renormalize: Flag() = True
+    units: Choice("unit", "grid", "pixels", "diagonal") = "unit"  # display only (attention/units.py)
+    pictures: outside_identity(Flag()) = True
 
 
 class StartupConfig(BaseModel):

@@ -1,31 +1,20 @@
-"""One cell's config as one typed, frozen object (`RunSettings`), validated once.
+"""One cell's config as one typed, frozen object, `RunSettings`: what every function below the entry point takes.
 
-Hydra composes the YAML files (its struct mode refuses an unknown key); `settings_of` validates the resolved values
-with pydantic against the section models (schema.py, protocol_sections.py) and the rules across sections below,
-once per resolved config and process, so the pre-check's validation is the cell's when both run in one process.
-`refusal` turns pydantic's first error into the project's one line (`model.depth=0 is not allowed: an integer in
-[1, 64]`), never pydantic's report.
+The entry point composes the YAML files with Hydra (its struct mode refuses an unknown key) and hands the resolved
+values to `RunSettings.from_values` (precheck/gate.py); pydantic checks each field against its section (schema.py,
+protocol.py) and the rules across sections below, and `refusal` turns its first error into the project's one line
+(`model.depth=0 is not allowed: an integer in [1, 64]`). A record's config comes back through `from_record`.
 """
 
 from __future__ import annotations
 
-import json
-import typing
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Iterator, Mapping
+from functools import cached_property
 from typing import Annotated, Any, Optional
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    model_validator,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, PlainValidator, SerializeAsAny, model_validator
 
+from vit_locality.catalog import GRID_SIZE
 from vit_locality.config.fields import (
     OUTSIDE_IDENTITY,
     SAFE_NAME_RULE,
@@ -39,9 +28,8 @@ from vit_locality.config.fields import (
     outside_identity,
     safe_name,
 )
-from vit_locality.config.file_access import file_problem
 from vit_locality.config.metric_names import selection_problem
-from vit_locality.config.protocol_sections import AugConfig, LossConfig, check_policy_device
+from vit_locality.config.protocol import AugConfig, LossConfig, TrainingProtocol, check_policy_device
 from vit_locality.config.refusal import _model_in, missing, typed_section
 from vit_locality.config.schema import (
     DECLARED_TRAINER_KEYS,
@@ -70,9 +58,8 @@ from vit_locality.errors import ConfigError
 MAX_SEED = 2**32 - 1  # the range of numpy's seed, which Lightning's seed_everything enforces
 MAX_THREADS = 1024  # torch threads per cell: more than any machine here has cores; an extra zero is a typo
 TAGS_RULE = "a list of strings of 1 to 64 printable characters (no newline or escape), e.g. tags=[paper,v2]"
-# What every record holds that optimized_metric may name: the figures the LightningModule logs each epoch
-# (model/classifier.py; the last value of each is in the record's `metrics`; `train/loss` and `lr` are logged every
-# log_every_n_steps only) and, with stats.enabled, the final attention headline pair (`attention.final`).
+# What every record holds that optimized_metric may name: the figures the LightningModule logs each epoch (the last
+# value of each is in the record's `metrics`) and, with stats.enabled, the final attention headline pair.
 ATTENTION_METRICS = ("min_mad_early", "mean_entropy_early")
 RECORD_METRICS = (
     *(f"{split}/{figure}" for split in ("val", "test_epoch", "test") for figure in ("acc1", "acc5", "loss")),
@@ -81,6 +68,7 @@ RECORD_METRICS = (
     *ATTENTION_METRICS,
 )
 METRIC_RULE = f"null or a figure every record has: one of {', '.join(RECORD_METRICS)}"
+RESUME_MODE = "resume"  # ckpt_mode that continues the checkpoint's own cell; `weights` starts a new one from it
 
 
 def _variant(section: str, values: Any) -> Any:
@@ -92,38 +80,44 @@ def _tags(tags: Any) -> bool:
     return isinstance(tags, list) and all(isinstance(t, str) and 0 < len(t) <= 64 and t.isprintable() for t in tags)
 
 
+def uses_cuda(accelerator: str) -> bool:
+    """Whether `trainer.accelerator` trains on CUDA (auto: when this machine has it); torch is imported only here."""
+    if accelerator in ("gpu", "cuda"):
+        return True
+    import torch
+
+    return accelerator == "auto" and torch.cuda.is_available()
+
+
 class RunSettings(BaseModel):
     """A cell's validated config: every section typed, the Trainer's other arguments apart (`trainer_options`), and
     the rules across sections checked (CutMix needs two images a batch, the early layers are the model's, ...)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(cached_property,))
 
-    aug: AugConfig
-    loss: LossConfig
-    data: Annotated[DataConfig, PlainValidator(lambda values: _variant("data", values))]
-    model: Annotated[ModelConfig, PlainValidator(lambda values: _variant("model", values))]
-    optim: OptimConfig
-    trainer: TrainerConfig
-    trainer_options: Annotated[dict[str, Any], AfterValidator(check_trainer_limits)]
-    stats: StatsConfig
-    callbacks: outside_identity(CallbacksConfig)
-    logger: outside_identity(LoggerConfig)
-    startup: outside_identity(StartupConfig)  # what a cell shows when it starts
     seed: Int(0, MAX_SEED)
+    # The thread count changes the order of float sums, hence a cell's last bits: how a cell is computed, recorded
+    # with the run facts, not which cell it is.
+    threads: outside_identity(Int(1, MAX_THREADS, nullable=True))  # null: torch's default
+    optimized_metric: outside_identity(Rule(lambda m: m is None or m in RECORD_METRICS, METRIC_RULE))
+    tags: outside_identity(Rule(_tags, TAGS_RULE))  # labels for W&B and the record
+    # A start from weights enters the identity as the file's content hash (identity.start_checkpoint), not its path.
+    ckpt_path: outside_identity(Rule(lambda v: v is None or isinstance(v, str), "null or a file path"))
+    ckpt_mode: outside_identity(Choice("weights", RESUME_MODE))
     sweep: outside_identity(SweepConfig)
     sweep_name: outside_identity(SafeName(Any))
     run_name: outside_identity(Optional[SafeName(Any)]) = None  # None while the name itself is being computed
-    # The thread count changes the order of float sums, hence a cell's last bits (as the accelerator and
-    # model.compile do): how a cell is computed, recorded with the run facts, not which cell it is.
-    threads: outside_identity(Int(1, MAX_THREADS, nullable=True))  # null: torch's default
-    tags: outside_identity(Rule(_tags, TAGS_RULE))  # labels for W&B and the record
-    optimized_metric: outside_identity(Rule(lambda m: m is None or m in RECORD_METRICS, METRIC_RULE))
-    # A start from weights enters the identity as the file's content hash (identity.start_checkpoint), not its path.
-    ckpt_path: outside_identity(Rule(lambda v: v is None or isinstance(v, str), "null or a file path"))
-    ckpt_mode: outside_identity(Choice("weights", "resume"))
-    # The resolved config as plain data, each declared value as validated (`loss.ls=0` and `0.0` are one value):
-    # the record's `config`, W&B's config, the identity's source.
-    config: dict[str, Any] = Field(default_factory=dict, repr=False)
+    data: Annotated[SerializeAsAny[DataConfig], PlainValidator(lambda values: _variant("data", values))]
+    model: Annotated[SerializeAsAny[ModelConfig], PlainValidator(lambda values: _variant("model", values))]
+    aug: AugConfig
+    loss: LossConfig
+    optim: OptimConfig
+    trainer: TrainerConfig
+    trainer_options: Annotated[dict[str, Any], AfterValidator(check_trainer_limits)] = {}
+    logger: outside_identity(LoggerConfig)
+    callbacks: outside_identity(CallbacksConfig)
+    stats: StatsConfig
+    startup: outside_identity(StartupConfig)  # what a cell shows when it starts
 
     @model_validator(mode="after")
     def _across_sections(self) -> RunSettings:
@@ -131,35 +125,85 @@ class RunSettings(BaseModel):
         batch = self.data.batch_size
         check(batch >= 2 or not self.aug.cutmix, "data.batch_size", batch, ">= 2 when aug.cutmix=true")
         check_global_batch(batch, self.trainer.devices, self.trainer.num_nodes)
-        check_val_check_interval({**self.trainer.arguments(), **self.trainer_options}, self.data.train_batches)
-        check_epoch_limit({**self.trainer.arguments(), **self.trainer_options})
+        check_val_check_interval(self.trainer_arguments(), self.data.train_batches)
+        check_epoch_limit(self.trainer_arguments())
         early_layers_rule(self.stats.early_layers, self.model.depth)
-        self._check_metric()
-        self._check_start()
-        return self
-
-    def _check_metric(self) -> None:
+        size = getattr(self.data, "image_size", None)  # a generated set's; the official sets' patches are 4 and 8 px
+        patch = size // GRID_SIZE if size else 4
+        conv_fits = getattr(self.model, "stem", "patch") != "conv" or (patch >= 2 and patch & (patch - 1) == 0)
+        check(conv_fits, "data.image_size", size, f"{GRID_SIZE} x a power of 2 >= 2 with model.stem=conv")
         metric = self.optimized_metric
         measured = metric not in ATTENTION_METRICS or self.stats.enabled
         check(measured, "optimized_metric", metric, "a figure the cell measures: set stats.enabled=true for it")
         test_set = selection_problem(metric, self.data.val_size) if metric else None
-        if test_set:  # a search selects: it must never select on the test set (vit_locality/config/metric_names.py)
+        if test_set:  # a search selects: it must never select on the test set (metric_names.py)
             raise ConfigError(test_set)
+        resume_alone = self.ckpt_path is None and self.ckpt_mode == RESUME_MODE
+        check(not resume_alone, "ckpt_mode", RESUME_MODE, "only with ckpt_path=FILE (the checkpoint to resume from)")
+        return self
 
-    def _check_start(self) -> None:
-        """`ckpt_path`: a checkpoint file this user can read, or null; whether it is a checkpoint, and of which cell,
-        the run itself finds out before anything is recorded (run/start.py)."""
-        checkpoint = self.ckpt_path
-        resume_alone = checkpoint is None and self.ckpt_mode == "resume"
-        check(not resume_alone, "ckpt_mode", "resume", "only with ckpt_path=FILE (the checkpoint to resume from)")
-        if checkpoint is not None:
-            problem = file_problem(Path(checkpoint).expanduser()) if checkpoint != "" else "empty"
-            allowed = f"null or a checkpoint file this user can read ({problem})"
-            check(problem is None, "ckpt_path", checkpoint, allowed)
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RunSettings:
+        """Resolved config values (Hydra's own section left out) as settings; ConfigError, in one line, names the
+        first setting that is not allowed, or one the config lacks (the YAML files hold every key: one deleted with
+        `~key` is refused, never replaced by a default)."""
+        for name, field in cls.model_fields.items():
+            section = values.get(name)
+            model = variant_of(name, section) if name in VARIANTS else _model_in(field.annotation, "", None)
+            if isinstance(section, Mapping) and model is not None:
+                absent = next((key for key in model.model_fields if key not in section), None)
+                if absent is not None:
+                    raise missing(f"{name}.{absent}")
+        others = undeclared_trainer_arguments(values)
+        plain = dict(values)
+        if isinstance(plain.get("trainer"), Mapping):
+            plain["trainer"] = {k: v for k, v in plain["trainer"].items() if k not in others}
+        return typed_section(cls, {**plain, "trainer_options": others}, "")
+
+    @classmethod
+    def from_record(cls, config: Mapping[str, Any]) -> RunSettings:
+        """A record's config as settings: a setting added since the record was written takes the value at which it
+        changes nothing (NeutralAt), the value its run had in effect."""
+        values = {key: dict(value) if isinstance(value, Mapping) else value for key, value in config.items()}
+        for key, value in identity_marks()[1].items():
+            section, _, name = key.rpartition(".")
+            if isinstance(values.get(section), dict):
+                values[section].setdefault(name, value)
+        values.pop("hydra", None)
+        return cls.from_values(values)
 
     def trainer_arguments(self) -> dict[str, Any]:
         """Every `trainer.*` setting, declared or not, as written."""
         return {**self.trainer.arguments(), **self.trainer_options}
+
+    def as_record(self) -> dict[str, Any]:
+        """The config as plain data, each value as validated (`loss.ls=0` and `0.0` are one value), the Trainer's
+        other arguments in its section: the record's `config`, W&B's config and the identity's source."""
+        values = self.model_dump(exclude={"trainer_options"}, serialize_as_any=True)
+        values["trainer"] = self.trainer_arguments()
+        return values
+
+    def named(self, run_name: Any) -> RunSettings:
+        """The same settings under the cell's run name (computed from the rest: precheck/names.py)."""
+        check(safe_name(run_name), "run_name", run_name, SAFE_NAME_RULE)
+        return self.model_copy(update={"run_name": str(run_name)})
+
+    @property
+    def data_on_device(self) -> bool:
+        """`data.on_device`: auto is on when the cell trains on CUDA, where CPU workers would starve the GPU."""
+        setting = self.data.on_device
+        return uses_cuda(self.trainer.accelerator) if setting == "auto" else bool(setting)
+
+    @cached_property
+    def protocol(self) -> TrainingProtocol:
+        """The cell's training protocol, the one place it is derived from the settings."""
+        return TrainingProtocol.of(self.aug, self.loss, self.data.name, self.data_on_device)
+
+    @property
+    def compiles(self) -> bool:
+        """`model.compile=auto`: on for CUDA, off on CPU (where it gained about 4% after a 47 s compile)."""
+        setting = self.model.compile
+        return uses_cuda(self.trainer.accelerator) if setting == "auto" else bool(setting)
 
 
 def early_layers_rule(early_layers: int, depth: int | None) -> None:
@@ -168,29 +212,7 @@ def early_layers_rule(early_layers: int, depth: int | None) -> None:
     check(early_layers >= 1 and (depth is None or early_layers <= depth), "stats.early_layers", early_layers, allowed)
 
 
-REQUIRED = tuple(
-    name
-    for name, field in RunSettings.model_fields.items()
-    if field.is_required() and name not in ("trainer_options", "config")
-)
-
-
-def resolved(cfg: DictConfig, named: bool = True) -> dict[str, Any]:
-    """The composed config as plain data, interpolations resolved (Hydra's own section left out); a setting the run
-    needs that the config lacks, or a value that does not resolve, is a one-line ConfigError naming its key."""
-    for name in REQUIRED:
-        if name not in cfg:
-            raise missing(name)
-    values: dict[str, Any] = {}
-    for key in cfg:
-        if key == "hydra" or (key == "run_name" and not named):
-            continue
-        try:
-            node = cfg[key]
-            values[str(key)] = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-        except OmegaConfBaseException as error:
-            raise ConfigError(f"{key}: {str(error).splitlines()[0]}") from None
-    return values
+REQUIRED = tuple(name for name, field in RunSettings.model_fields.items() if field.is_required())
 
 
 def undeclared_trainer_arguments(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -199,72 +221,11 @@ def undeclared_trainer_arguments(values: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in trainer.items() if name not in DECLARED_TRAINER_KEYS}
 
 
-def build_settings(values: Mapping[str, Any]) -> RunSettings:
-    """A resolved config validated into RunSettings: every rule of the config, none of this machine's
-    (run.checks.validate adds those)."""
-    plain = {k: v for k, v in values.items() if k != "config"}
-    others = undeclared_trainer_arguments(values)
-    if isinstance(plain.get("trainer"), Mapping):
-        plain["trainer"] = {k: v for k, v in plain["trainer"].items() if k not in others}
-    settings = typed_section(RunSettings, {**plain, "trainer_options": others}, "")
-    return settings.model_copy(update={"config": _as_validated(dict(values), settings)})
-
-
-def _as_validated(values: dict[str, Any], model: BaseModel) -> dict[str, Any]:
-    """The resolved values with each declared value as its field validated it (an int where a float is declared
-    becomes that float), keys and order as composed; undeclared keys (other Trainer arguments) as written."""
-    typed = {}
-    for key, value in values.items():
-        field_value = getattr(model, key, None) if key in type(model).model_fields else None
-        if isinstance(field_value, BaseModel) and isinstance(value, dict):
-            typed[key] = _as_validated(value, field_value)
-        elif key in type(model).model_fields and not isinstance(field_value, BaseModel):
-            typed[key] = list(field_value) if isinstance(field_value, tuple) else field_value
-        else:
-            typed[key] = value
-    return typed
-
-
-_BUILT: dict[str, RunSettings] = {}  # canonical JSON of a resolved config, less run_name -> settings
-_CACHED = 8
-
-
-def settings_of(cfg: DictConfig | Mapping[str, Any], named: bool = True) -> RunSettings:
-    """The cell's settings, built once per resolved config in this process: the pre-check's, when the cell runs in
-    the process that checked its command. The run's name is no part of the lookup: a cell is validated before its
-    name is known, and the name follows from the rest (`named=False`: the name is left unresolved, for what
-    computes it)."""
-    values = resolved(cfg, named) if isinstance(cfg, DictConfig) else dict(cfg)
-    key = json.dumps({k: v for k, v in values.items() if k != "run_name"}, sort_keys=True, default=str)
-    built = _BUILT.get(key)
-    if built is not None:
-        return built if built.run_name == values.get("run_name") else _renamed(built, values)
-    settings = build_settings(values)
-    if len(_BUILT) >= _CACHED:
-        _BUILT.pop(next(iter(_BUILT)))
-    _BUILT[key] = settings
-    return settings
-
-
-def _renamed(settings: RunSettings, values: dict[str, Any]) -> RunSettings:
-    """Validated settings under another run name (the only difference): the name checked, the rest kept."""
-    name = values.get("run_name")
-    check(name is None or safe_name(name), "run_name", name, SAFE_NAME_RULE)
-    config = {**settings.config, "run_name": name} if name is not None else settings.config
-    return settings.model_copy(update={"run_name": name, "config": config})
-
-
-def as_settings(cfg: RunSettings | DictConfig) -> RunSettings:
-    """The cell's settings: given, or validated from a composed config (once per process: settings_of), without
-    the checks of this machine (a config composed to build or inspect a part, not to start a cell)."""
-    return cfg if isinstance(cfg, RunSettings) else settings_of(cfg)
-
-
 # Keys the schema cannot mark: Hydra's own section, and Trainer arguments it does not declare that change no number.
 UNDECLARED_OUTSIDE_IDENTITY = ("hydra", "trainer.profiler", "trainer.enable_model_summary", "trainer.detect_anomaly")
 
 
-def _marks(model: type[BaseModel]) -> typing.Iterator[tuple[str, Any, list[Any]]]:
+def _marks(model: type[BaseModel]) -> Iterator[tuple[str, Any, list[Any]]]:
     for name, field in model.model_fields.items():
         yield name, field.annotation, field.metadata
 

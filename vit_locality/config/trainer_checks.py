@@ -1,6 +1,6 @@
 """The rules of the trainer section that its schema's field ranges cannot hold: the names Lightning takes, the
 Trainer arguments beyond the declared ones, the validation interval against an epoch's batches and the global batch
-against the devices. This machine's devices, and what only Lightning can judge, are run.checks'.
+against the devices. This machine's devices, and what only Lightning can judge, are the pre-check's (precheck/gate.py).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def limit_allowed(key: str) -> str:
 
 def check_trainer_limits(others: Mapping[str, Any]) -> dict[str, Any]:
     """The ranges of the other Trainer arguments a quick check or a debug config sets (limits, step counts,
-    fast_dev_run); whether the installed Trainer takes each at all is run.checks' to ask Lightning."""
+    fast_dev_run); whether the installed Trainer takes each at all is precheck/trainer_options.py's to ask Lightning."""
     for name in LIMITS:
         value = others.get(name)
         keeps_one = name not in ("limit_test_batches", "limit_train_batches") or value is None or value > 0

@@ -27,7 +27,6 @@ from vit_locality.data.on_device import (
     DeviceArrays,
     DeviceEvalLoader,
     DeviceTrainLoader,
-    resolve_on_device,
 )
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw, transform_seeded
 from vit_locality.data.workers import WORKER_START_METHOD, init_data_worker, usable_workers
@@ -132,7 +131,7 @@ class ImageDataModule(L.LightningDataModule):
         persistent_workers: bool = True,
         train_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
         seed: int = 0,
-        on_device: bool | str = False,
+        on_device: bool = False,
     ) -> None:
         super().__init__()
         self.root = root
@@ -145,7 +144,7 @@ class ImageDataModule(L.LightningDataModule):
         self.persistent_workers = persistent_workers
         self.train_transform = train_transform
         self.seed = seed
-        self.on_device = resolve_on_device(on_device, torch.cuda.is_available())  # builders: by the accelerator
+        self.on_device = on_device  # decided by the settings (RunSettings.data_on_device)
         self.batch_augment: BatchAugment | None = None
         self._device_arrays: DeviceArrays | None = None
         self.start_epoch = 0  # the epoch a resumed fit's first training loader draws (load_state_dict)
@@ -170,7 +169,7 @@ class ImageDataModule(L.LightningDataModule):
         arrays = self.load_arrays()
         arrays.check(self.name, self.image_size, self.num_classes)
         n_train = len(arrays.train_labels)
-        if not 0 <= self.val_size < n_train:
+        if not 0 <= self.val_size < n_train:  # the files read may hold fewer images than the official set
             raise DataError(
                 f"data.val_size={self.val_size}: must be in [0, {n_train - 1}] for {self.name} ({n_train} train)"
             )

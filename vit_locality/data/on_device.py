@@ -23,7 +23,6 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 import torch
 from torch.utils.data import SequentialSampler
@@ -33,29 +32,11 @@ from vit_locality.augment.batched_autoaugment import draw as draw_autoaugment
 from vit_locality.augment.batched_autoaugment import prepare as prepare_autoaugment
 from vit_locality.augment.per_sample import COLORJITTER_STRENGTH
 from vit_locality.catalog import COLORJITTER
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.data.sampling import ResumableEpoch
 from vit_locality.seeding import sample_seed
 
-ON_DEVICE_SETTINGS = ("auto", True, False)
 Batch = tuple[torch.Tensor, torch.Tensor]
-
-
-def uses_cuda(accelerator: str) -> bool:
-    """Whether `trainer.accelerator` trains on CUDA (auto: when this machine has it)."""
-    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-
-
-def data_on_device(settings: Any) -> bool:
-    """`data.on_device` of a cell's settings (or a recorded config): auto is on when the cell trains on CUDA; a
-    recorded config without the key was off."""
-    return resolve_on_device(getattr(settings.data, "on_device", False), uses_cuda(settings.trainer.accelerator))
-
-
-def resolve_on_device(setting: bool | str, cuda: bool) -> bool:
-    """`data.on_device`: `auto` is on when training runs on CUDA, where CPU workers would starve the GPU."""
-    if setting not in ON_DEVICE_SETTINGS:
-        raise ValueError(f"data.on_device={setting!r}: allowed values are auto, true, false")
-    return cuda if setting == "auto" else bool(setting)
 
 
 def augment_seed(seed: int, epoch: int, step: int) -> int:
@@ -158,9 +139,9 @@ def color_jitter(images: torch.Tensor, draws: ColorJitterDraws) -> torch.Tensor:
 class BatchAugment:
     """The protocol's per-sample training augmentation for whole batches: crop + flip, then the policy when on."""
 
-    def __init__(self, image_size: int, autoaug: bool, policy: str, grouping: str | None = None) -> None:
+    def __init__(self, image_size: int, protocol: TrainingProtocol, grouping: str | None = None) -> None:
         self.padding = image_size // 8
-        self.policy = policy if autoaug else None
+        self.policy = protocol.policy if protocol.autoaug else None
         self.grouping = grouping  # AutoAugment's (batched_autoaugment.apply); None: the device's default
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator, world: int = 1, rank: int = 0) -> torch.Tensor:

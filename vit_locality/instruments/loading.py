@@ -3,13 +3,12 @@ weights in `checkpoints/last.ckpt`, the hyper-parameters saved beside them, and 
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vit_locality.model.vit import ModelConfig, VisionTransformer
+from vit_locality.model.vit import VisionTransformer
 from vit_locality.store.checkpoints import last_checkpoint, load_checkpoint_bytes
 from vit_locality.store.file_read import CHECKPOINT_SIZE_LIMIT, read_regular_file
 
@@ -27,10 +26,11 @@ def read_checkpoint(run_dir: Path) -> dict[str, Any] | None:
 
 
 def model_from_checkpoint(checkpoint: dict[str, Any]) -> VisionTransformer:
-    """The ViT the checkpoint's LightningModule held, weights loaded, in eval mode."""
+    """The ViT the checkpoint's LightningModule held (its `model` hyper-parameter: the ViT's keyword arguments),
+    weights loaded, in eval mode."""
     hparams = checkpoint["hyper_parameters"]
-    arch = asdict(ModelConfig.from_mapping(hparams["model"]))
-    model = VisionTransformer(num_classes=int(hparams["num_classes"]), image_size=int(hparams["image_size"]), **arch)
+    size, classes = int(hparams["image_size"]), int(hparams["num_classes"])
+    model = VisionTransformer(num_classes=classes, image_size=size, **hparams["model"])
     prefix = "model."
     model.load_state_dict({k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
     return model.eval()
@@ -52,14 +52,11 @@ def normalise(images: torch.Tensor, checkpoint: dict[str, Any]) -> torch.Tensor:
 def probe_images(config: dict[str, Any], count: int) -> torch.Tensor:
     """The run's first `count` evaluation images, unaugmented (the probe set), rebuilt from its recorded config.
     Raises whatever the data layer raises when the data set is not on this machine."""
-    from omegaconf import OmegaConf
-
+    from vit_locality.config.settings import RunSettings
     from vit_locality.run.builders import build_datamodule
 
-    cfg = OmegaConf.create(config)
-    cfg.data.num_workers = 0
-    if "download" in cfg.data:
-        cfg.data.download = False  # a report never fetches data
-    datamodule = build_datamodule(cfg)
+    settings = RunSettings.from_record(config)
+    local = {"num_workers": 0} | ({"download": False} if "download" in type(settings.data).model_fields else {})
+    datamodule = build_datamodule(settings.model_copy(update={"data": settings.data.model_copy(update=local)}))
     datamodule.setup("validate")
     return datamodule.probe_images(count).cpu()

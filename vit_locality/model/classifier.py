@@ -1,15 +1,13 @@
 """The LightningModule: uint8 batches in, the protocol's batch mixing and loss, AdamW with warm-up + cosine.
 
-It takes three typed objects, the protocol (vit_locality.protocol), the optimiser settings and the architecture
-(ModelConfig), and stores each as a plain dict, so checkpoints load with `weights_only=True`. Checkpoints written
-before (one flat list of hyper-parameters) still load: `legacy_settings` maps them onto the three objects.
+Its settings arrive as plain dicts, the architecture (the ViT's keyword arguments), the protocol (its record form)
+and the `optim` section, so a checkpoint's hyper-parameters rebuild it with `weights_only=True`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -19,41 +17,17 @@ import torch.nn.functional as F
 from vit_locality.augment.fixed_batches import fixed_batches
 from vit_locality.augment.mixing import mix_batch
 from vit_locality.config.metric_names import TEST, eval_prefix
+from vit_locality.config.protocol import TrainingProtocol
+from vit_locality.config.schema import OptimConfig
 from vit_locality.errors import VitLocalityError
-from vit_locality.model.optimization import OptimSettings, adamw_with_decay_groups, warmup_cosine_schedule
-from vit_locality.model.vit import ModelConfig, VisionTransformer
-from vit_locality.protocol import Protocol
+from vit_locality.model.optimization import adamw_with_decay_groups, warmup_cosine_schedule
+from vit_locality.model.vit import VisionTransformer
 
 
 class NonFiniteLossError(VitLocalityError, RuntimeError):
     """The training loss became NaN or infinite; training stops before a checkpoint can store bad weights."""
 
     exit_code = 3
-
-
-# The flat hyper-parameters of checkpoints written before the module took typed objects, by where they now live.
-LEGACY_PROTOCOL = ("cutmix", "cutmix_alpha", "cutmix_prob")
-LEGACY_OPTIM = ("lr", "weight_decay", "betas", "warmup_epochs", "min_lr_ratio")
-
-
-def legacy_settings(flat: Mapping[str, Any]) -> tuple[Protocol, OptimSettings]:
-    """The protocol and optimiser settings of an older checkpoint's flat hyper-parameters. Such a checkpoint named
-    the AutoAugment policy only when it ran batched in the module (`device_autoaugment`); per-sample AutoAugment
-    happened in the data workers and left no trace in the module."""
-    known = {*LEGACY_PROTOCOL, *LEGACY_OPTIM, "label_smoothing", "device_autoaugment"}
-    unknown = sorted(set(flat) - known)
-    if unknown:
-        raise TypeError(f"ViTClassifier got unexpected hyper-parameters: {', '.join(unknown)}")
-    policy = flat.get("device_autoaugment")
-    protocol = Protocol(
-        autoaug=bool(policy),
-        policy=policy,
-        autoaug_device="gpu" if policy else "cpu",
-        ls=float(flat.get("label_smoothing", 0.0)),
-        **{key: flat[key] for key in LEGACY_PROTOCOL if key in flat},
-    )
-    optim = OptimSettings.from_mapping({key: flat[key] for key in LEGACY_OPTIM if key in flat})
-    return protocol.normalized(), optim
 
 
 def host_figure(value: float) -> torch.Tensor:
@@ -66,8 +40,8 @@ TRAIN_SUMS_ENTRY = "train_running_sums"  # the checkpoint's entry of the epoch's
 
 
 class ViTClassifier(L.LightningModule):
-    """Trains the ViT on one cell. `protocol` (the cell's augmentation and loss), `optim` and `model` are typed
-    objects, stored as plain dicts so checkpoints load weights-only."""
+    """Trains the ViT on one cell: `model` the ViT's keyword arguments, `protocol` the cell's augmentation and loss,
+    `optim` the `optim` section; each stored as a plain dict so checkpoints load weights-only."""
 
     def __init__(
         self,
@@ -75,20 +49,16 @@ class ViTClassifier(L.LightningModule):
         image_size: int,
         mean: list[float],
         std: list[float],
-        model: ModelConfig | Mapping[str, Any],
-        protocol: Protocol | Mapping[str, Any] | None = None,
-        optim: OptimSettings | Mapping[str, Any] | None = None,
+        model: Mapping[str, Any],
+        protocol: TrainingProtocol | Mapping[str, Any] | None = None,
+        optim: Mapping[str, Any] | None = None,
         nonfinite_check_every: int = 1,
         compile_model: bool = False,
-        **legacy: Any,
     ) -> None:
         super().__init__()
-        if legacy:  # a checkpoint written before the typed objects: flat cutmix, lr, label_smoothing, ...
-            protocol, optim = legacy_settings(legacy)
-        # Each given as its object, or as the plain dict a checkpoint stores.
-        self.protocol = protocol if isinstance(protocol, Protocol) else Protocol(**(protocol or {}))
-        self.optim = optim if isinstance(optim, OptimSettings) else OptimSettings.from_mapping(optim or {})
-        self.arch = model if isinstance(model, ModelConfig) else ModelConfig.from_mapping(model)
+        given = protocol or {}
+        self.protocol = given if isinstance(given, TrainingProtocol) else TrainingProtocol.from_record(given)
+        self.optim = dict(optim or OptimConfig().model_dump())  # a module built by hand: the section's defaults
         self.num_classes = num_classes
         self.save_hyperparameters(
             {
@@ -96,9 +66,9 @@ class ViTClassifier(L.LightningModule):
                 "image_size": image_size,
                 "mean": list(mean),
                 "std": list(std),
-                "model": asdict(self.arch),  # a plain dict of the architecture, as every checkpoint holds
-                "protocol": asdict(self.protocol),
-                "optim": asdict(self.optim),
+                "model": dict(model),
+                "protocol": self.protocol.model_dump(),
+                "optim": self.optim,
                 "nonfinite_check_every": nonfinite_check_every,
                 "compile_model": compile_model,
             }
@@ -107,7 +77,7 @@ class ViTClassifier(L.LightningModule):
         self._train_sums: torch.Tensor | None = None  # (loss x images, correct) over the epoch so far
         self._train_seen = 0
         self._eval_rows = 0  # the largest evaluation batch seen: a compiled model's one evaluation shape
-        self.model = VisionTransformer.from_config(self.arch, num_classes, image_size)
+        self.model = VisionTransformer(num_classes=num_classes, image_size=image_size, **model)
         # aug.device=gpu: AutoAugment runs here, batched on the device, instead of per sample in the workers.
         self.device_autoaugment: torch.nn.Module | None = None
         if self.protocol.batched_autoaugment:
@@ -271,7 +241,8 @@ class ViTClassifier(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optim = self.optim
-        optimizer = adamw_with_decay_groups(self.model, optim.lr, optim.weight_decay, optim.betas)
+        betas = tuple(float(beta) for beta in optim["betas"])
+        optimizer = adamw_with_decay_groups(self.model, float(optim["lr"]), float(optim["weight_decay"]), betas)
         trainer = self.trainer
         total = int(trainer.estimated_stepping_batches)
         epochs, per_epoch = trainer.max_epochs or 1, None
@@ -279,5 +250,6 @@ class ViTClassifier(L.LightningModule):
             if trainer.num_training_batches == float("inf"):
                 trainer.fit_loop.setup_data()  # as estimated_stepping_batches loads it when it needs the count
             per_epoch = max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
-        schedule = warmup_cosine_schedule(optimizer, total, epochs, optim.warmup_epochs, optim.min_lr_ratio, per_epoch)
+        warmup, floor = float(optim["warmup_epochs"]), float(optim["min_lr_ratio"])
+        schedule = warmup_cosine_schedule(optimizer, total, epochs, warmup, floor, per_epoch)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

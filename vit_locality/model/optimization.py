@@ -4,9 +4,6 @@ stepped per batch."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
 
 import torch
 
@@ -48,23 +45,3 @@ def warmup_cosine_schedule(
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: warmup_cosine(step, warmup, total_steps, min_lr_ratio)
     )
-
-
-@dataclass(frozen=True)
-class OptimSettings:
-    """The `optim` config group: AdamW's settings and the warm-up + cosine schedule's."""
-
-    lr: float = 1e-3
-    weight_decay: float = 0.05
-    betas: tuple[float, float] = (0.9, 0.999)
-    warmup_epochs: float = 5.0
-    min_lr_ratio: float = 0.0
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any]) -> OptimSettings:
-        """The settings in a config section or a checkpoint's dict, as plain floats; other keys are ignored."""
-        names = {field.name for field in fields(cls)}
-        values = {key: value for key, value in mapping.items() if key in names}
-        if "betas" in values:
-            values["betas"] = tuple(float(beta) for beta in values["betas"])
-        return cls(**{key: value if key == "betas" else float(value) for key, value in values.items()})

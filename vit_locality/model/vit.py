@@ -3,44 +3,21 @@ the statistics.
 
 One attention forward serves both, switched by `explicit`: fused, it calls `F.scaled_dot_product_attention`;
 explicit, it computes softmax(QK^T / sqrt(d)) in fp32 and also returns the per-head probabilities to measure.
-`forward` trains on the fused path; `forward_with_attention` runs the explicit one. The architecture's settings
-are one typed `ModelConfig`, the only list of them that checkpoints are rebuilt from.
+`forward` trains on the fused path; `forward_with_attention` runs the explicit one. The constructor's keyword
+arguments are the architecture: the `model` section's (`settings.model.architecture()`) and a checkpoint's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torchvision.ops import stochastic_depth
 
-from vit_locality.catalog import GRID_SIZE, POSITION_INITS
+from vit_locality.catalog import GRID_SIZE
 from vit_locality.model.position_code import sincos_position_code
-
-
-@dataclass
-class ModelConfig:
-    """The architecture: what a checkpoint's `model` hyper-parameter holds and a model is rebuilt from."""
-
-    depth: int = 8
-    dim: int = 192
-    heads: int = 8
-    mlp_ratio: float = 2.0
-    stem: str = "patch"
-    pos_init: str = "learned"
-    drop_path: float = 0.0  # stochastic depth's rate at the last block (0 in checkpoints written before it)
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any]) -> ModelConfig:
-        """The architecture keys of a `model` config or hyper-parameter; the others (name, compile) do not shape
-        the network and are ignored. A key it lacks (`stem` in older checkpoints) takes the default."""
-        names = {field.name for field in fields(cls)}
-        return cls(**{key: value for key, value in mapping.items() if key in names})
 
 
 class Attention(nn.Module):
@@ -48,8 +25,6 @@ class Attention(nn.Module):
 
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
-        if dim % heads:
-            raise ValueError(f"model.dim={dim} is not divisible by model.heads={heads}")
         self.heads = heads
         self.head_dim = dim // heads
         self.qkv = nn.Linear(dim, 3 * dim, bias=True)
@@ -165,14 +140,6 @@ class VisionTransformer(nn.Module):
         drop_path: float = 0.0,
     ) -> None:
         super().__init__()
-        if image_size % grid_size:
-            raise ValueError(f"image size {image_size} is not divisible by the {grid_size} x {grid_size} patch grid")
-        if depth < 1 or dim < 1 or heads < 1:
-            raise ValueError(f"model.depth={depth}, model.dim={dim}, model.heads={heads}: each must be >= 1")
-        if stem not in STEMS:
-            raise ValueError(f"model.stem={stem!r}: one of {', '.join(STEMS)}")
-        if pos_init not in POSITION_INITS:
-            raise ValueError(f"model.pos_init={pos_init!r}: one of {', '.join(POSITION_INITS)}")
         self.pos_init = pos_init
         self.grid_size = grid_size
         self.patch_size = image_size // grid_size
@@ -189,10 +156,6 @@ class VisionTransformer(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
         self._init_weights()
-
-    @classmethod
-    def from_config(cls, config: ModelConfig, num_classes: int, image_size: int) -> VisionTransformer:
-        return cls(num_classes=num_classes, image_size=image_size, **asdict(config))
 
     def restrict_attention(self, radius: int | None) -> None:
         """Every layer's attention restricted to each patch's neighbourhood of `radius` steps

@@ -25,6 +25,7 @@ from vit_locality.config.identity import (
     file_content_hash,
     identity_hash,
 )
+from vit_locality.config.settings import RunSettings
 
 # Keys (exact) the base of a run directory's name already shows (`<data>_<model>_aa<0|1>_cm<0|1>_ls<eps>_s<seed>`):
 # the data and model choices, the three flags and their presets, the seed; and config groups that only hold settings
@@ -127,7 +128,7 @@ def fitted_name(base: str, settings: dict[str, str], identity: str) -> str:
 
 
 def _typed_lookup(config: dict[str, Any]) -> Lookup:
-    """A Lookup of the validated config (`settings.config`): a dotted key's value, ABSENT where it has none."""
+    """A Lookup of the validated config (`settings.as_record()`): a dotted key's value, ABSENT where it has none."""
 
     def value_of(key: str) -> Any:
         node: Any = config
@@ -163,11 +164,11 @@ def existing_directory(parent: Path, base: str, identity: str) -> str | None:
     return None
 
 
-def cell_name(base: str, overrides: Iterable[str], settings: Any, parent: Path | None) -> str:
+def cell_name(base: str, overrides: Iterable[str], settings: RunSettings, parent: Path | None) -> str:
     """The run directory name of the cell whose validated settings are `settings` and whose command set
     `overrides`, in `parent` (None: no directory to look in)."""
     identity = identity_hash(settings)
     existing = existing_directory(parent, base, identity) if parent is not None else None
     if existing is not None:
         return existing
-    return fitted_name(base, named_settings(overrides, _typed_lookup(settings.config)), identity)
+    return fitted_name(base, named_settings(overrides, _typed_lookup(settings.as_record())), identity)

@@ -5,8 +5,8 @@ its fifth cell would train four cells first. This module expands the command lin
 experiment config) into its cells with Hydra's own parser and sweep expansion, composes each cell with Hydra's public
 compose API, and checks it and the output directory, so a typo costs a second. Hydra's refusals are turned into one
 line (refusals.explain); the pre-check adds a rule of its own (override_values). It names every cell's run directory
-the way the job will (names.cell_name), so two cells never write into one. Each cell is composed once here; with
-the entry point's hand-over to Hydra (upstream.hydra_composes_less) Hydra composes each cell once more, in its job.
+the way the job will (names.cell_name), so two cells never write into one. Each cell is composed once here; Hydra
+then runs its own checks and composes each cell once more, in its job.
 It belongs to the entry points, which are the only code that imports Hydra.
 """
 
@@ -31,31 +31,32 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from vit_locality.config.file_access import check_directory
-from vit_locality.config.identity import RESUME_MODE, canonical_value, covered_by_not_identity, identity_hash
-from vit_locality.config.settings import settings_of
+from vit_locality.config.identity import canonical_value, covered_by_not_identity, identity_hash
+from vit_locality.config.settings import RESUME_MODE, RunSettings
 from vit_locality.errors import ConfigError
 from vit_locality.precheck.composer import COMPOSITION_ERRORS, Cell, Composer
+from vit_locality.precheck.file_access import check_directory
+from vit_locality.precheck.gate import settings_from, validate_analysis
 from vit_locality.precheck.names import ABSENT, cell_name
 from vit_locality.precheck.occupied import occupied_problem
 from vit_locality.precheck.refusals import _group_options, explain, no_such_setting
 from vit_locality.precheck.resolvers import RUN_NAME, register_resolvers
-from vit_locality.run.checks import validate, validate_analysis
 from vit_locality.upstream import hydra_args_parser
 
 INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}
 
 
-def _check_train(cfg: DictConfig, remote: bool) -> None:
-    validate(cfg, check_devices=not remote)
-    if str(cfg.get("ckpt_mode")) == RESUME_MODE:  # the checkpoint's identity (torch loads only for a resume)
+def _check_train(cfg: DictConfig, remote: bool) -> RunSettings:
+    settings = settings_from(cfg, machine=not remote)
+    if settings.ckpt_mode == RESUME_MODE:  # the checkpoint's identity (torch loads only for a resume)
         from vit_locality.precheck.start_check import check_start
 
-        check_start(cfg)
+        check_start(settings)
+    return settings
 
 
 # What each entry point's config must satisfy; `remote` (a SLURM submission) skips comparing devices with this host.
-CHECKS: dict[str, Callable[[DictConfig, bool], None]] = {
+CHECKS: dict[str, Callable[[DictConfig, bool], RunSettings | None]] = {
     "train": _check_train,
     "analyze": lambda cfg, remote: validate_analysis(cfg),
 }
@@ -171,7 +172,6 @@ class Plan:
         # The command's own config: the whole cell of a single run; a sweep's fixed overrides (Hydra leaves the swept
         # ones to the cells).
         cfg, hydra_cfg = composer.cell(o.input_line for o in fixed)
-        self.mode = hydra_cfg.get("mode")  # what Hydra's own first composition (get_mode) would read
         _check_hydra_keys(composer, hydra_values, hydra_cfg)
         if not multirun:
             _refuse_saved_sweep_without_m(texts, hydra_cfg)
@@ -219,9 +219,8 @@ class Plan:
         check = CHECKS.get(self.composer.config_name)
         try:
             cfg, hydra_cfg = self.composer.cell(cell)
-            if check:
-                check(cfg, self.remote)
-            named = self._name(tuple(cell), cfg, hydra_cfg)
+            settings = check(cfg, self.remote) if check else None
+            named = self._name(tuple(cell), settings, cfg, hydra_cfg) if settings is not None else None
             run_dir = None if cfg.get("ckpt_path") else self.run_dirs.get(tuple(cell))  # a start's: the cell checks
             if taken := occupied_problem(run_dir, named and named[1], self.multirun, self.dirs):
                 return taken
@@ -235,19 +234,17 @@ class Plan:
         except COMPOSITION_ERRORS as error:
             return explain(error, self.composer.conf_dir, [self.composer.parse(text) for text in cell])
 
-    def _name(self, cell: Cell, cfg: DictConfig, hydra_cfg: DictConfig) -> tuple[str, str | None] | None:
+    def _name(
+        self, cell: Cell, settings: RunSettings, cfg: DictConfig, hydra_cfg: DictConfig
+    ) -> tuple[str, str | None] | None:
         """The cell's run directory name, as the job's `${cell_name:...}` gives it (names.cell_name, from the cell's
-        validated settings and overrides), and its identity hash; noted with its directory for the entry point
-        (`run_dirs`). None where the config has no run_name, or a value only the job resolves (an environment
-        variable)."""
-        if "run_name" not in cfg:
-            return None
+        settings and overrides), and its identity hash; noted with its directory for the entry point (`run_dirs`).
+        Outside a Hydra job the run name resolves to its base."""
         parent = self._parent(cfg, hydra_cfg)
         try:
-            settings = settings_of(cfg, named=False)
-            name = cell_name(str(cfg.run_name), cell, settings, parent)
+            name = cell_name(str(settings.run_name), cell, settings, parent)
             identity = identity_hash(settings)
-        except Exception:  # a value only the job resolves: the job names the cell itself
+        except OSError:  # a start checkpoint that cannot be read: the gate said so already
             return None
         if parent is not None:
             self.run_dirs[cell] = parent / name
@@ -319,7 +316,7 @@ def check_command(
 ) -> list[str]:
     """Problems found in the command's cells, as one-line messages (empty when every cell is fine). `counted`, when
     given, receives the number of cells a `-m` command runs (nothing for a single run or a search); `plan_out`, the
-    checked plan (each cell's run directory, the command's Hydra mode), for the entry point to hand to Hydra."""
+    checked plan (each cell's run directory), for the entry point to hand to the SLURM launcher."""
     if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
         return []
     unprintable = next((arg for arg in argv if not arg.isprintable()), None)

@@ -13,7 +13,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.config.settings import settings_of
+from vit_locality.config.settings import RunSettings
+from vit_locality.precheck.gate import resolved
 from vit_locality.precheck.names import cell_name
 
 RUN_NAME = "${run_name}"  # a directory template ending in it names the parent the cell's directory lives in
@@ -54,7 +55,7 @@ def _cell_name(base: str, *, _root_: DictConfig) -> str:
     job = _job()
     if job is None:
         return base
-    settings = settings_of(_root_, named=False)
+    settings = RunSettings.from_values(resolved(_root_))
     return cell_name(base, list(job.overrides.task), settings, parent_directory(job))
 
 
@@ -65,7 +66,8 @@ def register_resolvers() -> None:
     """What composing conf/ needs registered first: `${as_01:...}` (bool -> 0/1), `${compact_number:...}` (0.10 ->
     0.1) and `${cell_name:<base>}`, used by `run_name`; and an empty section open to new keys that the trainer
     section starts from, so any argument the installed Trainer takes is a `trainer.<name>` setting without `+` (Hydra's
-    struct mode refuses unknown keys everywhere else; run/checks.py asks Lightning about the trainer's). Idempotent."""
+    struct mode refuses unknown keys everywhere else; precheck/trainer_options.py asks Lightning about the trainer's).
+    Idempotent."""
     from hydra.core.config_store import ConfigStore
 
     open_section = OmegaConf.create({})

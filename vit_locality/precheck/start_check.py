@@ -13,31 +13,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
-
-from vit_locality.config.identity import RESUME_MODE, identity_hash
+from vit_locality.config.identity import identity_hash
+from vit_locality.config.settings import RESUME_MODE, RunSettings
 from vit_locality.errors import ConfigError
 from vit_locality.run.advice import refused_resume
 from vit_locality.store.file_read import CHECKPOINT_SIZE_LIMIT, UnreadableFile, open_regular_file
 
 
-def check_start(cfg: DictConfig) -> None:
+def check_start(settings: RunSettings) -> None:
     """ConfigError, in one line, when `ckpt_mode=resume` names a checkpoint this config did not write (or one that
     cannot be read as a checkpoint). Nothing to check without `ckpt_path`, with `ckpt_mode=weights`, or for a path
     that is not a file (the value checks name that)."""
-    given = cfg.get("ckpt_path")
-    if str(cfg.get("ckpt_mode")) != RESUME_MODE or given in (None, ""):
+    given = settings.ckpt_path
+    if settings.ckpt_mode != RESUME_MODE or given in (None, ""):
         return
     path = Path(str(given)).expanduser()
     if not path.is_file():
         return
     written_by = stamped_identity(path)
-    try:
-        identity = identity_hash(cfg)
-    except Exception:  # a value only the job resolves (an environment variable): the cell compares it
-        return
-    if written_by != identity:
-        raise ConfigError(refused_resume(cfg, path, written_by))
+    if written_by != identity_hash(settings):
+        raise ConfigError(refused_resume(settings, path, written_by))
 
 
 def stamped_identity(path: Path) -> str | None:

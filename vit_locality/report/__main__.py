@@ -18,8 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from vit_locality.config.file_access import check_directory
 from vit_locality.errors import ConfigError, run_as_command
+from vit_locality.precheck.file_access import check_directory
 from vit_locality.report.aggregate import Aggregate, aggregate
 from vit_locality.report.summary import architecture_warnings, sweep_dirs_problem
 from vit_locality.report.tables import ablation_tables, protocols_table

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vit_locality.config.identity import HASH_CHARS, NOT_IDENTITY, RESUME_MODE
-from vit_locality.protocol import Protocol
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.store.record import RunRecord
 
 Settings = tuple[tuple[str, str], ...]
@@ -34,12 +34,12 @@ UNSET = "unset"  # a setting one run of a cell lacks
 
 @dataclass(frozen=True)
 class GroupKey:
-    """A group of runs: data set, model, the protocol's grouped fields (Protocol.group_key) and, where the runs of
-    the cell differ in other settings, this group's values of them (key, value as printed)."""
+    """A group of runs: data set, model, the protocol's grouped fields (TrainingProtocol.group_key) and, where the
+    runs of the cell differ in other settings, this group's values of them (key, value as printed)."""
 
     data: str
     model: str
-    protocol: Protocol
+    protocol: TrainingProtocol
     settings: Settings = ()
 
     @property

@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig
+from vit_locality.config.settings import RunSettings
 
 
 def another_directory(run_dir: Path) -> str:
@@ -40,7 +40,7 @@ def way_out(run_dir: Path, multirun: bool, sweep_dir_set: bool) -> str:
 MAX_LISTED = 4  # differing settings a refusal names; the rest are counted
 
 
-def settings_that_differ(cfg: DictConfig, checkpoint: Path) -> str:
+def settings_that_differ(cfg: RunSettings, checkpoint: Path) -> str:
     """`; the settings that differ: optim.lr 0.002 there, 0.001 here, ...` from the record beside `checkpoint`
     (`<cell>/checkpoints/<file>` -> `<cell>/results.json`); empty when there is none to compare with."""
     from vit_locality.config.identity import canonical_text, processes, run_identity, start_checkpoint
@@ -72,7 +72,7 @@ def settings_that_differ(cfg: DictConfig, checkpoint: Path) -> str:
     return f"; the settings that differ: {', '.join(differ[:MAX_LISTED])}{more}"
 
 
-def refused_resume(cfg: DictConfig, checkpoint: Path, written_by: str | None) -> str:
+def refused_resume(cfg: RunSettings, checkpoint: Path, written_by: str | None) -> str:
     """The one line refusing `ckpt_mode=resume` of a checkpoint this config did not write (`written_by`: the identity
     stamped into it, None when it carries none): the settings that differ, never two hashes, and the way out."""
     head = f"ckpt_path={str(checkpoint)!r} with ckpt_mode=resume:"

@@ -25,10 +25,9 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
-from omegaconf import DictConfig
 
 from vit_locality.config.identity import identity_hash
-from vit_locality.config.settings import RunSettings, as_settings
+from vit_locality.config.settings import RunSettings
 from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError, VitLocalityError
 from vit_locality.run.advice import another_directory
@@ -37,11 +36,9 @@ from vit_locality.run.builders import (
     build_loggers,
     build_module,
     build_trainer,
-    cell_protocol,
     split_global_batch,
     trainer_world_size,
 )
-from vit_locality.run.checks import validate
 from vit_locality.run.interrupts import SigtermGate, requeue_after_time_limit, sigterm_raises
 from vit_locality.run.labels import add_labels
 from vit_locality.run.lock import RunLock
@@ -98,27 +95,20 @@ def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
     return None
 
 
-def protocol_record(cfg: RunSettings | DictConfig) -> dict[str, Any]:
-    """The record's `protocol` section (Protocol.record)."""
-    return cell_protocol(as_settings(cfg)).record()
-
-
 def is_rank_zero() -> bool:
     return rank_zero_only.rank == 0
 
 
-def run_cell(cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory) -> dict[str, Any]:
+def run_cell(settings: RunSettings, run_dir: Path, make_callbacks: CallbackFactory) -> dict[str, Any]:
     """Train and test one cell into `run_dir`; return its record (an existing one if complete).
 
-    `make_callbacks(settings, run_dir)` gives everything the Trainer gets besides loggers (callbacks.build_callbacks):
-    progress display, statistics, checkpointing and per-epoch reseeding, on which resume and its exactness depend.
-    The cell's settings are validated here once (the pre-check's, when it ran in this process) and every part is
-    built from them."""
-    settings = validate(cfg)
+    `settings` passed the gate (precheck/gate.py); every part is built from them. `make_callbacks(settings, run_dir)`
+    gives everything the Trainer gets besides loggers (callbacks.build_callbacks): progress display, statistics,
+    checkpointing and per-epoch reseeding, on which resume and its exactness depend."""
     apply_thread_count(settings.threads)  # before anything is built: the count sets the float sums' order
     run_dir = Path(run_dir)
     # `ckpt_path` is read once: the identity, the name and the weights all come from these bytes (start.py).
-    start_file = read_start_file(cfg, run_dir)
+    start_file = read_start_file(settings, run_dir)
     with pinned_start(start_file):
         identity = identity_hash(settings)
     # One process per run directory: DDP ranks > 0 (and other nodes) share rank 0's directory, and its lock.
@@ -126,7 +116,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory) ->
     try:
         with RunLock(run_dir) if holds_lock else nullcontext(), sigterm_raises() as gate, pinned_start(start_file):
             try:
-                return _run_locked(cfg, settings, run_dir, make_callbacks, identity, gate, start_file)
+                return _run_locked(settings, run_dir, make_callbacks, identity, gate, start_file)
             except (KeyboardInterrupt, SIGTERMException) as stop:  # before the cell recorded anything
                 raise _interruption(settings, gate, stop) from stop
     except CellInterrupted:
@@ -135,7 +125,6 @@ def run_cell(cfg: DictConfig, run_dir: Path, make_callbacks: CallbackFactory) ->
 
 
 def _run_locked(
-    cfg: DictConfig,
     settings: RunSettings,
     run_dir: Path,
     make_callbacks: CallbackFactory,
@@ -152,7 +141,7 @@ def _run_locked(
         return _skip_or_refuse(settings, run_dir, candidate, datamodule)
     # Before anything is recorded: a checkpoint of another config is refused without writing over its directory,
     # and so is a ckpt_path that is damaged or (ckpt_mode=resume) another cell's.
-    start = start_point(cfg, run_dir, identity, start_file)
+    start = start_point(settings, run_dir, identity, start_file)
     if start.section:
         record["start"] = start.section
     try:

@@ -17,7 +17,6 @@ from vit_locality.config.settings import RunSettings
 from vit_locality.data import ImageDataModule
 from vit_locality.data.fingerprint import data_difference
 from vit_locality.model.vit import count_parameters
-from vit_locality.run.builders import cell_protocol
 from vit_locality.store.record import RunRecord
 from vit_locality.tracking.versions import environment_versions
 
@@ -58,13 +57,13 @@ def setup_sections(settings: RunSettings, datamodule: ImageDataModule, model: An
             "eval_split": "val" if settings.data.val_size else "test",
         },
         "data_fingerprint": datamodule.fingerprint(),
-        "protocol": cell_protocol(settings).record(),
+        "protocol": settings.protocol.record(),
         "model": {
-            **settings.config["model"],
+            **settings.as_record()["model"],
             "patch_size": model.patch_size,
             "num_params": count_parameters(model),
         },
-        "config": settings.config,
+        "config": settings.as_record(),
         "versions": environment_versions(),
         "threads": torch.get_num_threads(),  # the count this cell computed with (run/threads.py), set or default
         # The vector instructions torch's kernels use (AVX2, AVX512, ...): other kernels round differently, so a cell

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from vit_locality.config.identity import HASH_CHARS, RESUME_MODE, START_NAME, bytes_content_hash, pinned_content_hash
+from vit_locality.config.identity import HASH_CHARS, START_NAME, bytes_content_hash, pinned_content_hash
+from vit_locality.config.settings import RESUME_MODE, RunSettings
 from vit_locality.errors import ConfigError, VitLocalityError
 from vit_locality.run.advice import refused_resume
 from vit_locality.run.resume_elsewhere import adopt_checkpoint, carry_history
@@ -77,10 +77,10 @@ class StartPoint:
     fit_metrics: dict[str, float] = field(default_factory=dict)
 
 
-def read_start_file(cfg: DictConfig, run_dir: Path) -> StartFile | None:
+def read_start_file(settings: RunSettings, run_dir: Path) -> StartFile | None:
     """`ckpt_path`'s bytes and their content hash (None without one); StartChanged, in one line, when the run
     directory's name (`..._ckpt-<hash>`) was given for other content than the file holds now."""
-    given = cfg.get("ckpt_path")
+    given = settings.ckpt_path
     if given in (None, ""):
         return None
     path = Path(str(given)).expanduser()
@@ -93,7 +93,7 @@ def read_start_file(cfg: DictConfig, run_dir: Path) -> StartFile | None:
         raise ConfigError(f"{allowed} ({error.strerror or error})") from None
     start = StartFile(path, bytes_content_hash(data), data)
     named = re.search(rf"_{re.escape(START_NAME)}-([0-9a-f]{{{HASH_CHARS}}})(?=_|$)", Path(run_dir).name)
-    if str(cfg.get("ckpt_mode")) != RESUME_MODE and named and named.group(1) != start.sha256[:HASH_CHARS]:
+    if settings.ckpt_mode != RESUME_MODE and named and named.group(1) != start.sha256[:HASH_CHARS]:
         raise StartChanged(
             f"ckpt_path={str(given)!r} changed after the cell was named: {Path(run_dir).name} is named for content "
             f"{named.group(1)}, the file now holds {start.sha256[:HASH_CHARS]}; nothing was trained or recorded: run "
@@ -108,31 +108,33 @@ def pinned_start(start: StartFile | None) -> contextlib.AbstractContextManager[N
     return contextlib.nullcontext() if start is None else pinned_content_hash(str(start.path), start.sha256)
 
 
-def start_point(cfg: DictConfig, run_dir: Path, identity: str, start: StartFile | None = None) -> StartPoint:
+def start_point(settings: RunSettings, run_dir: Path, identity: str, start: StartFile | None = None) -> StartPoint:
     """The cell's start, decided before anything is recorded. The run directory's own checkpoints
     (furthest_checkpoint) come first: a cell started from weights and then preempted resumes its own progress, not
     the weights again. A damaged `ckpt_path` raises DamagedCheckpoint, one of another cell with `ckpt_mode=resume`
     ForeignCheckpoint (each one line, exit status 2). `start` is `ckpt_path` as read_start_file read it."""
     own = furthest_checkpoint(run_dir, identity)
     if start is None:
-        start = read_start_file(cfg, run_dir)
+        start = read_start_file(settings, run_dir)
     if start is None:
         return StartPoint() if own is None else StartPoint(own.path, own.epochs, fit_metrics=own.fit_metrics)
     path = start.path
     section = {"ckpt_path": str(path.resolve()), "ckpt_mode": RESUME_MODE, "ckpt_sha256": start.sha256}
-    if str(cfg.get("ckpt_mode")) == RESUME_MODE:
-        return _resume_from(cfg, start, identity, run_dir, own, section)
+    if settings.ckpt_mode == RESUME_MODE:
+        return _resume_from(settings, start, identity, run_dir, own, section)
     checkpoint = load_checkpoint_bytes(start.take(), path, needs=("state_dict",))
     section.update(ckpt_mode="weights", ckpt_identity=checkpoint_identity(checkpoint))
     if own is not None:
-        log.info("%s: resuming its own checkpoint %s (it started from the weights of %s)", cfg.run_name, own.path, path)
+        log.info(
+            "%s: resuming its own checkpoint %s (it started from the weights of %s)", settings.run_name, own.path, path
+        )
         return StartPoint(own.path, own.epochs, None, section, own.fit_metrics)
-    log.info("%s: a new cell from the weights of %s (ckpt_mode=weights)", cfg.run_name, path)
+    log.info("%s: a new cell from the weights of %s (ckpt_mode=weights)", settings.run_name, path)
     return StartPoint(None, 0, checkpoint["state_dict"], section)
 
 
 def _resume_from(
-    cfg: DictConfig, start: StartFile, identity: str, run_dir: Path, own: CheckpointInfo | None, section: dict
+    settings: RunSettings, start: StartFile, identity: str, run_dir: Path, own: CheckpointInfo | None, section: dict
 ) -> StartPoint:
     """`ckpt_mode=resume`: the file continues this cell only if this cell wrote it; the furthest of it and the run
     directory's own checkpoints wins, so running the same command again after a preemption loses nothing. The file's
@@ -142,7 +144,7 @@ def _resume_from(
     data = start.take()
     info = checkpoint_info(load_checkpoint_bytes(data, start.path, needs=("global_step",)), start.path)
     if info.identity != identity:
-        raise ForeignCheckpoint(refused_resume(cfg, start.path, info.identity))
+        raise ForeignCheckpoint(refused_resume(settings, start.path, info.identity))
     if own is not None and own.global_step >= info.global_step:
         return StartPoint(own.path, own.epochs, None, section, own.fit_metrics)
     section["history_from"] = carry_history(run_dir, info, identity)

@@ -24,8 +24,8 @@ from typing import Any, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.errors import VitLocalityError
-from vit_locality.protocol import Protocol as TrainingProtocol  # typing.Protocol is imported here too
 from vit_locality.store.atomic import atomic_write_text
 from vit_locality.store.file_read import UnreadableFile, read_regular_file
 

@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from vit_locality.errors import ConfigError
-
 DEFAULT_HOST = "https://api.wandb.ai"
 
 
@@ -65,15 +63,3 @@ def resolve_mode(setting: str, environ: Mapping[str, str] | None = None) -> str:
             if chosen in ("online", "offline", "disabled"):
                 return chosen
     return "online" if api_key_source(environ) else "offline"
-
-
-def check_wandb_key(mode: str) -> None:
-    """An online W&B run needs an API key; without one wandb stops the run with a validation traceback. Checked
-    before any cell starts (`logger.wandb.mode=online`, or WANDB_MODE=online in the environment)."""
-    if mode != "online" and os.environ.get("WANDB_MODE") != "online":
-        return
-    if resolve_mode(mode) == "online" and api_key_source() is None:
-        raise ConfigError(
-            f"logger.wandb.mode={mode} needs a W&B API key, and none is set: set WANDB_API_KEY (or run `wandb "
-            "login`), or add logger.wandb.mode=offline (upload later with `wandb sync`)"
-        )

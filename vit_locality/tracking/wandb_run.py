@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import Logger, WandbLogger
-from omegaconf import DictConfig
 
 from vit_locality.config.identity import ID_CHARS, ID_SUFFIX, identity_hash
-from vit_locality.config.settings import RunSettings, as_settings
-from vit_locality.protocol import Protocol
+from vit_locality.config.settings import RunSettings
 from vit_locality.store.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT
 from vit_locality.store.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
 from vit_locality.tracking.quiet import quiet_wandb
@@ -48,22 +46,20 @@ class ConfigWandbLogger(WandbLogger):
         """Nothing: see the class docstring (the CSV logger keeps its hparams.yaml)."""
 
 
-def run_group(cfg: RunSettings | DictConfig) -> str:
+def run_group(settings: RunSettings) -> str:
     """The cell without its seed, for W&B's grouped charts (they then average the seeds of one cell and keep the 8
     cells, and any other swept setting, apart): the run name less `_s<seed>` and its `_id-<hex>`, ended by
     `_cell-<hex>`, the identity with the seed left out (a name cut short to fit still tells its cell apart).
     `logger.wandb.group` overrides it."""
-    settings = as_settings(cfg)
     if settings.logger.wandb.group:
         return str(settings.logger.wandb.group)
     readable = re.sub(rf"_s{settings.seed}(?=_|$)", "", ID_SUFFIX.sub("", str(settings.run_name)), count=1)
-    return f"{readable}_cell-{identity_hash({**settings.config, 'seed': None})[:ID_CHARS]}"
+    return f"{readable}_cell-{identity_hash({**settings.as_record(), 'seed': None})[:ID_CHARS]}"
 
 
-def run_tags(cfg: RunSettings | DictConfig) -> list[str]:
+def run_tags(settings: RunSettings) -> list[str]:
     """The cell's paper name and flags, data set, model, `sweep:<sweep_name>`, then the user's `tags`."""
-    settings = as_settings(cfg)
-    tags = Protocol.of_settings(settings).tags()
+    tags = settings.protocol.tags()
     tags += [settings.data.name, settings.model.name, f"sweep:{settings.sweep_name}", *map(str, settings.tags)]
     return list(dict.fromkeys(tag[:MAX_TAG] for tag in tags))
 
@@ -83,7 +79,7 @@ def wandb_logger(settings: RunSettings, run_dir: Path, run_id: str) -> ConfigWan
         id=run_id,
         resume="allow",
         mode=resolve_mode(str(wandb.mode)),
-        config=settings.config,
+        config=settings.as_record(),
     )
 
 

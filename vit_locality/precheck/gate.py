@@ -1,37 +1,32 @@
-"""The entry points of config validation: a composed train config (`validate`, building the cell's typed settings,
-settings.py), the analysis command's settings, and the checks of this machine (cores, memory, the data's files).
+"""The one gate a cell passes before anything is built: its composed config becomes `RunSettings`, then what only
+this installation and this machine can judge is checked (Trainer arguments beyond the declared ones, an online W&B
+run's key, devices, cores, memory, the data's files, a readable `ckpt_path`).
 
-The checks run before anything is built, so a typo costs a second, not a run: torch is imported only to count
-devices, and only when a check reaches that point; Lightning only when a `trainer.*` setting outside the declared
-ones, or an accelerator or strategy beyond the plain ones, is used.
+The pre-check runs it for every cell of a command before the first starts, and the job once more for its own cell
+(on a SLURM node, the node is the machine). Torch is imported only to count devices, Lightning only for a
+`trainer.*` setting outside the declared ones or an accelerator or strategy beyond the plain ones.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from vit_locality.config.fields import check, is_int
-from vit_locality.config.file_access import check_directory, file_problem
-from vit_locality.config.schema import TRAIN_SIZES, StatsConfig
-from vit_locality.config.settings import (
-    RunSettings,
-    early_layers_rule,
-    resolved,
-    settings_of,
-    typed_section,
-    undeclared_trainer_arguments,
-)
+from vit_locality.config.refusal import missing, typed_section
+from vit_locality.config.schema import StatsConfig
+from vit_locality.config.settings import REQUIRED, RunSettings, early_layers_rule, undeclared_trainer_arguments
 from vit_locality.errors import ConfigError
-from vit_locality.run import trainer_options
-from vit_locality.run.data_presence import check_data_present
-from vit_locality.tracking.wandb_mode import check_wandb_key
+from vit_locality.precheck import trainer_options
+from vit_locality.precheck.data_presence import check_data_present
+from vit_locality.precheck.file_access import check_directory, file_problem
+from vit_locality.tracking.wandb_mode import api_key_source, resolve_mode
 
-__all__ = ["TRAIN_SIZES", "validate", "validate_analysis", "validate_stats"]
 ANALYSIS_DEVICES = ("auto", "cpu", "cuda")
 # data/synthetic.py draws a split in float32 (noise, images and three temporaries: 12 bytes a value at the peak)
 # and keeps every split as uint8 (1 byte a value).
@@ -40,33 +35,58 @@ TRAINING_BYTES_PER_PARAMETER = 16  # weights, gradients and AdamW's two moments,
 WORKERS_PER_CORE = 4
 
 
-_CHECKED: dict[int, RunSettings] = {}  # settings already checked against this machine in this process (by id)
-_REMEMBERED = 8
+def resolved(cfg: DictConfig, keys: Iterable[str] | None = None) -> dict[str, Any]:
+    """The composed config as plain data, interpolations resolved: every key but Hydra's own section and the run
+    name, or the `keys` given. A setting the run needs that the config lacks, or a value that does not resolve, is a
+    one-line ConfigError naming its key."""
+    for name in REQUIRED:
+        if name not in cfg:
+            raise missing(name)
+    values: dict[str, Any] = {}
+    for key in keys if keys is not None else [str(key) for key in cfg if key not in ("hydra", "run_name")]:
+        try:
+            node = cfg[key]
+            values[key] = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+        except OmegaConfBaseException as error:
+            raise ConfigError(f"{key}: {str(error).splitlines()[0]}") from None
+    return values
 
 
-def validate(cfg: DictConfig | RunSettings, check_devices: bool = True) -> RunSettings:
-    """The cell's typed settings (settings.settings_of), or ConfigError on the first value outside its allowed
-    range; then what only this installation can judge (Trainer arguments beyond the declared ones, asked of the
-    installed Lightning; an online W&B run's key) and, unless `check_devices=False`, this machine (devices, cores,
-    memory, the data's files; a SLURM submission host has none of the compute nodes' GPUs, nor perhaps their data).
-    Each settings object is checked against the machine once per process."""
-    if isinstance(cfg, RunSettings):
-        settings = cfg
-    else:  # the installed Trainer judges its own arguments first: its words for a wrong type are the clearer
-        values = resolved(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
-        others = undeclared_trainer_arguments(values)
-        if others:
-            trainer_options.check_trainer_options(others)
-        settings = settings_of(values)
-    if settings.logger.wandb is not None:
-        check_wandb_key(str(settings.logger.wandb.mode))
-    if check_devices and id(settings) not in _CHECKED:
-        validate_devices(settings.trainer.arguments())
+def settings_from(cfg: DictConfig, machine: bool = True) -> RunSettings:
+    """The cell's settings, or ConfigError on the first value outside its allowed range (the run name, computed
+    from the others, last); then what only this installation can judge (Trainer arguments beyond the declared ones,
+    asked of the installed Lightning; an online W&B run's key) and, unless `machine=False` (a SLURM submission host
+    has none of the compute nodes' GPUs, nor perhaps their data), this machine."""
+    values = resolved(cfg)
+    others = undeclared_trainer_arguments(values)
+    if others:  # the installed Trainer judges its own arguments first: its words for a wrong type are the clearer
+        trainer_options.check_trainer_options(others)
+    settings = RunSettings.from_values(values)
+    if "run_name" in cfg:
+        settings = settings.named(resolved(cfg, ["run_name"])["run_name"])
+    check_installation(settings)
+    if machine:
         check_this_machine(settings)
-        if len(_CHECKED) >= _REMEMBERED:
-            _CHECKED.pop(next(iter(_CHECKED)))
-        _CHECKED[id(settings)] = settings  # kept alive, so its id is not reused while listed
     return settings
+
+
+def check_installation(settings: RunSettings) -> None:
+    """What this installation judges whatever the machine: an online W&B run needs an API key (without one wandb
+    stops the run with a validation traceback), and `ckpt_path` must be a file this user can read."""
+    wandb = settings.logger.wandb
+    if wandb is not None:
+        mode = str(wandb.mode)
+        online = mode == "online" or os.environ.get("WANDB_MODE") == "online"
+        if online and resolve_mode(mode) == "online" and api_key_source() is None:
+            raise ConfigError(
+                f"logger.wandb.mode={mode} needs a W&B API key, and none is set: set WANDB_API_KEY (or run `wandb "
+                "login`), or add logger.wandb.mode=offline (upload later with `wandb sync`)"
+            )
+    checkpoint = settings.ckpt_path
+    if checkpoint is not None:
+        problem = file_problem(Path(checkpoint).expanduser()) if checkpoint != "" else "empty"
+        allowed = f"null or a checkpoint file this user can read ({problem})"
+        check(problem is None, "ckpt_path", checkpoint, allowed)
 
 
 def _physical_memory() -> int | None:
@@ -78,9 +98,9 @@ def _physical_memory() -> int | None:
 
 
 def check_this_machine(settings: RunSettings) -> None:
-    """Sizes against this machine (data workers against its cores, a synthetic set and the model's training state
-    against its memory) and the data set's files. Skipped for a SLURM submission, whose compute nodes are other
-    machines."""
+    """Devices, data workers against the cores, a synthetic set and the model's training state against the memory,
+    and the data set's files."""
+    validate_devices(settings.trainer.arguments())
     data, model = settings.data, settings.model
     cores = os.cpu_count() or 1
     workers = f"an integer in [0, {WORKERS_PER_CORE * cores}]: {WORKERS_PER_CORE} per CPU core of this machine"
@@ -134,7 +154,7 @@ def available_devices(accelerator: str) -> tuple[int, str]:
     return os.cpu_count() or 1, "CPU cores (trainer.accelerator=cpu runs one process per device)"
 
 
-def validate_devices(trainer: Mapping[str, Any]) -> None:
+def validate_devices(trainer: dict[str, Any]) -> None:
     """`trainer.devices` against this machine, and an accelerator or strategy beyond the plain ones judged by
     Lightning's own connector here. One device on the CPU is always there (and needs no torch to count); auto, -1
     and a list of indices leave the count to Lightning."""

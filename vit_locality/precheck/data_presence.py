@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vit_locality.config.file_access import directory_problem
 from vit_locality.errors import ConfigError, first_line
+from vit_locality.precheck.file_access import directory_problem
 
 REACH_TIMEOUT_S = 5.0  # a server that has not answered a HEAD request by then counts as unreachable
 _ASKING: list[bool] = [False]
