@@ -11,12 +11,12 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback, RichProgressBar, TQDMProgressBar
 from vit_locality.callbacks.attention_stats import AttentionStatsCallback
-from vit_locality.callbacks.checkpointing import IdentityStamp, InterruptCheckpoint, last_checkpoint_callback
 from vit_locality.callbacks.epoch_log import EpochLineProgress, EpochLogCallback
 from vit_locality.callbacks.seeding import EpochReseed
 
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.settings import RunSettings
+from vit_locality.run.checkpoints import IdentityStamp, InterruptCheckpoint, last_checkpoint_callback
 
 
 def progress_display(style: str, terminal: bool | None = None) -> Callback:
@@ -54,9 +54,6 @@ __all__ = [
     "EpochLineProgress",
     "EpochLogCallback",
     "EpochReseed",
-    "IdentityStamp",
-    "InterruptCheckpoint",
     "build_callbacks",
-    "last_checkpoint_callback",
     "progress_display",
 ]

@@ -37,7 +37,7 @@ from vit_locality.attention.stats_log import (
 )
 from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
-from vit_locality.store.checkpoints import completed_epochs
+from vit_locality.run.checkpoints import completed_epochs
 from vit_locality.store.record import ATTENTION_CSV
 
 log = logging.getLogger("vit_locality")

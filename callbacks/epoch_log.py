@@ -4,30 +4,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import Callback, ProgressBar
 
+from vit_locality.run.checkpoints import host_numbers
 from vit_locality.sweep.durations import duration_text
 
 log = logging.getLogger("vit_locality")
 # The per-epoch evaluation figures are `val/*` (a held-out split) or `test_epoch/*` (the test set): either shows.
 SHOWN = ("train/loss_epoch", "val/loss", "val/acc1", "test_epoch/loss", "test_epoch/acc1", "train/acc1")
-
-
-def host_numbers(metrics: Mapping[str, torch.Tensor]) -> dict[str, float]:
-    """Single-number figures as floats, read in one copy per device and dtype (on a GPU each read waits for the
-    device); each value as `float(tensor)` gives it, with no cast on the device (MPS has no float64)."""
-    single = {name: value.detach().reshape(()) for name, value in metrics.items() if value.numel() == 1}
-    groups: dict[tuple[torch.device, torch.dtype], list[str]] = {}
-    for name, value in single.items():
-        groups.setdefault((value.device, value.dtype), []).append(name)
-    numbers: dict[str, float] = {}
-    for names in groups.values():
-        numbers.update(zip(names, map(float, torch.stack([single[name] for name in names]).tolist()), strict=True))
-    return {name: numbers[name] for name in single}
 
 
 def epochs_left(trainer: L.Trainer) -> int:

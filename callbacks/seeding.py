@@ -9,8 +9,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from vit_locality.run.checkpoints import completed_epochs
 from vit_locality.seeding import reseed_for_batch, reseed_for_epoch
-from vit_locality.store.checkpoints import completed_epochs
 
 
 class EpochReseed(Callback):

@@ -13,7 +13,7 @@ from test_results import complete_payload
 
 from vit_locality.data import download
 from vit_locality.data.base import DataError
-from vit_locality.run.checkpoint_io import AtomicCheckpointIO
+from vit_locality.run.checkpoints import AtomicCheckpointIO
 from vit_locality.store import atomic
 from vit_locality.store.record import RESULTS_FILE, read_record, write_record
 

@@ -13,17 +13,25 @@ import pytest
 import torch
 from helpers import InProcessTraining
 from torch.utils.data import DataLoader, TensorDataset
-from vit_locality.callbacks.checkpointing import IdentityStamp, last_checkpoint_callback
 
-from vit_locality.run.checkpoint_io import AtomicCheckpointIO
-from vit_locality.store.checkpoints import (
+from vit_locality.run.checkpoints import (
+    AtomicCheckpointIO,
     ForeignCheckpoint,
+    IdentityStamp,
     discard_interrupted,
+    furthest_checkpoint,
     interrupted_checkpoint,
     last_checkpoint,
+    last_checkpoint_callback,
     previous_checkpoint,
-    resume_point,
 )
+
+
+def resume_point(run_dir: Path, identity: str) -> tuple[Path | None, int]:
+    """The furthest checkpoint's path and completed epochs; (None, 0) for a fresh start."""
+    best = furthest_checkpoint(run_dir, identity)
+    return (None, 0) if best is None else (best.path, best.epochs)
+
 
 IDENTITY = "0123456789abcdef"
 
@@ -168,7 +176,7 @@ def test_a_damaged_checkpoint_is_one_line_for_every_reader(tmp_path, damage, cap
     from vit_locality.analyze import load_checkpoint
     from vit_locality.errors import ConfigError, exit_code_of
     from vit_locality.instruments.loading import read_checkpoint
-    from vit_locality.store.checkpoints import DamagedCheckpoint
+    from vit_locality.run.checkpoints import DamagedCheckpoint
 
     path = last_checkpoint(tmp_path)
     AtomicCheckpointIO().save_checkpoint(lightning_checkpoint(4, 1), path)

@@ -21,8 +21,8 @@ from vit_locality.errors import ConfigError
 from vit_locality.precheck.preflight import check_command
 from vit_locality.precheck.start_check import check_start
 from vit_locality.run import cell
-from vit_locality.run.advice import settings_that_differ
-from vit_locality.store.checkpoints import DamagedCheckpoint, ForeignCheckpoint
+from vit_locality.run.checkpoints import DamagedCheckpoint, ForeignCheckpoint
+from vit_locality.run.start import settings_that_differ
 
 CELL = [*QUICK, "stats.enabled=false"]
 
@@ -263,7 +263,7 @@ def test_a_checkpoint_replaced_after_the_identity_is_built_is_not_what_the_cell_
 REPLACED_AFTER_NAMING = """
 import os, sys
 from vit_locality.run import cell
-from vit_locality.run.advice import settings_that_differ
+from vit_locality.run.start import settings_that_differ
 staged, target = sys.argv[1], sys.argv[2]
 real = cell.run_cell
 def replaced_then_run(*args, **kwargs):

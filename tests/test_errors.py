@@ -8,8 +8,8 @@ from vit_locality.data.base import DataError
 from vit_locality.errors import ConfigError, VitLocalityError, exit_code_of, first_line
 from vit_locality.model.classifier import NonFiniteLossError
 from vit_locality.run.cell import CellInterrupted
+from vit_locality.run.checkpoints import DamagedCheckpoint, ForeignCheckpoint
 from vit_locality.run.lock import RunLocked
-from vit_locality.store.checkpoints import DamagedCheckpoint, ForeignCheckpoint
 from vit_locality.store.record import RecordError
 from vit_locality.upstream import UpstreamChanged
 

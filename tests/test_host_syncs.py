@@ -121,7 +121,7 @@ def test_autoaugment_groups_on_a_cpu_and_selects_without_host_reads_elsewhere(mo
 def test_epoch_figures_are_read_in_one_copy_per_device_and_dtype() -> None:
     """The progress line and the checkpoint stamp read the epoch's figures: each as float() gives it, and one read
     per (device, dtype), not one per figure; a figure of several numbers is left out."""
-    from vit_locality.callbacks.epoch_log import host_numbers
+    from vit_locality.run.checkpoints import host_numbers
 
     figures = {
         "val/loss": torch.tensor(0.1234567, dtype=torch.float32) + torch.zeros(()),

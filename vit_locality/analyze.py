@@ -91,7 +91,7 @@ def _not_ours(checkpoint: Path, why: str) -> ConfigError:
 def load_checkpoint(checkpoint: Path) -> dict[str, Any]:
     """The checkpoint's contents, or ConfigError when it is not one of this project's: random bytes, a truncated
     download or another program's file would fail deep inside Lightning."""
-    from vit_locality.store.checkpoints import DamagedCheckpoint, read_checkpoint_file
+    from vit_locality.run.checkpoints import DamagedCheckpoint, read_checkpoint_file
 
     try:
         return read_checkpoint_file(checkpoint, needs=CHECKPOINT_KEYS)
@@ -143,7 +143,7 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     from vit_locality.attention.units import shown
     from vit_locality.config.settings import RunSettings
     from vit_locality.run.builders import build_datamodule
-    from vit_locality.store.checkpoints import completed_epochs
+    from vit_locality.run.checkpoints import completed_epochs
 
     validate_analysis(cfg)
     checkpoint = Path(cfg.ckpt_path)

@@ -17,15 +17,14 @@ import pytest
 import torch
 from helpers import REPO, Spawner
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from test_checkpoint_io import IDENTITY, lightning_checkpoint, saved_step, write_checkpoints
+from test_checkpoint_io import IDENTITY, lightning_checkpoint, resume_point, saved_step, write_checkpoints
 
-from vit_locality.run.checkpoint_io import AtomicCheckpointIO
-from vit_locality.store.checkpoints import (
+from vit_locality.run.checkpoints import (
+    AtomicCheckpointIO,
     ForeignCheckpoint,
     interrupted_checkpoint,
     last_checkpoint,
     previous_checkpoint,
-    resume_point,
 )
 
 # In a child process: save the step-8 checkpoint over argv[1], but SIGKILL the process once half its bytes are on
@@ -34,7 +33,7 @@ KILLED_MID_WRITE = """
 import io, os, signal, sys
 import torch
 from test_checkpoint_io import lightning_checkpoint
-from vit_locality.run.checkpoint_io import AtomicCheckpointIO
+from vit_locality.run.checkpoints import AtomicCheckpointIO
 
 real_save = torch.save
 

@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 from helpers import QUICK, Spawner
-from test_checkpoint_io import IDENTITY, write_checkpoints
+from test_checkpoint_io import IDENTITY, resume_point, write_checkpoints
 
 from vit_locality.errors import exit_code_of
-from vit_locality.store.checkpoints import (
+from vit_locality.run.checkpoints import (
     NotACheckpointFile,
     interrupted_checkpoint,
     last_checkpoint,
     previous_checkpoint,
-    resume_point,
 )
 
 

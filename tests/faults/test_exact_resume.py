@@ -14,6 +14,7 @@ import pytest
 import torch
 from helpers import QUICK, Spawner, wait_for_step
 
+from vit_locality.instruments.loading import model_from_checkpoint
 from vit_locality.run.interrupts import SigtermGate
 
 STEPS_PER_EPOCH, EPOCHS = 8, 3
@@ -103,3 +104,44 @@ def test_a_signal_mid_epoch_resumes_to_the_unbroken_weights(
     assert a.keys() == b.keys()
     assert [k for k in a if not torch.equal(a[k], b[k])] == [], f"signalled after step {step}"
     assert record["metrics"] == reference["metrics"], f"signalled after step {step}"
+
+
+def _as_the_previous_release_wrote_it(path: Path) -> None:
+    """Rewrite a checkpoint into the layout of the release before settings became one object: compared with a run of
+    that release on the same cell, its hyper-parameters are the only entry that differs (the architecture with all
+    seven keys, the protocol without `device`, the optimiser's values as floats and its betas a tuple)."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    hparams = checkpoint["hyper_parameters"]
+    hparams["model"] = {"stem": "patch", "pos_init": "learned", **hparams["model"]}
+    hparams["protocol"] = {key: value for key, value in hparams["protocol"].items() if key != "device"}
+    optim = hparams["optim"]
+    hparams["optim"] = {**{k: float(v) for k, v in optim.items() if k != "betas"}, "betas": tuple(optim["betas"])}
+    torch.save(checkpoint, path)
+
+
+def test_a_cell_the_previous_release_stopped_resumes_and_one_it_finished_is_skipped(
+    unbroken_runs: dict[str, Path], tmp_path: Path, spawns: Spawner
+) -> None:
+    args = [*WORKERS, f"hydra.run.dir={tmp_path / 'run'}"]
+    step = _mid_epoch_step(random.Random())
+    log, progress, run_dir = tmp_path / "stopped.log", tmp_path / "step", tmp_path / "run"
+    proc = spawns.start_paced_train(args, tmp_path, log, progress, pause_s=0.3)
+    wait_for_step(progress, step, proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143, log.read_text()[-3000:]
+    for name in ("interrupted.ckpt", "last.ckpt"):
+        _as_the_previous_release_wrote_it(run_dir / "checkpoints" / name)
+
+    resumed = spawns.run_train(args, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"after its batch {step % STEPS_PER_EPOCH}" in resumed.stdout + resumed.stderr
+    a = _checkpoint(unbroken_runs["workers"], "last.ckpt")["state_dict"]
+    b = _checkpoint(run_dir, "last.ckpt")["state_dict"]
+    assert [k for k in a if not torch.equal(a[k], b[k])] == [], f"signalled after step {step}"
+    assert _record(run_dir)["metrics"] == _record(unbroken_runs["workers"])["metrics"]
+
+    _as_the_previous_release_wrote_it(run_dir / "checkpoints" / "last.ckpt")
+    model = model_from_checkpoint(_checkpoint(run_dir, "last.ckpt"))  # the report's instruments read it too
+    assert all(torch.equal(value, b[f"model.{key}"]) for key, value in model.state_dict().items())
+    again = spawns.run_train(args, cwd=tmp_path)
+    assert again.returncode == 0 and "is complete already: skipped" in again.stdout + again.stderr

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from vit_locality.model.vit import VisionTransformer
-from vit_locality.store.checkpoints import last_checkpoint, load_checkpoint_bytes
+from vit_locality.run.checkpoints import last_checkpoint, load_checkpoint_bytes
 from vit_locality.store.file_read import CHECKPOINT_SIZE_LIMIT, read_regular_file
 
 MODEL_ENTRIES = ("state_dict", "hyper_parameters")  # what rebuilding the model needs from a checkpoint

@@ -38,7 +38,7 @@ from vit_locality.report.aggregate import Aggregate, Group, summarise
 from vit_locality.report.figures import early_layers, emergence_series, per_head_tables
 from vit_locality.report.run_settings import slug
 from vit_locality.report.table_format import MISSING, Table, format_figure, format_stat
-from vit_locality.store.checkpoints import DamagedCheckpoint
+from vit_locality.run.checkpoints import DamagedCheckpoint
 from vit_locality.store.file_read import UnreadableFile
 from vit_locality.store.record import RunRecord
 

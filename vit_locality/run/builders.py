@@ -22,7 +22,7 @@ from vit_locality.data import ImageDataModule, datamodule_class
 from vit_locality.data.on_device import BatchAugment
 from vit_locality.errors import ConfigError
 from vit_locality.model.classifier import ViTClassifier
-from vit_locality.run.checkpoint_io import AtomicCheckpointIO
+from vit_locality.run.checkpoints import AtomicCheckpointIO
 from vit_locality.tracking.csv_log import ResumableCSVLogger
 from vit_locality.tracking.wandb_run import first_run_id, wandb_logger
 

@@ -39,13 +39,13 @@ from vit_locality.run.builders import (
     split_global_batch,
     trainer_world_size,
 )
+from vit_locality.run.checkpoints import discard_interrupted
 from vit_locality.run.interrupts import SigtermGate, requeue_after_time_limit, sigterm_raises
 from vit_locality.run.labels import add_labels
 from vit_locality.run.lock import RunLock
 from vit_locality.run.record_sections import data_change, identity_sections, result_sections, setup_sections
 from vit_locality.run.start import StartFile, StartPoint, load_start_weights, pinned_start, read_start_file, start_point
 from vit_locality.run.threads import apply_thread_count
-from vit_locality.store.checkpoints import discard_interrupted
 from vit_locality.store.record import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_record, write_record
 from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, finish_wandb, publish_run_files, recorded_run_id
 

@@ -1,19 +1,19 @@
 """Where a cell starts: from scratch, from its own checkpoint (a re-run resuming), or from a user's `ckpt_path`.
 
-`ckpt_path=FILE` (with the default `ckpt_mode=weights`) starts a NEW cell from the file's model weights: optimizer,
-schedule and epoch start afresh, and the file's content hash is part of the cell's identity and directory name
-(config/identity.py), so it never shares a record with a cell trained from scratch. `ckpt_mode=resume` continues
-the cell that wrote the file (optimizer, epoch and all), and only when the checkpoint's stored identity is this
-run's; into another directory, the checkpoint and the statistics before it come along (resume_elsewhere.py).
+`ckpt_path=FILE` (`ckpt_mode=weights`) starts a NEW cell from the file's model weights; the file's content hash is
+part of its identity and directory name, so it never shares a record with a cell trained from scratch.
+`ckpt_mode=resume` continues the cell that wrote the file, and only that cell: its stamped identity must be this
+run's. Lightning's `fit(ckpt_path=...)` resumes any file it is given, so the choice and the refusal are made here.
 
-The file is read once (`read_start_file`), before the identity is built: its content hash is pinned for the
-cell's run (identity.pinned_content_hash), and the weights are loaded from those same bytes, so the identity, the
-record's `start.ckpt_sha256` and the weights always agree, whatever happens to the file later (StartChanged).
+The file is read once (`read_start_file`), before the identity is built: its content hash is pinned for the cell's
+run (identity.pinned_content_hash) and the weights are loaded from those same bytes, so the identity, the record's
+`start.ckpt_sha256` and the weights always agree, whatever happens to the file later (StartChanged).
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import logging
 import re
 from dataclasses import dataclass, field
@@ -22,27 +22,39 @@ from typing import Any
 
 import torch
 
-from vit_locality.config.identity import HASH_CHARS, START_NAME, bytes_content_hash, pinned_content_hash
+from vit_locality.attention.stats_log import CSV_FIELDS, write_csv
+from vit_locality.config.identity import (
+    HASH_CHARS,
+    START_NAME,
+    bytes_content_hash,
+    canonical_text,
+    pinned_content_hash,
+    processes,
+    run_identity,
+    start_checkpoint,
+)
 from vit_locality.config.settings import RESUME_MODE, RunSettings
 from vit_locality.errors import ConfigError, VitLocalityError
-from vit_locality.run.advice import refused_resume
-from vit_locality.run.resume_elsewhere import adopt_checkpoint, carry_history
-from vit_locality.store.checkpoints import (
+from vit_locality.run.checkpoints import (
     CheckpointInfo,
     ForeignCheckpoint,
+    adopt_checkpoint,
     checkpoint_identity,
     checkpoint_info,
     furthest_checkpoint,
     load_checkpoint_bytes,
     read_checkpoint_bytes,
 )
+from vit_locality.store.file_read import read_csv_rows
+from vit_locality.store.record import ATTENTION_CSV, CHECKPOINT_DIR, RecordError, read_record
 
 log = logging.getLogger("vit_locality")
+MAX_LISTED = 4  # differing settings a refusal names; the rest are counted
 
 
 class StartChanged(VitLocalityError):
-    """`ckpt_path` holds other content than the cell's directory was named for: the file was replaced after the cell
-    was named. Training would record one checkpoint's weights under another's name."""
+    """`ckpt_path` holds other content than the cell's directory was named for: training would record one
+    checkpoint's weights under another's name."""
 
     exit_code = 2
 
@@ -66,9 +78,8 @@ class StartFile:
 @dataclass
 class StartPoint:
     """How the cell begins: `resume` a checkpoint to continue (None: a fresh fit) after `epochs` epochs; `weights`
-    a model state dict to load before a fresh fit; `section` what the record says about a user's checkpoint;
-    `fit_metrics` the figures of the resumed checkpoint's last finished epoch (the record's, should the fit train no
-    further epoch)."""
+    a state dict to load before a fresh fit; `section` what the record says about a user's checkpoint;
+    `fit_metrics` the figures of the resumed checkpoint's last epoch (the record's, should the fit train no more)."""
 
     resume: Path | None = None
     epochs: int = 0
@@ -85,7 +96,7 @@ def read_start_file(settings: RunSettings, run_dir: Path) -> StartFile | None:
         return None
     path = Path(str(given)).expanduser()
     allowed = f"ckpt_path={str(given)!r} is not allowed: a checkpoint file this user can read"
-    if not path.is_file():  # checked before the run too (checks.py); the file may have gone since
+    if not path.is_file():  # the gate checked it; the file may have gone since
         raise ConfigError(allowed)
     try:
         data = read_checkpoint_bytes(path)
@@ -109,13 +120,12 @@ def pinned_start(start: StartFile | None) -> contextlib.AbstractContextManager[N
 
 
 def start_point(settings: RunSettings, run_dir: Path, identity: str, start: StartFile | None = None) -> StartPoint:
-    """The cell's start, decided before anything is recorded. The run directory's own checkpoints
-    (furthest_checkpoint) come first: a cell started from weights and then preempted resumes its own progress, not
-    the weights again. A damaged `ckpt_path` raises DamagedCheckpoint, one of another cell with `ckpt_mode=resume`
-    ForeignCheckpoint (each one line, exit status 2). `start` is `ckpt_path` as read_start_file read it."""
+    """The cell's start, decided before anything is recorded. The run directory's own checkpoints come first: a cell
+    started from weights and then preempted resumes its own progress, not the weights again. `start` is `ckpt_path`
+    as read_start_file read it; a damaged one raises DamagedCheckpoint, another cell's with `ckpt_mode=resume`
+    ForeignCheckpoint (each one line, exit status 2)."""
     own = furthest_checkpoint(run_dir, identity)
-    if start is None:
-        start = read_start_file(settings, run_dir)
+    start = start if start is not None else read_start_file(settings, run_dir)
     if start is None:
         return StartPoint() if own is None else StartPoint(own.path, own.epochs, fit_metrics=own.fit_metrics)
     path = start.path
@@ -125,9 +135,8 @@ def start_point(settings: RunSettings, run_dir: Path, identity: str, start: Star
     checkpoint = load_checkpoint_bytes(start.take(), path, needs=("state_dict",))
     section.update(ckpt_mode="weights", ckpt_identity=checkpoint_identity(checkpoint))
     if own is not None:
-        log.info(
-            "%s: resuming its own checkpoint %s (it started from the weights of %s)", settings.run_name, own.path, path
-        )
+        started = f"it started from the weights of {path}"
+        log.info("%s: resuming its own checkpoint %s (%s)", settings.run_name, own.path, started)
         return StartPoint(own.path, own.epochs, None, section, own.fit_metrics)
     log.info("%s: a new cell from the weights of %s (ckpt_mode=weights)", settings.run_name, path)
     return StartPoint(None, 0, checkpoint["state_dict"], section)
@@ -137,10 +146,8 @@ def _resume_from(
     settings: RunSettings, start: StartFile, identity: str, run_dir: Path, own: CheckpointInfo | None, section: dict
 ) -> StartPoint:
     """`ckpt_mode=resume`: the file continues this cell only if this cell wrote it; the furthest of it and the run
-    directory's own checkpoints wins, so running the same command again after a preemption loses nothing. The file's
-    bytes become the run directory's last.ckpt, and its earlier statistics come along (resume_elsewhere.py).
-    Another cell's checkpoint is refused before the command starts (precheck/start_check.py); refused here too, for
-    a file replaced since (ForeignCheckpoint, the same line)."""
+    directory's own checkpoints wins. The file's bytes become the run directory's last.ckpt (so no later write to
+    the source changes what was resumed), and its earlier statistics come along (carry_history)."""
     data = start.take()
     info = checkpoint_info(load_checkpoint_bytes(data, start.path, needs=("global_step",)), start.path)
     if info.identity != identity:
@@ -153,8 +160,8 @@ def _resume_from(
 
 
 def load_start_weights(module: torch.nn.Module, weights: dict[str, Any], path: str) -> None:
-    """Load a checkpoint's model weights into a freshly built module; a checkpoint of another architecture is a
-    one-line ConfigError naming `ckpt_path`, before anything trains."""
+    """Load a checkpoint's model weights into a freshly built module; another architecture's is a one-line
+    ConfigError naming `ckpt_path`, before anything trains."""
     try:
         module.load_state_dict(weights, strict=True)
     except RuntimeError as error:
@@ -163,3 +170,90 @@ def load_start_weights(module: torch.nn.Module, weights: dict[str, Any], path: s
         raise ConfigError(
             f"ckpt_path={path!r} is not allowed: its weights do not fit this config's model ({why[:200]})"
         ) from None
+
+
+def carry_history(run_dir: Path, info: CheckpointInfo, identity: str) -> str | None:
+    """Start the run directory's attention_stats.csv with the rows, up to `info.epochs`, of the directory the resumed
+    checkpoint belongs to (`<dir>/checkpoints/<file>` beside a record of this identity); that directory, or None, with
+    a warning, when it holds no such history."""
+    source_dir = Path(info.path).resolve().parent.parent
+    why = _why_not_history(source_dir, info, identity)
+    if why is None:
+        try:
+            rows = read_csv_rows(source_dir / ATTENTION_CSV)
+            for row in rows:
+                if not set(CSV_FIELDS[:9]) <= set(row) <= set(CSV_FIELDS):
+                    raise ValueError(f"its columns are not among {', '.join(CSV_FIELDS)}")
+                int(row["epoch"])  # ValueError for a row that names no epoch
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, csv.Error) as error:
+            why = f"its {ATTENTION_CSV} is unreadable ({type(error).__name__}: {error})"
+    if why is not None:
+        log.warning(
+            "resumed from %s: %s, so %s holds the statistics of the epochs after epoch %d only",
+            info.path,
+            why,
+            ATTENTION_CSV,
+            info.epochs,
+        )
+        return None
+    kept = [row for row in rows if int(row["epoch"]) <= info.epochs]
+    write_csv(Path(run_dir) / ATTENTION_CSV, kept)
+    epochs = sorted({int(row["epoch"]) for row in kept})
+    log.info("attention statistics of epochs %s carried over from %s", epochs, source_dir / ATTENTION_CSV)
+    return str(source_dir)
+
+
+def _why_not_history(source_dir: Path, info: CheckpointInfo, identity: str) -> str | None:
+    if Path(info.path).resolve().parent.name != CHECKPOINT_DIR:
+        return f"the checkpoint is not in a run directory's {CHECKPOINT_DIR}/"
+    try:
+        record = read_record(source_dir)
+    except RecordError as error:
+        return f"the record of {source_dir} is unusable ({error})"
+    if record is None or record.identity_hash != identity:
+        return f"{source_dir} holds no record of this cell"
+    if not (source_dir / ATTENTION_CSV).exists():
+        return f"{source_dir} holds no {ATTENTION_CSV}"
+    return None
+
+
+def settings_that_differ(settings: RunSettings, checkpoint: Path) -> str:
+    """`; the settings that differ: optim.lr 0.002 there, 0.001 here, ...` from the record beside `checkpoint`
+    (`<cell>/checkpoints/<file>` -> `<cell>/results.json`); empty when there is none to compare with."""
+    try:
+        record = read_record(Path(checkpoint).resolve().parent.parent)
+    except RecordError:
+        return ""
+    recorded = (record.data.get("config") if record is not None else None) or {}
+    if not isinstance(recorded, dict) or not recorded:
+        return ""
+    theirs, mine = run_identity(recorded), run_identity(settings)
+    differ = [
+        f"{key} {canonical_text(theirs.get(key))} there, {canonical_text(mine.get(key))} here"
+        for key in sorted(theirs.keys() | mine.keys())
+        if canonical_text(theirs.get(key)) != canonical_text(mine.get(key))
+    ]
+    if processes(recorded) != processes(settings):
+        differ.append(f"processes {processes(recorded)} there, {processes(settings)} here")
+    started, starts = start_checkpoint(recorded), start_checkpoint(settings)
+    if started != starts:
+        there, here = (f"weights of {path}" if path else "scratch" for path in (started, starts))
+        differ.append(f"start {there} there, {here} here")  # a start from weights is part of the identity
+    if not differ:
+        return "; the settings are the same: the checkpoint comes from older code"
+    more = f" and {len(differ) - MAX_LISTED} more" if len(differ) > MAX_LISTED else ""
+    return f"; the settings that differ: {', '.join(differ[:MAX_LISTED])}{more}"
+
+
+def refused_resume(settings: RunSettings, checkpoint: Path, written_by: str | None) -> str:
+    """The one line refusing `ckpt_mode=resume` of a checkpoint this config did not write (`written_by`: its stamped
+    identity, None when it carries none): the settings that differ, never two hashes, and the way out."""
+    head = f"ckpt_path={str(checkpoint)!r} with ckpt_mode=resume:"
+    way_out = "resume only continues the cell that wrote it (ckpt_mode=weights starts a new cell from its weights)"
+    if written_by is None:
+        return f"{head} the checkpoint records no config (a cell of this project did not write it); {way_out}"
+    differ = settings_that_differ(settings, checkpoint)
+    if not differ:
+        record = Path(checkpoint).resolve().parent.parent / "results.json"
+        differ = f" (no record of it at {record} to name the settings that differ)"
+    return f"{head} the checkpoint is another cell's{differ}; {way_out}"

@@ -31,6 +31,9 @@ from vit_locality.store.file_read import UnreadableFile, read_regular_file
 
 RESULTS_FILE = "results.json"
 ATTENTION_CSV = "attention_stats.csv"
+CHECKPOINT_DIR = "checkpoints"  # last.ckpt at epoch ends, interrupted.ckpt after a signal (run/checkpoints.py)
+LAST_CHECKPOINT = "last.ckpt"
+INTERRUPTED_CHECKPOINT = "interrupted.ckpt"
 STATUSES = ("running", "interrupted", "failed", "complete")
 # A record is a few kilobytes; anything this large is not one, and reading it whole could exhaust memory.
 RECORD_SIZE_LIMIT = 64 * 2**20

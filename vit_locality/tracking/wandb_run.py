@@ -19,8 +19,14 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 
 from vit_locality.config.identity import ID_CHARS, ID_SUFFIX, identity_hash
 from vit_locality.config.settings import RunSettings
-from vit_locality.store.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT
-from vit_locality.store.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
+from vit_locality.store.record import (
+    ATTENTION_CSV,
+    CHECKPOINT_DIR,
+    LAST_CHECKPOINT,
+    RESULTS_FILE,
+    RecordError,
+    read_record,
+)
 from vit_locality.tracking.quiet import quiet_wandb
 from vit_locality.tracking.wandb_mode import resolve_mode
 from vit_locality.upstream import wandb_init_arguments
