@@ -163,10 +163,16 @@ def test_every_group_option_validates_as_its_section() -> None:
 
 
 def test_shared_bases_are_never_offered_as_options() -> None:
-    """conf/data/_shared.yaml and _downloadable.yaml are what the data sets' files start from, not data sets."""
-    assert {p.name for p in CONF.glob("*/_*.yaml")} == {"_shared.yaml", "_downloadable.yaml"}
+    """conf/data/_shared.yaml, _downloadable.yaml and conf/model/_base.yaml are what the files start from, not
+    options."""
+    assert {str(p.relative_to(CONF)) for p in CONF.glob("*/_*.yaml")} == {
+        "data/_shared.yaml",
+        "data/_downloadable.yaml",
+        "model/_base.yaml",
+    }
     refusal = check_command(["data=_bogus"], CONF)[0]
     assert refusal.endswith("one of cifar10, cifar100, glyphs, synthetic, tiny_imagenet")
+    assert check_command(["model=_bogus"], CONF)[0].endswith("vit_small, vit_tiny, vit_tiny_sincos")
 
 
 def test_typed_floats_make_zero_and_zero_point_zero_one_identity() -> None:
