@@ -177,9 +177,10 @@ class RunSettings(BaseModel):
         return {**self.trainer.arguments(), **self.trainer_options}
 
     def as_record(self) -> dict[str, Any]:
-        """The config as plain data, each value as validated (`loss.ls=0` and `0.0` are one value), the Trainer's
-        other arguments in its section: the record's `config`, W&B's config and the identity's source."""
-        values = self.model_dump(exclude={"trainer_options"}, serialize_as_any=True)
+        """The config as JSON data, each value as validated (`loss.ls=0` and `0.0` are one value), the Trainer's
+        other arguments in its section: the record's `config` as written and read back, W&B's config and the
+        identity's source."""
+        values = self.model_dump(mode="json", exclude={"trainer_options"}, serialize_as_any=True)
         values["trainer"] = self.trainer_arguments()
         return values
 
