@@ -2,7 +2,7 @@
 
 Crop + flip are always on (but while Lightning overfits a few batches: fixed_batches.py); `autoaug` adds
 AutoAugment (one sub-policy drawn per image, because the transform is called per sample) or ColorJitter, whichever
-policy the protocol resolved for the data set.
+policy the protocol resolved for the data set; `erasing` adds torchvision's RandomErasing last.
 """
 
 from __future__ import annotations
@@ -29,4 +29,6 @@ def build_train_transform(image_size: int, protocol: TrainingProtocol) -> v2.Com
             steps.append(v2.ColorJitter(brightness=strength, contrast=strength, saturation=strength))
         else:
             steps.append(v2.AutoAugment(v2.AutoAugmentPolicy(protocol.policy)))
+    if protocol.erasing:  # a box of the image set to 0 (torchvision's default value), last
+        steps.append(v2.RandomErasing(p=protocol.erasing_prob, scale=protocol.erasing_scale, value=0))
     return v2.Compose(steps)

@@ -8,17 +8,23 @@ in one line and tags it; the module, the record, W&B and the reports all read it
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import math
+from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vit_locality.catalog import CELL_NAMES, COLORJITTER, resolve_policy
-from vit_locality.config.fields import Choice, Flag, Number, check
+from vit_locality.config.fields import Choice, Flag, NeutralAt, Number, Rule, check
 
 # ruff: noqa: UP045  (pydantic reads these annotations at runtime on Python 3.10)
 
 SECTION = ConfigDict(frozen=True, extra="forbid")  # every section: read-only once validated, no unknown key
 ALPHA_RULE = "> 0, finite"
+SHARES_RULE = "two shares of the image 0 <= a <= b <= 1, e.g. [0.02,0.33]"
+
+
+def _shares(pair: tuple[float, float]) -> bool:
+    return len(pair) == 2 and all(math.isfinite(v) for v in pair) and 0 <= pair[0] <= pair[1] <= 1
 
 
 def applies_when(flag: str) -> dict[str, Any]:
@@ -40,11 +46,21 @@ class AugConfig(BaseModel):
     cutmix_prob: Number("a number in [0, 1]", ge=0, le=1) = Field(1.0, **applies_when("cutmix"))
     mixup: Flag() = False
     mixup_alpha: Number(ALPHA_RULE, gt=0) = Field(1.0, **applies_when("mixup"))
+    # Random Erasing, CutMix's box without its label mixing: left out of the identity while off, as before it existed.
+    erasing: Annotated[Flag(), NeutralAt(False)] = False
+    erasing_prob: Annotated[Number("a number in [0, 1]", ge=0, le=1), NeutralAt(0.5)] = Field(
+        0.5, **applies_when("erasing")
+    )
+    erasing_scale: Annotated[Rule(_shares, SHARES_RULE, tuple[float, float]), NeutralAt([0.02, 0.33])] = Field(
+        (0.02, 0.33), **applies_when("erasing")
+    )
 
     @model_validator(mode="after")
     def _one_mixer(self) -> AugConfig:
         # One batch mixer at a time: MixUp is CutMix's spatially global control, not an addition to it.
         check(not (self.mixup and self.cutmix), "aug.mixup", self.mixup, "false when aug.cutmix=true (one mixer)")
+        after_batched = self.erasing and self.autoaug and self.device == "gpu"  # the workers would erase first
+        check(not after_batched, "aug.erasing", True, "false with aug.autoaug=true and aug.device=gpu (use cpu)")
         return self
 
 
@@ -63,7 +79,8 @@ def check_policy_device(aug: AugConfig, data_name: str) -> None:
         check(resolved != COLORJITTER, "aug.device", "gpu", "cpu when the policy is colorjitter (Tiny-ImageNet)")
 
 
-GROUPED_FIELDS = ("autoaug", "cutmix", "ls", "mixup")  # what puts runs in one report group; the rest are settings
+# What puts runs in one report group; the protocol's other fields are settings the report compares.
+GROUPED_FIELDS = ("autoaug", "cutmix", "ls", "mixup", "erasing")
 WHERE_SHOWN = {"gpu": ", batched on gpu", "data_on_device": ", batched on the device"}  # in the description
 
 
@@ -127,9 +144,9 @@ class TrainingProtocol(AugConfig):
 
     @property
     def cell_name(self) -> str:
-        """The paper's name of the cell, `+MU` added under MixUp (`Baseline+MU`): a cell the paper did not run is
-        never named as one it did."""
-        return CELL_NAMES[self.flags] + ("+MU" if self.mixup else "")
+        """The paper's name of the cell, `+MU` added under MixUp and `+RE` under Random Erasing (`Baseline+RE`): a
+        cell the paper did not run is never named as one it did."""
+        return CELL_NAMES[self.flags] + ("+MU" if self.mixup else "") + ("+RE" if self.erasing else "")
 
     def describe(self) -> str:
         """One line stating the effective protocol: `crop+flip | autoaugment(cifar10) | cutmix(alpha=1.0)`."""
@@ -143,14 +160,17 @@ class TrainingProtocol(AugConfig):
             parts.append(f"cutmix(alpha={self.cutmix_alpha}{p})")
         if self.mixup:
             parts.append(f"mixup(alpha={self.mixup_alpha})")
+        if self.erasing:
+            parts.append(f"erasing(p={self.erasing_prob}, scale={self.erasing_scale})")
         if self.ls:
             parts.append(f"ls={self.ls}")
         return " | ".join(parts)
 
     def tags(self) -> list[str]:
-        """W&B tags: the cell's name and its flags (`Modern`, `aa1`, `cm1`, `ls0.1`), `mu1` under MixUp."""
+        """W&B tags: the cell's name and its flags (`Modern`, `aa1`, `cm1`, `ls0.1`), `mu1` under MixUp, `re1` under
+        Random Erasing."""
         tags = [self.cell_name, f"aa{int(self.autoaug)}", f"cm{int(self.cutmix_mixes)}", f"ls{self.ls:g}"]
-        return [*tags, "mu1"] if self.mixup else tags
+        return tags + ["mu1"] * self.mixup + ["re1"] * self.erasing
 
     def group_key(self) -> TrainingProtocol:
         """What puts two runs in one report group: the GROUPED_FIELDS, every other field at its default."""

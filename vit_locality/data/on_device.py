@@ -6,7 +6,8 @@ the device once and every training batch is made there in a few batched operatio
 of the worker path:
 
     gather the batch (epoch permutation) -> random crop with zero padding + horizontal flip, per sample
-      -> AutoAugment (batched_autoaugment) or ColorJitter, per sample -> [the module: CutMix, normalise]
+      -> AutoAugment (batched_autoaugment) or ColorJitter, per sample -> Random Erasing, per sample
+      -> [the module: CutMix, normalise]
 
 Random stream. The epoch's order and the resume position are the worker path's own (sampling.ResumableEpoch), so
 both paths see the same samples in the same batches. The augmentation draws come from a generator on the device
@@ -136,12 +137,50 @@ def color_jitter(images: torch.Tensor, draws: ColorJitterDraws) -> torch.Tensor:
     return out
 
 
+ERASING_RATIO = (0.3, 3.3)  # torchvision's RandomErasing aspect ratios (height / width), drawn log-uniformly
+ERASING_TRIES = 10  # torchvision's: a box that does not fit is drawn again, at most this often, else none
+
+
+def draw_erasing(
+    batch: int, height: int, width: int, prob: float, scale: tuple[float, float], generator: torch.Generator
+) -> torch.Tensor:
+    """torchvision's RandomErasing draws for a whole batch, as (B, 4) int64 top, left, height, width (all 0:
+    nothing erased): erase with probability `prob`; up to ten tries of an area (a uniform share in `scale`) and a
+    log-uniform aspect ratio, rounded to pixels, the first that fits inside the image taken; a uniform corner."""
+    device = generator.device
+    erased = torch.rand(batch, generator=generator, device=device) < prob
+    share = torch.empty(batch, ERASING_TRIES, device=device).uniform_(*scale, generator=generator)
+    log_low, log_high = math.log(ERASING_RATIO[0]), math.log(ERASING_RATIO[1])
+    ratio = torch.empty(batch, ERASING_TRIES, device=device).uniform_(log_low, log_high, generator=generator).exp()
+    area = share.double() * (height * width)
+    tall, wide = (area * ratio).sqrt().round().long(), (area / ratio).sqrt().round().long()
+    fits = (tall < height) & (wide < width)
+    first = fits.long().argmax(dim=1, keepdim=True)  # the first try that fits
+    tall, wide = tall.gather(1, first).squeeze(1), wide.gather(1, first).squeeze(1)
+    corner = torch.rand(batch, 2, generator=generator, device=device)
+    top, left = (corner[:, 0] * (height - tall + 1)).long(), (corner[:, 1] * (width - wide + 1)).long()
+    kept = erased & fits.any(dim=1)  # an image none of whose tries fits is left whole, as torchvision does
+    return torch.stack([top, left, tall, wide], dim=1) * kept[:, None]
+
+
+def erase(images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    """Every image with its box (draw_erasing) set to 0, torchvision's default value; the rest untouched."""
+    top, left, tall, wide = boxes.to(images.device).unbind(1)
+    rows = torch.arange(images.shape[-2], device=images.device)[None]
+    cols = torch.arange(images.shape[-1], device=images.device)[None]
+    in_rows = (rows >= top[:, None]) & (rows < (top + tall)[:, None])
+    in_cols = (cols >= left[:, None]) & (cols < (left + wide)[:, None])
+    return images.masked_fill((in_rows[:, :, None] & in_cols[:, None, :])[:, None], 0)
+
+
 class BatchAugment:
-    """The protocol's per-sample training augmentation for whole batches: crop + flip, then the policy when on."""
+    """The protocol's per-sample training augmentation for whole batches: crop + flip, then the policy and the
+    erasing when on."""
 
     def __init__(self, image_size: int, protocol: TrainingProtocol, grouping: str | None = None) -> None:
         self.padding = image_size // 8
         self.policy = protocol.policy if protocol.autoaug else None
+        self.erasing = (protocol.erasing_prob, protocol.erasing_scale) if protocol.erasing else None
         self.grouping = grouping  # AutoAugment's (batched_autoaugment.apply); None: the device's default
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator, world: int = 1, rank: int = 0) -> torch.Tensor:
@@ -161,6 +200,9 @@ class BatchAugment:
         elif self.policy is not None:
             drawn = draw_autoaugment(total, generator, policy=self.policy)
             images = apply_autoaugment(images, drawn if rows is None else drawn.rows(rows), self.grouping)
+        if self.erasing is not None:
+            boxes = draw_erasing(total, *images.shape[-2:], *self.erasing, generator)
+            images = erase(images, boxes if rows is None else boxes[rows])
         return images
 
     def prepare(self, device: torch.device, height: int, width: int) -> None:
