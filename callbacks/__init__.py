@@ -1,8 +1,5 @@
-"""Lightning callbacks of a training run, and the one factory that assembles them for a cell's Trainer.
-
-Dependencies run one way: entry points -> callbacks -> vit_locality; nothing in vit_locality imports this
-package, so the library stays usable (and testable) without it.
-"""
+"""Lightning callbacks of a training run, and the factory that assembles them for a cell's Trainer. Nothing else in
+vit_locality imports this package, so the library stays usable without it."""
 
 from __future__ import annotations
 
@@ -20,26 +17,19 @@ from vit_locality.run.checkpoints import IdentityStamp, InterruptCheckpoint, las
 
 
 def progress_display(style: str, terminal: bool | None = None) -> Callback:
-    """A bar (`tqdm`, `rich`) on a terminal; one log line per epoch, with the time left, for `none` and wherever
-    stderr is not a terminal (a redirected log, a batch job), where a bar would flood the file with redraws."""
+    """A bar (`tqdm`, `rich`) on a terminal; else one log line per epoch, as a bar would flood a log with redraws."""
+    bars = {"tqdm": TQDMProgressBar, "rich": RichProgressBar}
     on_terminal = sys.stderr.isatty() if terminal is None else terminal
-    if style in ("tqdm", "rich") and not on_terminal:
-        return EpochLineProgress()
-    if style == "tqdm":
-        return TQDMProgressBar()
-    if style == "rich":
-        return RichProgressBar()
-    return EpochLogCallback()
+    if style not in bars:
+        return EpochLogCallback()
+    return bars[style]() if on_terminal else EpochLineProgress()
 
 
 def build_callbacks(settings: RunSettings, run_dir: Path) -> list[Callback]:
-    """Everything a cell's Trainer gets besides loggers: progress display, attention statistics (unless
-    `stats.enabled=false`), per-epoch reseeding, the cell's identity in every checkpoint, `last.ckpt` every
-    `callbacks.checkpoint_every_n_epochs` epochs, and `interrupted.ckpt` on SIGTERM/SIGINT."""
+    """A cell's Trainer callbacks: progress, attention statistics, reseeding, identity stamp and checkpoints."""
     chosen: list[Callback] = [progress_display(str(settings.callbacks.progress_bar))]
-    stats = settings.stats
-    if stats.enabled:
-        chosen.append(AttentionStatsCallback(run_dir, stats))
+    if settings.stats.enabled:
+        chosen.append(AttentionStatsCallback(run_dir, settings.stats))
     chosen += [
         EpochReseed(settings.seed),
         IdentityStamp(identity_hash(settings)),
@@ -47,13 +37,3 @@ def build_callbacks(settings: RunSettings, run_dir: Path) -> list[Callback]:
         last_checkpoint_callback(run_dir, settings.callbacks.checkpoint_every_n_epochs),
     ]
     return chosen
-
-
-__all__ = [
-    "AttentionStatsCallback",
-    "EpochLineProgress",
-    "EpochLogCallback",
-    "EpochReseed",
-    "build_callbacks",
-    "progress_display",
-]

@@ -1,17 +1,9 @@
-"""Measure every head's Mean Attention Distance and entropy on a fixed probe set while a cell trains.
-
-At initialisation (epoch 0), every `every_n_epochs`, and on the final model: eval mode, no gradients, the
-explicit fp32 attention path (training keeps the fused kernel). Scalars go to every logger, per-head rows to
-`attention_stats.csv` in the run directory, the final tables to results.json (`record_section`), and two
-pictures to PNG at the end.
-
-Distances are stored in one convention, the unit square, in all of these, W&B included: a W&B panel overlays the
-runs of a sweep under one key, so a key holding each run's own `stats.units` would put two conventions side by
-side. `stats.units` chooses only what a person reads: the log line and the pictures.
-"""
+"""Attention statistics on the probe set at initialisation, every `every_n_epochs` and at the end, to the loggers,
+`attention_stats.csv`, results.json and pictures; stored on the unit square, W&B included (`stats.units`: display)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -21,20 +13,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 
-from vit_locality.attention import plots
+from vit_locality.attention import plots, stats_log
 from vit_locality.attention.noise_band import surround_band
 from vit_locality.attention.probe import ProbeResult, probe_attention
-from vit_locality.attention.stats_log import (
-    CSV_FIELDS,
-    attention_section,
-    headline_line,
-    headline_of_rows,
-    probe_rows,
-    read_csv,
-    save_pictures,
-    scalar_metrics,
-    write_csv,
-)
 from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
 from vit_locality.run.checkpoints import completed_epochs
@@ -44,10 +25,11 @@ log = logging.getLogger("vit_locality")
 
 
 class AttentionStatsCallback(Callback):
-    """Attention statistics through training; see the module docstring for when and where they go."""
+    """Attention statistics through training (see the module docstring)."""
 
     def __init__(self, run_dir: str | Path, settings: StatsConfig | None = None) -> None:
         self.run_dir = Path(run_dir)
+        self.csv_path = self.run_dir / ATTENTION_CSV
         self.settings = settings or StatsConfig()
         self.rows: list[dict[str, Any]] = []
         self.initial: dict[str, float] | None = None  # the initial model's headline pair
@@ -57,31 +39,21 @@ class AttentionStatsCallback(Callback):
         self._resumed_at: int | None = None  # epochs done by the checkpoint the fit resumes from
         self.band: dict[str, Any] | None = None  # surround_pref's noise band at initialisation (noise_band.py)
 
-    @property
-    def csv_path(self) -> Path:
-        return self.run_dir / ATTENTION_CSV
-
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         """Called before `on_fit_start` when the fit resumes: the epochs the checkpoint has done."""
         self._resumed_at = completed_epochs(checkpoint)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """A fresh fit starts the CSV anew (rows of an attempt that never reached a checkpoint would double epoch 0)
-        and measures the initial model; a resumed fit keeps the rows up to its checkpoint, and its initial pair.
-        Either measures the surround preference's noise band (fixed seeds: a resumed fit measures the same band)."""
+        """Measure the noise band, then the initial model (a fresh fit) or keep the rows up to the checkpoint."""
         self._measure_band(trainer, pl_module)
         if self._resumed_at is None:
             self.rows = []
-            initial = self._measure(trainer, pl_module, epoch=0)
-            self.initial = {
-                "min_mad_early": initial.min_mad_early(),
-                "mean_entropy_early": initial.mean_entropy_early(),
-            }
+            self.initial = self._measure(trainer, pl_module, epoch=0).headline()
             return
-        self.rows = [row for row in read_csv(self.csv_path) if int(row["epoch"]) <= self._resumed_at]
+        self.rows = [row for row in stats_log.read_csv(self.csv_path) if int(row["epoch"]) <= self._resumed_at]
         if self.rows:
             self._last_measured_epoch = max(int(row["epoch"]) for row in self.rows)
-        self.initial = headline_of_rows(self.rows, epoch=0, early_layers=self.settings.early_layers)
+        self.initial = stats_log.headline_of_rows(self.rows, epoch=0, early_layers=self.settings.early_layers)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         completed = trainer.current_epoch + 1
@@ -96,7 +68,7 @@ class AttentionStatsCallback(Callback):
             logger.save()
         if self.settings.pictures and trainer.is_global_zero:
             band = self.band["surround_pref"] if self.band else None
-            paths = save_pictures(self.final, self.run_dir, self.run_dir.name, band)
+            paths = stats_log.save_pictures(self.final, self.run_dir, self.run_dir.name, band)
             log.info("attention pictures: %s", ", ".join(str(p) for p in paths))
 
     def _probe_batch(self, trainer: L.Trainer, pl_module: L.LightningModule) -> torch.Tensor:
@@ -106,25 +78,17 @@ class AttentionStatsCallback(Callback):
         return pl_module.preprocess(self._probe.to(pl_module.device))
 
     def _measure_band(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The band on untrained models of the module's architecture (ViTClassifier's `model` hyper-parameter); none
-        for another module, and on ranks other than 0, which record nothing."""
+        """The band on untrained models of the module's `model` hyper-parameter; none for another module or rank."""
         arch = getattr(pl_module, "hparams", {}).get("model")
         if not isinstance(arch, dict) or not trainer.is_global_zero:
             return
         classes, size = pl_module.hparams["num_classes"], pl_module.hparams["image_size"]
-
-        def build() -> VisionTransformer:
-            return VisionTransformer(num_classes=classes, image_size=size, **arch)
-
+        build = functools.partial(VisionTransformer, num_classes=classes, image_size=size, **arch)
         design = (repr(sorted(arch.items())), classes, size)
-        self.band = surround_band(build, self._probe_batch(trainer, pl_module), self.settings, design=design)
-        log.info(
-            "surround_pref noise band at initialisation: %.4f (%d seeds x %d heads, %s)",
-            self.band["surround_pref"],
-            len(self.band["seeds"]),
-            self.band["heads"],
-            "reused from this process's earlier cell" if self.band["reused"] else f"{self.band['seconds']:.1f} s",
-        )
+        band = self.band = surround_band(build, self._probe_batch(trainer, pl_module), self.settings, design=design)
+        how = "reused from this process's earlier cell" if band["reused"] else f"{band['seconds']:.1f} s"
+        figures = (band["surround_pref"], len(band["seeds"]), band["heads"], how)
+        log.info("surround_pref noise band at initialisation: %.4f (%d seeds x %d heads, %s)", *figures)
 
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> ProbeResult:
         images = self._probe_batch(trainer, pl_module)
@@ -133,17 +97,15 @@ class AttentionStatsCallback(Callback):
         self._last_measured_epoch = epoch
         if not trainer.is_global_zero:
             return result
-        # A measurement replaces any earlier one of the same epoch (a re-run measuring its final model again).
-        self.rows = [row for row in self.rows if int(row["epoch"]) != epoch] + probe_rows(
-            result, epoch, trainer.global_step
-        )
-        write_csv(self.csv_path, self.rows)
-        metrics = scalar_metrics(result)
+        kept = [row for row in self.rows if int(row["epoch"]) != epoch]  # a re-measured epoch replaces its rows
+        self.rows = kept + stats_log.probe_rows(result, epoch, trainer.global_step)
+        stats_log.write_csv(self.csv_path, self.rows)
+        metrics = stats_log.scalar_metrics(result)
         for logger in trainer.loggers:
             logger.log_metrics({**metrics, "epoch": epoch}, step=trainer.global_step)
             if isinstance(logger, WandbLogger):
                 self._log_wandb(logger, result, epoch)
-        log.info("%s", headline_line(result, epoch))
+        log.info("%s", stats_log.headline_line(result, epoch))
         return result
 
     def _log_wandb(self, logger: WandbLogger, result: ProbeResult, epoch: int) -> None:
@@ -152,17 +114,12 @@ class AttentionStatsCallback(Callback):
 
         mad = plots.layer_head_heatmap(result.stats["mad"], f"MAD (fraction of the image side), epoch {epoch}")
         entropy = plots.layer_head_heatmap(result.stats["entropy"], f"entropy, epoch {epoch}", vmax=1.0)
-        table = wandb.Table(columns=list(CSV_FIELDS[2:]))
-        for row in probe_rows(result, epoch, 0):
-            table.add_data(*(row[key] for key in CSV_FIELDS[2:]))
-        logger.experiment.log(
-            {
-                "attn/mad_heatmap": wandb.Image(mad),
-                "attn/entropy_heatmap": wandb.Image(entropy),
-                "attn/per_head": table,
-                "epoch": epoch,
-            }
-        )
+        columns = list(stats_log.CSV_FIELDS[2:])
+        table = wandb.Table(columns=columns)
+        for row in stats_log.probe_rows(result, epoch, 0):
+            table.add_data(*(row[key] for key in columns))
+        heatmaps = {"attn/mad_heatmap": wandb.Image(mad), "attn/entropy_heatmap": wandb.Image(entropy)}
+        logger.experiment.log({**heatmaps, "attn/per_head": table, "epoch": epoch})
         plots.plt.close(mad)
         plots.plt.close(entropy)
 
@@ -170,4 +127,4 @@ class AttentionStatsCallback(Callback):
         """The record's `attention` section (vit_locality.store.record.RecordSection): final tables, initial pair."""
         if self.final is None:
             return {}
-        return attention_section(self.final, self._last_measured_epoch, self.initial, self.band)
+        return stats_log.attention_section(self.final, self._last_measured_epoch, self.initial, self.band)

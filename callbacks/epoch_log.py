@@ -9,7 +9,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, ProgressBar
 
 from vit_locality.run.checkpoints import host_numbers
-from vit_locality.sweep.durations import duration_text
+from vit_locality.sweep.progress import duration_text
 
 log = logging.getLogger("vit_locality")
 # The per-epoch evaluation figures are `val/*` (a held-out split) or `test_epoch/*` (the test set): either shows.
@@ -27,8 +27,7 @@ def epochs_left(trainer: L.Trainer) -> int:
 
 class EpochLogCallback(Callback):
     def __init__(self) -> None:
-        self._started = 0.0
-        self._last_end = 0.0
+        self._started = self._last_end = 0.0
         self._seconds: list[float] = []  # each epoch of this process, validation and statistics included
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -54,9 +53,7 @@ class EpochLogCallback(Callback):
 
 
 class EpochLineProgress(EpochLogCallback, ProgressBar):
-    """The progress display of a bar style (`tqdm`, `rich`) when stderr is no terminal (a log file, a batch job):
-    one line per epoch instead of a bar redrawn into the log. Being Lightning's progress bar, it keeps the Trainer
-    (enable_progress_bar=True) from adding a default bar of its own."""
+    """A bar style's one line per epoch off a terminal; as a progress bar, it keeps Lightning from adding one."""
 
     draws_batches = False  # the module need not put step figures on it (each one a read per step on a GPU)
 

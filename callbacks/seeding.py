@@ -1,6 +1,4 @@
-"""Per-epoch and per-batch reseeding, so that a run resumed from any checkpoint, at an epoch boundary or after a
-signal mid-epoch, draws the same random numbers (shuffle order, AutoAugment, CutMix) as an unbroken run
-(vit_locality/seeding.py says how seeds are derived)."""
+"""Per-epoch and per-batch reseeding, so a resumed run draws what an unbroken one does (seeds: vit_locality/seeding)."""
 
 from __future__ import annotations
 
@@ -14,11 +12,8 @@ from vit_locality.seeding import reseed_for_batch, reseed_for_epoch
 
 
 class EpochReseed(Callback):
-    """Seeds epoch e from (seed, e). A fit seeds epoch 0 in `setup`, its earliest hook, and a resumed fit seeds the
-    epoch it resumes at as its checkpoint is loaded: both before `on_fit_start`, since the Trainer draws from the
-    generator before that hook. Every next epoch is seeded as the previous one ends (after validation), which is
-    where a run resumed at that epoch starts drawing too. Every training batch then seeds torch's generators from
-    (seed, epoch, batch), so what the batch draws does not depend on what ran before it in this process."""
+    """Seeds epoch e from (seed, e): epoch 0 in `setup` and a resumed epoch as its checkpoint loads (both before the
+    Trainer's first draw), every next one as the previous ends; each training batch from (seed, epoch, batch)."""
 
     def __init__(self, seed: int) -> None:
         self.seed = seed

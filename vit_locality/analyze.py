@@ -1,11 +1,6 @@
-"""Evaluate any checkpoint: its test top-1/top-5 and the same attention statistics and pictures as training.
+"""Evaluate any checkpoint (test top-1/top-5, attention statistics and pictures) into a folder beside it:
 
     python -m vit_locality.analyze ckpt_path=multirun/demo/<cell>/checkpoints/last.ckpt stats.units=pixels
-
-The run's config comes from its results.json (or .hydra/config.yaml); the data set is rebuilt from it, so the
-test set is the run's and the probe set the same first `stats.probe_size` evaluation images that training used.
-Everything goes into a folder beside the checkpoint (`<checkpoint stem>_eval/<renorm|raw>_<units>/`); the run's
-own files are never touched.
 
 Exit status: 0 written; 2 bad settings, checkpoint, run directory or data (one line on stderr); 1 anything else.
 """
@@ -32,11 +27,6 @@ from vit_locality.tracking.quiet import quiet_library_noise
 
 log = logging.getLogger("vit_locality")
 CHECKPOINT_KEYS = ("state_dict", "hyper_parameters")  # what every checkpoint train.py writes holds
-
-
-def run_directory(checkpoint: Path) -> Path:
-    """Checkpoints live in <run dir>/checkpoints/; a checkpoint elsewhere is its own run directory."""
-    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
 
 
 def run_config(run_dir: Path) -> DictConfig:
@@ -67,14 +57,12 @@ def test_accuracy(module: Any, datamodule: Any) -> dict[str, float]:
     import torch.nn.functional as F
 
     module.eval()
-    correct1 = correct5 = loss_sum = 0.0
-    count = 0
+    correct1 = correct5 = loss_sum = count = 0
     with torch.no_grad():
         for images, labels in datamodule.test_dataloader():
             images, labels = images.to(module.device), labels.to(module.device)
             logits = module(images).float()
-            top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-            hits = top == labels[:, None]
+            hits = logits.topk(min(5, logits.shape[1]), dim=1).indices == labels[:, None]
             correct1 += float(hits[:, 0].sum())
             correct5 += float(hits.any(dim=1).sum())
             loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
@@ -89,8 +77,7 @@ def _not_ours(checkpoint: Path, why: str) -> ConfigError:
 
 
 def load_checkpoint(checkpoint: Path) -> dict[str, Any]:
-    """The checkpoint's contents, or ConfigError when it is not one of this project's: random bytes, a truncated
-    download or another program's file would fail deep inside Lightning."""
+    """The checkpoint's contents; ConfigError when it is not one of this project's (not deep inside Lightning)."""
     from vit_locality.run.checkpoints import DamagedCheckpoint, read_checkpoint_file
 
     try:
@@ -101,8 +88,7 @@ def load_checkpoint(checkpoint: Path) -> dict[str, Any]:
 
 
 def load_module(checkpoint: Path, contents: dict[str, Any], device: str) -> Any:
-    """The trained model, rebuilt from the checkpoint's `contents` as Lightning would (hyper-parameters, then
-    weights, strictly); a checkpoint of another model (other hyper-parameters or weights) is a ConfigError."""
+    """The trained model rebuilt from `contents` as Lightning would (strictly); ConfigError for another model's."""
     from vit_locality.model.classifier import ViTClassifier
 
     try:
@@ -124,10 +110,8 @@ def analysis_device(requested: str) -> str:
 
 
 def recorded_run_band(run_dir: Path) -> float | None:
-    """The noise band of `surround_pref` the run measured at its start (results.json), for the plane: its heads are
-    joined to their controls only above it. None where the record holds none or is unreadable."""
+    """The noise band of `surround_pref` in the run's record; None where it holds none or is unreadable."""
     from vit_locality.attention.min_head import recorded_band
-    from vit_locality.store.record import RecordError, read_record
 
     try:
         record = read_record(run_dir)
@@ -148,14 +132,14 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     validate_analysis(cfg)
     checkpoint = Path(cfg.ckpt_path)
     meta = load_checkpoint(checkpoint)
-    run_dir = run_directory(checkpoint)
+    # <run dir>/checkpoints/<file>; a checkpoint elsewhere is its own run directory
+    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
     run_cfg = run_config(run_dir)
     depth = OmegaConf.select(run_cfg, "model.depth")
     settings = validate_stats(cfg.stats, depth if isinstance(depth, int) else None)  # early_layers <= the run's depth
     out_dir = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(checkpoint, cfg.stats)
     if (out_dir / "analysis.json").exists() and not cfg.overwrite:
         raise ConfigError(f"{out_dir} holds an analysis already; pass overwrite=true to replace it")
-
     if cfg.data_root:
         run_cfg.data.root = cfg.data_root
     run_cfg.data.num_workers = 0
@@ -165,29 +149,16 @@ def analyze(cfg: DictConfig) -> dict[str, Any]:
     metrics = test_accuracy(module, datamodule)
     images = module.preprocess(datamodule.probe_images(settings.probe_size).to(module.device))
     result = probe_attention(module.model, images, settings)
-
     epoch, step = completed_epochs(meta), int(meta.get("global_step", 0))
     write_csv(out_dir / ATTENTION_CSV, probe_rows(result, epoch, step))
     save_pictures(result, out_dir, f"{run_dir.name} ({out_dir.name})", recorded_run_band(run_dir))
-    record = {
-        "checkpoint": str(checkpoint),
-        "run_dir": str(run_dir),
-        "epoch": epoch,
-        "step": step,
-        "metrics": metrics,
-        "test_images": len(datamodule.test_dataloader().dataset),
-        **probe_summary(result),
-        "status": "complete",
-    }
+    record = {"checkpoint": str(checkpoint), "run_dir": str(run_dir), "epoch": epoch, "step": step, "metrics": metrics}
+    record |= {"test_images": len(datamodule.test_dataloader().dataset), **probe_summary(result), "status": "complete"}
     atomic_write_text(out_dir / "analysis.json", json.dumps(record, indent=2) + "\n")
     log.info("test top-1 %.2f%%, top-5 %.2f%%", 100 * metrics["test/acc1"], 100 * metrics["test/acc5"])
-    log.info(
-        "min early-layer MAD %s, mean early-layer entropy %.4f (%d probe images, renormalize=%s)",
-        shown(result.min_mad_early(), settings.units, result.grid_size, result.patch_size),
-        result.mean_entropy_early(),
-        result.num_images,
-        settings.renormalize,
-    )
+    mad = shown(result.min_mad_early(), settings.units, result.grid_size, result.patch_size)
+    figures = (mad, result.mean_entropy_early(), result.num_images, settings.renormalize)
+    log.info("min early-layer MAD %s, mean early-layer entropy %.4f (%d probe images, renormalize=%s)", *figures)
     log.info("wrote %s", out_dir)
     return record
 

@@ -1,10 +1,5 @@
-"""The study's fixed vocabulary, importable without torch: data set names, their default augmentation policy,
-the patch grid, the AutoAugment policies, the names of the 8 protocol cells.
-
-`config` checks values against these names before anything heavy is imported, so `python train.py --help` and a
-mistyped key answer without loading torch; `data`, `model` and `transforms` import the same names, so a data set
-or a policy is added in one place.
-"""
+"""The study's fixed vocabulary, importable without torch so `config` checks values before torch loads: data sets,
+their default policy, the patch grid, the augmentation policies, the names of the 8 protocol cells."""
 
 from __future__ import annotations
 
@@ -54,4 +49,3 @@ CELL_NAMES = {
 }
 CELL_ORDER = list(CELL_NAMES.values())
 CELL_FLAGS = {name: flags for flags, name in CELL_NAMES.items()}  # name -> (AA, CM, LS on)
-# A run's cell name comes from its protocol (config.protocol.TrainingProtocol.cell_name), which reads these names.

@@ -1,9 +1,5 @@
-"""The project's errors and the exit status each one means, in one place.
-
-Every error a user can cause or meet carries its `exit_code`, so an entry point turns any of them into a one-line
-message and a status without a table of isinstance checks: 2 a bad setting, file or data (nothing ran, or nothing
-was overwritten), 3 a training run that diverged, 1 anything else.
-"""
+"""The project's errors, each carrying its exit status (`exit_code`): 2 a bad setting, file or data (nothing ran,
+nothing was overwritten), 3 a training run that diverged, 1 anything else."""
 
 from __future__ import annotations
 
@@ -24,7 +20,7 @@ class ConfigError(VitLocalityError, ValueError):
 
 
 def first_line(error: BaseException) -> str:
-    """`Type: first line of the message`, for errors that are not the project's own (their text may run on)."""
+    """The first line of the message, prefixed `Type: ` for errors that are not the project's own."""
     text = str(error) if isinstance(error, VitLocalityError) else f"{type(error).__name__}: {error}"
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
@@ -35,8 +31,7 @@ def exit_code_of(error: BaseException) -> int:
 
 
 def run_as_command(main: Callable[[], int]) -> None:
-    """Run an entry point's `main` and exit with its status; a project error becomes its one line on stderr and the
-    status it carries."""
+    """Run an entry point's `main` and exit with its status; a project error becomes one line on stderr."""
     try:
         status = main()
     except VitLocalityError as error:

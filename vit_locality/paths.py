@@ -1,6 +1,5 @@
-"""Where the package's own files are: the Hydra configs live in the checkout's top-level `conf/` and install as the
-package `vit_locality.conf` (pyproject's package-dir mapping), so one lookup serves a checkout, an editable install
-and a wheel alike."""
+"""Where the package's own files are: the checkout's `conf/` installs as the package `vit_locality.conf`
+(pyproject's package-dir mapping), so one lookup serves a checkout, an editable install and a wheel alike."""
 
 from __future__ import annotations
 

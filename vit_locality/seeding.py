@@ -1,14 +1,9 @@
-"""Seeds derived from the run's seed, so that a run resumed from an epoch-boundary checkpoint draws the same random
-numbers (shuffle order, AutoAugment, CutMix) as an unbroken run, whatever the number of data workers.
-
-Two streams, each a pure function of where the run is:
-- the main process's global generators start epoch e from `epoch_seed(seed, e)`, and torch's (CutMix, MixUp,
-  dropout) start every training batch b of it again from `batch_seed(seed, e, b)`, so a run resumed mid-epoch
-  draws from batch b on what an unbroken run drew; when, is the `EpochReseed` callback's
-  (vit_locality/callbacks/seeding.py);
-- the training data: the epoch's order is drawn from `epoch_seed(seed, e)` and every sample's augmentation from
-  `sample_seed(seed, e, index)` (vit_locality/data/sampling.py), so it does not matter which worker process, or
-  whether any, transforms a sample, nor what that worker drew before.
+"""Seeds derived from the run's seed, so a resumed run draws the same random numbers (shuffle order, AutoAugment,
+CutMix) as an unbroken one, whatever the number of data workers. Each is a pure function of where the run is:
+- the main process's generators start epoch e from `epoch_seed(seed, e)` and each training batch b from
+  `batch_seed(seed, e, b)` (callbacks/seeding.py says when);
+- the data: epoch e's order from `epoch_seed(seed, e)`, each sample's augmentation from `sample_seed(seed, e, index)`
+  (data/sampling.py), whichever worker transforms it.
 """
 
 from __future__ import annotations
@@ -18,8 +13,8 @@ import random
 import numpy as np
 import torch
 
-# An odd 32-bit multiplier near 2**32 / golden ratio spreads the epochs' blocks of sample seeds: over 1000 epochs any
-# two blocks start at least 1.9 million apart, whatever the run's seed, so no two draws of such a run share a seed.
+# An odd multiplier near 2**32 / golden ratio: over 1000 epochs any two epochs' blocks of sample seeds start at least
+# 1.9 million apart, whatever the run's seed, so no two draws of such a run share a seed.
 _EPOCH_STRIDE = 0x9E3779B1
 
 
@@ -28,20 +23,17 @@ def epoch_seed(seed: int, epoch: int) -> int:
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:
-    """The seed of one training sample's augmentation in one epoch; 32 bits, because torch's CPU generator
-    (a Mersenne Twister) keeps only the low 32 bits of its seed. Within an epoch distinct indices get distinct seeds."""
+    """One sample's augmentation seed in one epoch, distinct per index; 32 bits, all torch's CPU generator keeps."""
     return (epoch_seed(seed, epoch) * _EPOCH_STRIDE + index) % (2**32)
 
 
 def batch_seed(seed: int, epoch: int, batch: int) -> int:
-    """The seed of the main process's torch generators at training batch `batch` of `epoch`: the sample seed of
-    index 2**31 + batch, an index no data set reaches, so within an epoch it never equals a sample's seed."""
+    """The seed of torch's generators at a training batch: sample index 2**31 + batch, which no data set reaches."""
     return sample_seed(seed, epoch, 2**31 + batch)
 
 
 def reseed_for_batch(seed: int, epoch: int, batch: int, device: torch.device) -> None:
-    """Seed torch's CPU generator, and the training device's when it is a GPU, for one training batch. Only those
-    two: `torch.manual_seed` would queue the seed for every accelerator, too slow to pay at every batch."""
+    """Seed torch's CPU generator and the training GPU's: `torch.manual_seed` seeds every device, too slow per batch."""
     value = batch_seed(seed, epoch, batch)
     torch.default_generator.manual_seed(value)
     if device.type == "cuda":

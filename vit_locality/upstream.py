@@ -1,19 +1,11 @@
-"""The private upstream APIs this project depends on, each behind one function.
-
-Batched AutoAugment reuses torchvision's own policy tables, magnitude bins and op dispatch rather than copying them;
-the preflight check parses a command line exactly as Hydra will; the resumable CSV log, the W&B logger, the data's
-resume state and the safe unpickler reach into Lightning and Python's pickle. None of that is public API in those
-libraries, so a new release may rename or drop it. Every such access goes through this module: when one disappears,
-the caller gets `UpstreamChanged` naming the library, its version and the attribute, instead of an AttributeError
-from deep inside a training step, and this file is the one place to update.
-
-Nothing heavy is imported at module level: the preflight check of `train.py` needs only the Hydra parser and must
-answer before torch is loaded, and library code must not load Hydra.
-"""
+"""The private upstream APIs this project depends on, each behind one function: when one disappears the caller
+gets `UpstreamChanged` naming the library, its version and the attribute, and this file is the one place to update.
+Nothing heavy is imported at module level: the preflight check must answer before torch or Hydra is loaded."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import platform
 from collections.abc import Callable
 from types import ModuleType
@@ -27,23 +19,6 @@ if TYPE_CHECKING:
     import torch
     from torchvision.transforms import v2
 
-__all__ = [
-    "UpstreamChanged",
-    "accelerator_connector_class",
-    "apply_autoaugment_op",
-    "autoaugment_space",
-    "autoaugment_sub_policies",
-    "batches_completed_in_epoch",
-    "cache_logger_experiment",
-    "checkpoint_epochs_processed",
-    "csv_experiment_writer_class",
-    "epochs_processed",
-    "hydra_args_parser",
-    "logger_experiment",
-    "python_unpickler_class",
-    "wandb_init_arguments",
-]
-
 SubPolicy = tuple[tuple[str, float, int | None], ...]  # (op name, probability, magnitude bin or None) per op
 Space = dict[str, tuple[Callable[[int, int, int], Any], bool]]  # op -> (magnitudes_fn -> tensor or None, signed)
 
@@ -54,7 +29,8 @@ class UpstreamChanged(VitLocalityError, RuntimeError):
     exit_code = 1
 
 
-def _changed(library: ModuleType, attribute: str) -> UpstreamChanged:
+def _changed(library: ModuleType | str, attribute: str) -> UpstreamChanged:
+    library = importlib.import_module(library) if isinstance(library, str) else library
     version = getattr(library, "__version__", None) or f"(Python {platform.python_version()})"
     return UpstreamChanged(
         f"{library.__name__} {version} has no {attribute}, a private API this project calls: "
@@ -62,8 +38,8 @@ def _changed(library: ModuleType, attribute: str) -> UpstreamChanged:
     )
 
 
-def _private(library: ModuleType, owner: Any, owner_name: str, attribute: str) -> Any:
-    """`owner.attribute`, or UpstreamChanged if this version of `library` no longer has it."""
+def _private(library: str, owner: Any, owner_name: str, attribute: str) -> Any:
+    """`owner.attribute`, or UpstreamChanged if the installed `library` lacks it."""
     try:
         return getattr(owner, attribute)
     except AttributeError:
@@ -72,68 +48,52 @@ def _private(library: ModuleType, owner: Any, owner_name: str, attribute: str) -
 
 def autoaugment_sub_policies(augment: v2.AutoAugment) -> list[SubPolicy]:
     """The sub-policies `augment` draws from: each a pair of (op name, probability, magnitude bin) triples."""
-    import torchvision
-
-    return _private(torchvision, augment, "v2.AutoAugment", "_policies")
+    return _private("torchvision", augment, "v2.AutoAugment", "_policies")
 
 
 def autoaugment_space() -> Space:
     """AutoAugment's op name -> (magnitudes_fn(num_bins, height, width), signed)."""
-    import torchvision
     from torchvision.transforms import v2
 
-    return _private(torchvision, v2.AutoAugment, "v2.AutoAugment", "_AUGMENTATION_SPACE")
+    return _private("torchvision", v2.AutoAugment, "v2.AutoAugment", "_AUGMENTATION_SPACE")
 
 
 def apply_autoaugment_op(augment: v2.AutoAugment, images: torch.Tensor, name: str, magnitude: float) -> torch.Tensor:
     """Op `name` at `magnitude` on `images` (one image or a batch), with `augment`'s interpolation and fill."""
-    import torchvision
-
-    apply = _private(torchvision, augment, "v2.AutoAugment", "_apply_image_or_video_transform")
-    fill = _private(torchvision, augment, "v2.AutoAugment", "_fill")
+    apply = _private("torchvision", augment, "v2.AutoAugment", "_apply_image_or_video_transform")
+    fill = _private("torchvision", augment, "v2.AutoAugment", "_fill")
     return apply(images, name, magnitude, interpolation=augment.interpolation, fill=fill)
 
 
 def hydra_args_parser() -> argparse.ArgumentParser:
     """The parser Hydra applies to the command line: overrides, -m/--multirun, --config-name/-path/-dir."""
-    import hydra
-
     try:
         from hydra._internal.utils import get_args_parser
     except ImportError:
-        raise _changed(hydra, "hydra._internal.utils.get_args_parser") from None
+        raise _changed("hydra", "hydra._internal.utils.get_args_parser") from None
     return get_args_parser()
 
 
 def accelerator_connector_class() -> type:
-    """Lightning's `_AcceleratorConnector`: what the Trainer builds first from `accelerator`, `strategy`, `devices`,
-    `num_nodes` and `precision`, refusing a pair it cannot run (an accelerator this machine lacks, `fsdp` on a
-    CPU) before any model or data exists. The pre-check builds one to ask Lightning itself."""
-    import lightning
-
+    """Lightning's `_AcceleratorConnector`: the pre-check builds one to have Lightning refuse settings it cannot run."""
     try:
         from lightning.pytorch.trainer.connectors import accelerator_connector
     except ImportError:
-        raise _changed(lightning, "pytorch.trainer.connectors.accelerator_connector") from None
-    return _private(lightning, accelerator_connector, "accelerator_connector", "_AcceleratorConnector")
+        raise _changed("lightning", "pytorch.trainer.connectors.accelerator_connector") from None
+    return _private("lightning", accelerator_connector, "accelerator_connector", "_AcceleratorConnector")
 
 
 def csv_experiment_writer_class() -> type:
-    """Lightning's CSV `ExperimentWriter`, checked to still call `_check_log_dir_exists` (which deletes an existing
-    metrics.csv) from its constructor: tracking.csv_log overrides that hook, and an override of a renamed hook would
-    silently stop protecting the earlier attempts' rows."""
-    import lightning
+    """Lightning's CSV `ExperimentWriter`, checked to still have the `_check_log_dir_exists` that csv_log overrides."""
     from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-    _private(lightning, ExperimentWriter, "csv_logs.ExperimentWriter", "_check_log_dir_exists")
+    _private("lightning", ExperimentWriter, "csv_logs.ExperimentWriter", "_check_log_dir_exists")
     return ExperimentWriter
 
 
 def logger_experiment(logger: Any) -> Any:
     """The experiment object a Lightning logger has built (None before its first use), from its `_experiment`."""
-    import lightning
-
-    return _private(lightning, logger, type(logger).__name__, "_experiment")
+    return _private("lightning", logger, type(logger).__name__, "_experiment")
 
 
 def cache_logger_experiment(logger: Any, experiment: Any) -> None:
@@ -144,44 +104,35 @@ def cache_logger_experiment(logger: Any, experiment: Any) -> None:
 
 def wandb_init_arguments(logger: Any) -> dict[str, Any]:
     """The keyword arguments Lightning's `WandbLogger` will pass to `wandb.init` (its `_wandb_init`), to edit."""
-    import lightning
-
-    return _private(lightning, logger, "WandbLogger", "_wandb_init")
+    return _private("lightning", logger, "WandbLogger", "_wandb_init")
 
 
 def epochs_processed(trainer: Any) -> int:
     """The fit loop's count of processed epochs: an epoch counts once its end-of-epoch work has run."""
-    import lightning
-
-    progress = _private(lightning, trainer.fit_loop, "fit_loop", "epoch_progress")
-    return int(progress.current.processed)
+    return int(_private("lightning", trainer.fit_loop, "fit_loop", "epoch_progress").current.processed)
 
 
 def batches_completed_in_epoch(trainer: Any) -> int:
-    """Training batches of the current epoch that have fully run (optimizer step, scheduler step, logging): what a
-    fit resumed mid-epoch must not train again. 0 once the epoch has been processed (its end-of-epoch work run)."""
-    import lightning
-
-    epochs = _private(lightning, trainer.fit_loop, "fit_loop", "epoch_progress").current
+    """Training batches of the current epoch that have fully run (a resumed fit skips them); 0 between epochs."""
+    epochs = _private("lightning", trainer.fit_loop, "fit_loop", "epoch_progress").current
     if epochs.processed >= epochs.started:  # between epochs: the next one starts from its first batch
         return 0
-    epoch_loop = _private(lightning, trainer.fit_loop, "fit_loop", "epoch_loop")
-    return int(_private(lightning, epoch_loop, "epoch_loop", "batch_progress").current.completed)
+    epoch_loop = _private("lightning", trainer.fit_loop, "fit_loop", "epoch_loop")
+    return int(_private("lightning", epoch_loop, "epoch_loop", "batch_progress").current.completed)
 
 
 def checkpoint_epochs_processed(checkpoint: dict[str, Any]) -> int:
     """The same count as saved in a checkpoint (`loops.fit_loop.epoch_progress.current.processed`)."""
-    import lightning
-
     try:
         return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
     except (KeyError, TypeError):
-        raise _changed(lightning, "checkpoint['loops']['fit_loop']['epoch_progress']['current']['processed']") from None
+        raise _changed(
+            "lightning", "checkpoint['loops']['fit_loop']['epoch_progress']['current']['processed']"
+        ) from None
 
 
 def python_unpickler_class() -> type[pickle.Unpickler]:
-    """Python's pure-Python unpickler (`pickle._Unpickler`), which data.safe_pickle subclasses to check every
-    opcode (the C one cannot be hooked per opcode)."""
+    """`pickle._Unpickler`, which data.safe_pickle subclasses to check every opcode (the C one cannot be hooked)."""
     import pickle
 
-    return _private(pickle, pickle, "pickle", "_Unpickler")
+    return _private("pickle", pickle, "pickle", "_Unpickler")

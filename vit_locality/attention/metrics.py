@@ -1,41 +1,17 @@
-"""Per-head attention statistics: Mean Attention Distance (MAD), normalised entropy and CLS mass.
+"""Per-head attention statistics (docs/metrics.md), in float32 (float64 for float64 input); imports torch alone.
 
-The definitions, reductions and hand-computed reference values are in docs/metrics.md. Input is attention
-probabilities of shape (B, heads, T, T) with T = 1 + g * g: the CLS token first, then the patches in row-major
-order on the g x g grid. Only patch queries count; the CLS query's row is ignored.
+Input (B, heads, T, T), T = 1 + g * g: the CLS token, then the g x g patches row-major. Only patch queries count; their
+weights over the patch keys are renormalised to sum 1 (``renormalize=True``) or used raw (probing-vits). Then
 
-For each patch query the weights over the g * g patch keys are renormalised to sum 1 (``renormalize=True``,
-the default; the CLS key's share is reported apart as ``cls_mass``), or used as they are
-(``renormalize=False``, the probing-vits convention). Then
-
-    MAD(k)      = sum_l a(k, l) d(k, l)
+    MAD(k)      = sum_l a(k, l) d(k, l)         d on the unit square (one patch step = 1 / g)
     entropy(k)  = -sum_l a(k, l) log a(k, l) / log(g * g)        (0 log 0 = 0)
     cls_mass(k) = share of the raw row on the CLS key
-    self_mass(k), neighbour_mass(k), far_mass(k)
-                = sum of a(k, l) over l = k, over the (up to 8) patches one step away (diagonals included),
-                  and over every other patch: a MAD near 0 read as "itself" or "a small neighbourhood"
+    self_mass, neighbour_mass, far_mass = sum of a(k, l) over l = k, the (up to 8) patches one step away, the rest
+    mad_control = sum_l abar(l) D(l),  abar the head's query-averaged row, D(l) = mean_k d(k, l)
+    surround_pref = mad_control - MAD: 0 for a head whose rows are all alike, > 0 when it looks nearer each query
 
-A head's value is the mean over every patch query and every image; ``mad_std`` and ``entropy_std`` are the
-population spread of the per-image means over the images.
-
-A low MAD has two causes: a preference for the query's surroundings, or attention concentrated on a few patches
-whatever the query. The control separates them: every query is given the head's query-averaged row
-abar(l) = mean over queries (and images) of a(k, l), so
-
-    mad_control   = mean_k sum_l abar(l) d(k, l) = sum_l abar(l) D(l),  D(l) = mean_k d(k, l)
-    surround_pref = mad_control - MAD
-
-is 0 for a head whose rows are all alike (uniform, or one fixed salient patch) and positive when the head looks
-nearer to each query than its overall choice of patches does. mad_control is linear in abar, so the mean of the
-per-image controls is the control of the image-averaged row.
-
-Distances are fractions of the image side (the unit square, one patch step = 1 / g), the one convention the
-project stores; `attention.units.to_display` turns them into patch steps, pixels or diagonal fractions for showing.
-
-Everything is computed in float32 (float64 if the input is float64), whatever the input dtype, so bf16 or
-fp16 attention maps give the fp32 answer to within their own rounding.
-
-Imports torch alone, so the statistics can be used and tested without Lightning or Hydra.
+A head's value is the mean over patch queries and images; ``mad_std`` and ``entropy_std`` are the population spread
+of the per-image means.
 """
 
 from __future__ import annotations
@@ -44,26 +20,9 @@ import math
 
 import torch
 
-from vit_locality.attention.units import UNITS, display_factor
+from vit_locality.attention.units import UNITS, display_factor  # noqa: F401  (UNITS re-exported)
 
-__all__ = [
-    "UNITS",
-    "AttentionStatsAccumulator",
-    "attention_entropy",
-    "attention_summary",
-    "cls_mass",
-    "cross_border_mass",
-    "locality_masses",
-    "mad_control",
-    "mean_attention_distance",
-    "neighbourhood_masks",
-    "patch_distance_matrix",
-]
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 stays float64; everything else (bf16, fp16, fp32) is computed in float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+MASS_KEYS = ("self_mass", "neighbour_mass", "far_mass")
 
 
 def patch_distance_matrix(
@@ -73,28 +32,18 @@ def patch_distance_matrix(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """(g*g, g*g) Euclidean distances between patch centres, patches in row-major order.
-
-    units="unit": centres ((c + 0.5) / g, (r + 0.5) / g) in the unit square, so one patch step is 1 / g;
-    units="grid": one patch step is 1; units="pixels": one patch step is ``patch_size`` pixels;
-    units="diagonal": the unit square's values over its diagonal sqrt(2), the other way a paper may normalise
-    (one patch step is 1 / (g sqrt 2)).
-    ``patch_size`` is only used with units="pixels".
-    """
+    """(g*g, g*g) Euclidean distances between patch centres in `units` (attention/units.py); row-major patches."""
     scale = display_factor(units, grid_size, patch_size) / grid_size  # patch steps -> unit square -> `units`
-    # Built in float64 so the cast to the requested dtype is the only rounding.
-    idx = torch.arange(grid_size * grid_size, device=device)
+    idx = torch.arange(grid_size * grid_size, device=device)  # in float64 below: the final cast is the only rounding
     rows = torch.div(idx, grid_size, rounding_mode="floor").to(torch.float64)
     cols = (idx % grid_size).to(torch.float64)
     dr = rows[:, None] - rows[None, :]
     dc = cols[:, None] - cols[None, :]
-    dist = torch.sqrt(dr * dr + dc * dc)  # in patch steps; exactly 0 on the diagonal
-    return (dist * scale).to(dtype)
+    return (torch.sqrt(dr * dr + dc * dc) * scale).to(dtype)
 
 
 def neighbourhood_masks(grid_size: int, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(self, neighbour) boolean (g*g, g*g) masks: the diagonal, and the patches at most one step away in row and
-    column (the 8-neighbourhood, clipped at the border) without the diagonal. The rest of a row is "far"."""
+    """(self, neighbour) boolean (g*g, g*g) masks: the diagonal, and the 8-neighbourhood without it."""
     steps = patch_distance_matrix(grid_size, "grid", device=device, dtype=torch.float64)
     own = steps == 0
     return own, (steps < 1.5) & ~own  # sqrt(2) = 1.414 is the farthest neighbour, 2 the nearest non-neighbour
@@ -111,112 +60,82 @@ def _patch_rows(attn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
             f"{attn.shape[-1]} tokens minus the CLS token leave {num_patches} patches, "
             "which is not a positive perfect square"
         )
-    rows = attn[:, :, 1:, :].to(_compute_dtype(attn.dtype))
+    rows = attn[:, :, 1:, :].to(torch.float64 if attn.dtype == torch.float64 else torch.float32)
     return rows[..., 0], rows[..., 1:], g
 
 
-def _renormalizer(weights: torch.Tensor, renormalize: bool) -> torch.Tensor | None:
-    """Each query's total weight on the patch keys (B, H, N), what renormalisation divides by; None for raw
-    weights. Computed once and shared by MAD and entropy."""
-    return weights.sum(dim=-1) if renormalize else None
-
-
-def _mad_per_image(weights: torch.Tensor, g: int, mass: torch.Tensor | None) -> torch.Tensor:
-    """(B, H) means over the queries of sum_l a(k, l) d(k, l). Renormalisation divides each query's sum by its
-    patch mass (linear), so the (B, H, N, N) renormalised weights are never materialised: the probe pass stays
-    cheap."""
-    dist = patch_distance_matrix(g, device=weights.device, dtype=weights.dtype)
-    mad = torch.einsum("bhqk,qk->bhq", weights, dist)
-    if mass is not None:
-        # A row with no patch mass at all gives 0, not NaN.
-        mad = torch.where(mass > 0, mad / mass.clamp_min(torch.finfo(mad.dtype).tiny), 0.0)
-    return mad.mean(dim=-1)
-
-
-def _mad_control_per_image(weights: torch.Tensor, g: int, mass: torch.Tensor | None) -> torch.Tensor:
-    """(B, H) MAD of the query-independent attention: each image's query-averaged (renormalised) row abar(l) given to
-    every query, i.e. sum_l abar(l) D(l) with D(l) the mean distance from patch l to the queries. A row with no
-    patch mass adds nothing to abar, as it adds 0 to MAD."""
-    dist = patch_distance_matrix(g, device=weights.device, dtype=weights.dtype)
+def _per_mass(value: torch.Tensor, mass: torch.Tensor | None) -> torch.Tensor:
+    """`value` divided by each query's patch mass; 0 (not NaN) for a row without any, unchanged for raw weights."""
     if mass is None:
-        mean_row = weights.mean(dim=-2)
-    else:
-        inverse = torch.where(mass > 0, 1.0 / mass.clamp_min(torch.finfo(weights.dtype).tiny), 0.0)
-        mean_row = torch.einsum("bhqk,bhq->bhk", weights, inverse) / weights.shape[-2]
-    return mean_row @ dist.mean(dim=0)
+        return value
+    return torch.where(mass > 0, value / mass.clamp_min(torch.finfo(value.dtype).tiny), 0.0)
 
 
 def _entropy_per_image(weights: torch.Tensor, mass: torch.Tensor | None) -> torch.Tensor:
-    """(B, H) means over the queries of -sum_l a log a / log(N). For renormalised rows a = w / t, and
-    -sum (w/t) log(w/t) = (-sum w log w) / t + log t, which needs one pass over the weights instead of three."""
+    """(B, H) query means of -sum a log a / log N; for a = w / t, that is (-sum w log w) / t + log t, one pass."""
     num_keys = weights.shape[-1]
     if num_keys == 1:  # a single key carries no uncertainty; avoids dividing by log 1 = 0
         return torch.zeros(weights.shape[:-2], dtype=weights.dtype, device=weights.device)
-    # xlogy gives 0 * log 0 = 0 exactly, so one-hot rows are safe.
-    raw = -torch.special.xlogy(weights, weights).sum(dim=-1)
+    raw = -torch.special.xlogy(weights, weights).sum(dim=-1)  # 0 log 0 = 0 exactly
     if mass is not None:
         safe = mass.clamp_min(torch.finfo(raw.dtype).tiny)
         raw = torch.where(mass > 0, raw / safe + torch.log(safe), 0.0)
     return (raw / math.log(num_keys)).mean(dim=-1)
 
 
-def _masses_per_image(weights: torch.Tensor, g: int, mass: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """(B, H) means over the queries of the (renormalised) weight on the query itself, its neighbours, the rest."""
-    own, near = neighbourhood_masks(g, device=weights.device)
+def _per_image(attn: torch.Tensor, renormalize: bool) -> dict[str, torch.Tensor]:
+    """Every statistic as per-image means over the patch queries, each (B, heads)."""
+    cls, weights, g = _patch_rows(attn)
+    mass = weights.sum(dim=-1) if renormalize else None
+    dist = patch_distance_matrix(g, device=weights.device, dtype=weights.dtype)
+    if mass is None:
+        mean_row = weights.mean(dim=-2)
+    else:  # abar(l): a row without patch mass adds nothing to it
+        inverse = torch.where(mass > 0, 1.0 / mass.clamp_min(torch.finfo(weights.dtype).tiny), 0.0)
+        mean_row = torch.einsum("bhqk,bhq->bhk", weights, inverse) / weights.shape[-2]
+    _, near = neighbourhood_masks(g, device=weights.device)
     on_self = torch.diagonal(weights, dim1=-2, dim2=-1)
     on_near = (weights * near.to(weights.dtype)).sum(dim=-1)
-    total = weights.sum(dim=-1)
-    shares = {"self_mass": on_self, "neighbour_mass": on_near, "far_mass": (total - on_self - on_near).clamp_min(0)}
-    if mass is not None:
-        safe = mass.clamp_min(torch.finfo(weights.dtype).tiny)
-        shares = {key: torch.where(mass > 0, value / safe, 0.0) for key, value in shares.items()}
-    return {key: value.mean(dim=-1) for key, value in shares.items()}
-
-
-def locality_masses(attn: torch.Tensor, renormalize: bool = True) -> dict[str, torch.Tensor]:
-    """Per head (heads,): the patch-key weight on the query's own patch, its 8 neighbours and the rest.
-
-    With renormalisation the three sum to 1 per head; with raw weights to 1 - cls_mass."""
-    _, weights, g = _patch_rows(attn)
+    shares = (on_self, on_near, (weights.sum(dim=-1) - on_self - on_near).clamp_min(0))
     return {
-        key: value.mean(dim=0)
-        for key, value in _masses_per_image(weights, g, _renormalizer(weights, renormalize)).items()
+        "mad": _per_mass(torch.einsum("bhqk,qk->bhq", weights, dist), mass).mean(dim=-1),  # sums divided, not weights
+        "mad_control": mean_row @ dist.mean(dim=0),
+        "entropy": _entropy_per_image(weights, mass),
+        "cls_mass": cls.mean(dim=-1),
+        **{key: _per_mass(share, mass).mean(dim=-1) for key, share in zip(MASS_KEYS, shares, strict=True)},
     }
 
 
+def locality_masses(attn: torch.Tensor, renormalize: bool = True) -> dict[str, torch.Tensor]:
+    """Per head (heads,): the weight on the query's own patch, its 8 neighbours and the rest (sum 1 renormalised)."""
+    per_image = _per_image(attn, renormalize)
+    return {key: per_image[key].mean(dim=0) for key in MASS_KEYS}
+
+
 def cross_border_mass(attn: torch.Tensor, inside: torch.Tensor, renormalize: bool = True) -> torch.Tensor:
-    """Per head (heads,), for a set of patches `inside` (a (g*g,) boolean mask, e.g. a pasted CutMix box): over
-    the patch queries inside it and the images, the mean share of the query's patch-key attention on patches
-    outside it (renormalised over the patch keys, as MAD is). Attention across a pasted box's border mixes two
-    images' evidence."""
+    """Per head (heads,): the mean share of the attention of queries `inside` a (g*g,) mask that lands outside it."""
     _, weights, g = _patch_rows(attn)
     if inside.shape != (g * g,):
         raise ValueError(f"the box mask has shape {tuple(inside.shape)}, not ({g * g},) for the {g} x {g} grid")
     inside = inside.to(weights.device)
     rows = weights[:, :, inside, :]
-    outside = rows[..., ~inside].sum(dim=-1)
-    mass = _renormalizer(rows, renormalize)
-    if mass is not None:
-        outside = torch.where(mass > 0, outside / mass.clamp_min(torch.finfo(outside.dtype).tiny), 0.0)
+    outside = _per_mass(rows[..., ~inside].sum(dim=-1), rows.sum(dim=-1) if renormalize else None)
     return outside.mean(dim=(0, 2))
 
 
 def mean_attention_distance(attn: torch.Tensor, renormalize: bool = True) -> torch.Tensor:
     """Mean Attention Distance per head on the unit square, (heads,)."""
-    _, weights, g = _patch_rows(attn)
-    return _mad_per_image(weights, g, _renormalizer(weights, renormalize)).mean(dim=0)
+    return _per_image(attn, renormalize)["mad"].mean(dim=0)
 
 
 def mad_control(attn: torch.Tensor, renormalize: bool = True) -> torch.Tensor:
     """MAD each head would have if every query used the head's query-averaged weights, (heads,)."""
-    _, weights, g = _patch_rows(attn)
-    return _mad_control_per_image(weights, g, _renormalizer(weights, renormalize)).mean(dim=0)
+    return _per_image(attn, renormalize)["mad_control"].mean(dim=0)
 
 
 def attention_entropy(attn: torch.Tensor, renormalize: bool = True) -> torch.Tensor:
     """Entropy over the patch keys divided by log(g*g) per head, (heads,): 1 for uniform, 0 for one key."""
-    _, weights, _ = _patch_rows(attn)
-    return _entropy_per_image(weights, _renormalizer(weights, renormalize)).mean(dim=0)
+    return _per_image(attn, renormalize)["entropy"].mean(dim=0)
 
 
 def cls_mass(attn: torch.Tensor) -> torch.Tensor:
@@ -224,27 +143,8 @@ def cls_mass(attn: torch.Tensor) -> torch.Tensor:
     return _patch_rows(attn)[0].mean(dim=-1).mean(dim=0)
 
 
-def _per_image(attn: torch.Tensor, renormalize: bool) -> dict[str, torch.Tensor]:
-    """Per-image means over the patch queries, {"mad", "entropy", "cls_mass", "self_mass", "neighbour_mass",
-    "far_mass", "mad_control"} each (B, heads)."""
-    cls, weights, g = _patch_rows(attn)
-    mass = _renormalizer(weights, renormalize)
-    return {
-        "mad": _mad_per_image(weights, g, mass),
-        "mad_control": _mad_control_per_image(weights, g, mass),
-        "entropy": _entropy_per_image(weights, mass),
-        "cls_mass": cls.mean(dim=-1),
-        **_masses_per_image(weights, g, mass),
-    }
-
-
 def _summarize(per_image: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Per-head means over images, the control's difference from MAD, and the spread of MAD and entropy over images,
-    each (heads,).
-
-    Every image has the same number of patch queries, so the mean of the per-image means is the mean over all
-    queries. The spread is the population standard deviation (correction 0), so one image gives 0, not NaN.
-    """
+    """Per-head means over images, surround_pref, and the population std (one image: 0) of MAD and entropy."""
     summary = {key: value.mean(dim=0) for key, value in per_image.items()}
     summary["surround_pref"] = summary["mad_control"] - summary["mad"]
     summary["mad_std"] = per_image["mad"].std(dim=0, correction=0)
@@ -253,18 +153,12 @@ def _summarize(per_image: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def attention_summary(attn: torch.Tensor, renormalize: bool = True) -> dict[str, torch.Tensor]:
-    """One call per layer: {"mad", "entropy", "cls_mass", "self_mass", "neighbour_mass", "far_mass", "mad_control",
-    "surround_pref", "mad_std", "entropy_std"}, each (heads,); distances on the unit square."""
+    """One layer's statistics, each (heads,): every key of `_per_image`, surround_pref, mad_std, entropy_std."""
     return _summarize(_per_image(attn, renormalize))
 
 
 class AttentionStatsAccumulator:
-    """Collects per-image statistics of one layer over probe batches; ``compute`` equals one-shot
-    ``attention_summary`` on the concatenated batch. Use one accumulator per layer.
-
-    Per-image values are (B, heads) and small, so they are kept (detached) and concatenated rather than
-    folded into running sums: exact, and the same std as the one-shot call.
-    """
+    """One layer's per-image statistics over batches; ``compute`` equals ``attention_summary`` of them all at once."""
 
     def __init__(self, renormalize: bool = True) -> None:
         self.renormalize = renormalize
@@ -276,7 +170,6 @@ class AttentionStatsAccumulator:
         self._chunks.append(_per_image(attn.detach(), self.renormalize))
 
     def compute(self) -> dict[str, torch.Tensor]:
-        """Same keys and shapes as ``attention_summary``, over every image seen so far."""
         if not self._chunks:
             raise RuntimeError("AttentionStatsAccumulator.compute() called before any update()")
         return _summarize({key: torch.cat([chunk[key] for chunk in self._chunks]) for key in self._chunks[0]})

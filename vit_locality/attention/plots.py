@@ -21,9 +21,7 @@ REFERENCE_MARKERS = {"3x3 neighbourhood": "P", "self only": "X"}
 
 
 def plain_tick_labels(fig: plt.Figure) -> plt.Figure:
-    """Plain numbers on every axis of `fig`: values close together otherwise print as an offset and small
-    differences ("1e-5+5.17e-1"), which reads as noise. Axes with other formatters (fixed labels, logs) are left
-    alone."""
+    """Plain numbers on every ScalarFormatter axis of `fig`, never an offset ("1e-5+5.17e-1") that reads as noise."""
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             formatter = axis.get_major_formatter()
@@ -34,32 +32,21 @@ def plain_tick_labels(fig: plt.Figure) -> plt.Figure:
 
 
 def draw_mad_references(ax: plt.Axes, units: str, horizontal: bool, patch_size: int | None = None) -> float:
-    """What local looks like on a MAD axis: lines at the MAD of attention spread evenly over the 3 x 3 neighbourhood
-    and of attention on the patch itself (vit_locality/attention/reference.py), in `units`; on the MAD-entropy plane
-    (vertical lines) each also as a point at its entropy. Returns the largest value drawn (0 if none)."""
+    """Lines at the references' MAD in `units` (vertical ones with a point at the entropy); the largest value, or 0."""
     largest = 0.0
     for ref in figure_references(units, patch_size):
         colour, value = REFERENCE_COLOURS[ref.label], ref.mad_value
         largest = max(largest, value)
+        style = {"color": colour, "fontsize": 6.5}
         if horizontal:
             ax.axhline(value, color=colour, ls="-.", lw=0.8)
             along = ax.get_yaxis_transform()  # x in axes fractions, y in data
-            ax.text(0.01, value, ref.legend(), color=colour, fontsize=6.5, va="bottom", transform=along)
+            ax.text(0.01, value, ref.legend(), va="bottom", transform=along, **style)
             continue
         ax.axvline(value, color=colour, ls="-.", lw=0.8)
         ax.scatter([value], [ref.entropy_value], color=colour, marker=REFERENCE_MARKERS[ref.label], s=36, clip_on=False)
         across = ax.get_xaxis_transform()  # x in data, y in axes fractions: from the top down, inside any panel
-        ax.text(
-            value,
-            0.98,
-            " " + ref.legend(),
-            color=colour,
-            fontsize=6.5,
-            rotation=90,
-            va="top",
-            ha="left",
-            transform=across,
-        )
+        ax.text(value, 0.98, " " + ref.legend(), rotation=90, va="top", ha="left", transform=across, **style)
     return largest
 
 
@@ -72,9 +59,7 @@ def draw_uniform_line(ax: plt.Axes, units: str) -> None:
 
 
 def keep_min_span(ax: plt.Axes, span: float, lower: float, upper: float) -> None:
-    """Widen the y axis to at least `span` around its data, kept within [lower, upper]: a panel whose values differ in
-    the fourth decimal (untrained heads' entropy, 0.9990-0.9999) would otherwise be zoomed until noise looks like a
-    trend between cells."""
+    """Widen the y axis to at least `span`, within [lower, upper], so that noise in the fourth decimal looks flat."""
     low, high = ax.get_ylim()
     if high - low >= span:
         return
@@ -84,18 +69,14 @@ def keep_min_span(ax: plt.Axes, span: float, lower: float, upper: float) -> None
 
 
 def wrap_title(title: str, width_inches: float, fontsize: float) -> str:
-    """`title` broken into lines that fit `width_inches` at `fontsize`: run names (100 characters, no spaces) were
-    cut off at the figure's edges. Lines break after `_`, a space or `,`; a longer piece is split where it must."""
+    """`title` in lines that fit `width_inches` at `fontsize`, broken after `_`, a space or `,` (else where it must)."""
     per_line = max(8, int(width_inches * 72 / (CHAR_WIDTH_EM * fontsize)))
     lines: list[str] = []
     line = ""
     for piece in re.findall(r"[^_ ,]*[_ ,]?", title):
-        while len(piece) > per_line:
-            if line:
-                lines.append(line)
-                line = ""
-            lines.append(piece[:per_line])
-            piece = piece[per_line:]
+        while len(piece) > per_line:  # an empty `line` is dropped at the end
+            lines += [line, piece[:per_line]]
+            line, piece = "", piece[per_line:]
         if len(line) + len(piece) > per_line:
             lines.append(line.rstrip())
             line = ""
@@ -110,11 +91,6 @@ def set_title(ax: plt.Axes, title: str, fontsize: float) -> None:
     ax.set_title(wrap_title(title, width, fontsize), fontsize=fontsize)
 
 
-def layer_colours(depth: int) -> list:
-    cmap = plt.get_cmap("viridis")
-    return [cmap(i / max(1, depth - 1)) for i in range(depth)]
-
-
 def mad_entropy_plane(
     mad: torch.Tensor,
     entropy: torch.Tensor,
@@ -125,18 +101,14 @@ def mad_entropy_plane(
     control: torch.Tensor | None = None,
     band: float | None = None,
 ) -> plt.Figure:
-    """Every head as a point (MAD, entropy), one colour per layer; (layers, heads) inputs. The known references
-    (draw_mad_references) and, in unit distance, uniform attention mark the scale; `patch_size` is only needed for
-    the references in pixels. With `control` (the heads' query-averaged MAD, same shape) each head also has a
-    hollow marker at its control. With `band` (the surround preference's noise band, in `units`) a head is joined
-    to its control only where control - MAD is above the band, a surround preference; a head without a line has
-    none measured (its MAD is its query-averaged pattern's, which fixed patches and query-dependent attention
-    without a spatial bias both give). Without a band every head is joined and the legend says the band is not
-    recorded."""
+    """Every head at (MAD, entropy), one colour per layer; `control` adds a hollow marker at each head's control MAD,
+    joined to the head where control - MAD exceeds `band` (the noise band, in `units`; without it, everywhere)."""
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(5.5, 5.2), layout="constrained")
-    for layer, colour in enumerate(layer_colours(mad.shape[0])):
+    depth = mad.shape[0]
+    for layer in range(depth):
+        colour = plt.get_cmap("viridis")(layer / max(1, depth - 1))
         if control is not None:
             for head_mad, head_control, head_entropy in zip(mad[layer], control[layer], entropy[layer], strict=True):
                 if band is None or float(head_control) - float(head_mad) > band:
@@ -154,16 +126,13 @@ def mad_entropy_plane(
         ax.axvline(UNIFORM_MAD_8X8, color="grey", ls=":", lw=1)
         ax.text(UNIFORM_MAD_8X8, 0.02, " uniform", color="grey", fontsize=7, rotation=90, va="bottom")
         right = max(right, 0.6)
-    ax.set_xlim(0, right)
-    ax.set_xlabel(f"mean attention distance ({units})")
-    ax.set_ylabel("normalised entropy")
-    ax.set_ylim(-0.02, 1.02)
+    ax.set(xlim=(0, right), xlabel=f"mean attention distance ({units})")
+    ax.set(ylim=(-0.02, 1.02), ylabel="normalised entropy")
     set_title(ax, title, fontsize=10)
     if fig is None:  # a panel of a report figure: the figure gathers one legend below its panels
         ax.legend(fontsize=7, ncol=2, loc="lower right")
         return plain_tick_labels(ax.figure)
-    # Below the axes, clear of the references' labels (`uniform` sits at the bottom right, where a legend would go).
-    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.14), borderaxespad=0)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.14), borderaxespad=0)  # below the axes
     return plain_tick_labels(fig)
 
 
@@ -172,15 +141,13 @@ def central_query_maps(maps: torch.Tensor, layers: list[int], title: str) -> plt
     heads = maps.shape[1]
     size = (1.3 * heads, 1.45 * len(layers) + 0.6)
     fig, axes = plt.subplots(len(layers), heads, figsize=size, squeeze=False, layout="constrained")
-    grid = maps.shape[-1]
-    centre = (grid // 2, grid // 2)
+    centre = maps.shape[-1] // 2
     for row, layer in enumerate(layers):
         for head in range(heads):
             ax = axes[row, head]
             ax.imshow(maps[layer, head].detach().cpu().numpy(), cmap="magma", vmin=0)
-            ax.scatter([centre[1]], [centre[0]], marker="+", color="cyan", s=30)
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.scatter([centre], [centre], marker="+", color="cyan", s=30)
+            ax.set(xticks=[], yticks=[])
             if row == 0:
                 ax.set_title(f"head {head}", fontsize=8)
             if head == 0:
@@ -190,21 +157,14 @@ def central_query_maps(maps: torch.Tensor, layers: list[int], title: str) -> plt
 
 
 def text_colour(rgba: tuple[float, ...]) -> str:
-    """Black or white, whichever stands out more against a cell of colour `rgba` (WCAG relative luminance): white
-    text on viridis' yellow end, the old choice everywhere, could not be read."""
-
-    def linear(channel: float) -> float:
-        return channel / 12.92 if channel <= 0.04045 else ((channel + 0.055) / 1.055) ** 2.4
-
-    red, green, blue = (linear(c) for c in rgba[:3])
+    """Black or white, whichever contrasts more with `rgba` (WCAG: black wins above luminance 0.179)."""
+    red, green, blue = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3])  # linear
     luminance = 0.2126 * red + 0.7152 * green + 0.0722 * blue
-    # Contrast with black is (L + 0.05) / 0.05, with white 1.05 / (L + 0.05): equal at L = 0.179.
     return "black" if luminance > 0.179 else "white"
 
 
 def layer_head_heatmap(values: torch.Tensor, title: str, vmax: float | None = None) -> plt.Figure:
-    """A (layers, heads) matrix as a heatmap with a colour bar and the values written in, each in the colour that
-    reads on its cell."""
+    """A (layers, heads) matrix as a heatmap with a colour bar and the values written in."""
     values = torch.as_tensor(values).detach().cpu().numpy()  # matplotlib wants numpy (a tensor warns under numpy 2)
     layers, heads = values.shape
     fig, ax = plt.subplots(figsize=(0.7 * heads + 2.0, 0.5 * layers + 1.2), layout="constrained")
@@ -214,10 +174,7 @@ def layer_head_heatmap(values: torch.Tensor, title: str, vmax: float | None = No
             value = float(values[layer, head])
             colour = text_colour(image.cmap(image.norm(value)))
             ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=7, color=colour)
-    ax.set_xticks(range(heads))
-    ax.set_yticks(range(layers))
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
+    ax.set(xticks=range(heads), yticks=range(layers), xlabel="head", ylabel="layer")
     fig.colorbar(image, ax=ax)
     set_title(ax, title, fontsize=9)
     return plain_tick_labels(fig)

@@ -1,7 +1,4 @@
-"""Run the fixed probe set through the explicit fp32 attention path and reduce it to per-head statistics.
-
-Shared by the training callback and the offline `analyze` entry point, so both measure the same way.
-"""
+"""Run the probe set through the explicit fp32 attention path into per-head statistics (callback and `analyze`)."""
 
 from __future__ import annotations
 
@@ -9,31 +6,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from vit_locality.attention.metrics import AttentionStatsAccumulator
+from vit_locality.attention.metrics import MASS_KEYS, AttentionStatsAccumulator
 from vit_locality.attention.units import display_factor
 from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
 
-# The first five are the original columns; the locality masses and the concentration control (docs/metrics.md) come
-# after them, so readers that index the old columns keep working.
-STAT_KEYS = (
-    "mad",
-    "entropy",
-    "cls_mass",
-    "mad_std",
-    "entropy_std",
-    "self_mass",
-    "neighbour_mass",
-    "far_mass",
-    "mad_control",
-    "surround_pref",
-)
+# The stored column order: the headline statistics, then the locality masses and the control (docs/metrics.md).
+STAT_KEYS = ("mad", "entropy", "cls_mass", "mad_std", "entropy_std", *MASS_KEYS, "mad_control", "surround_pref")
 
 
 @dataclass
 class ProbeResult:
-    """Per-head statistics, each a (layers, heads) tensor (distances on the unit square), plus each head's mean map
-    from the central query."""
+    """Per-head statistics, each (layers, heads) (distances on the unit square), and the central query's maps."""
 
     stats: dict[str, torch.Tensor]
     central_maps: torch.Tensor  # (layers, heads, g, g): mean attention of the central patch query over patches
@@ -65,16 +49,16 @@ class ProbeResult:
     def mean_entropy_early(self) -> float:
         return float(self.stats["entropy"][: self.early_layers].mean())
 
+    def headline(self) -> dict[str, float]:
+        return {"min_mad_early": self.min_mad_early(), "mean_entropy_early": self.mean_entropy_early()}
+
     def min_mad_head(self) -> tuple[int, int]:
-        """(layer, head) of the head with the minimum MAD over the first `early_layers` layers (the first such head
-        in layer-major order on a tie)."""
+        """(layer, head) of the minimum MAD over the early layers (the first in layer-major order on a tie)."""
         early = self.stats["mad"][: self.early_layers]
-        layer, head = divmod(int(early.flatten().argmin()), early.shape[1])
-        return layer, head
+        return divmod(int(early.flatten().argmin()), early.shape[1])
 
     def mad_range(self) -> torch.Tensor:
-        """(layers,) max - min of MAD over each layer's heads: how far apart its heads are. A minimum over heads
-        falls as this spread grows, whatever the heads' mean does."""
+        """(layers,) max - min of MAD over each layer's heads: a minimum over heads falls as this spread grows."""
         mad = self.stats["mad"]
         return mad.amax(dim=1) - mad.amin(dim=1)
 
@@ -85,41 +69,24 @@ class ProbeResult:
             row: dict[str, float] = {"layer": layer}
             for key in ("mad", "entropy"):
                 values = self.stats[key][layer]
-                row.update(
-                    {
-                        f"{key}_min": float(values.min()),
-                        f"{key}_mean": float(values.mean()),
-                        f"{key}_max": float(values.max()),
-                    }
-                )
+                for reduction in ("min", "mean", "max"):
+                    row[f"{key}_{reduction}"] = float(getattr(values, reduction)())
             row["mad_range"] = float(spread[layer])
             rows.append(row)
         return rows
 
 
-def central_query_index(grid_size: int) -> int:
-    """Patch index of the query at row g // 2, column g // 2 (on an even grid, just below-right of centre)."""
-    return (grid_size // 2) * grid_size + grid_size // 2
-
-
 @torch.no_grad()
-def probe_attention(
-    model: VisionTransformer,
-    images: torch.Tensor,
-    settings: StatsConfig,
-) -> ProbeResult:
-    """`images` are normalised float (N, 3, H, W) on the model's device; the model is put in eval mode
-    for the pass and restored afterwards. Autocast is off: the statistics are fp32 whatever the training
-    precision."""
+def probe_attention(model: VisionTransformer, images: torch.Tensor, settings: StatsConfig) -> ProbeResult:
+    """Statistics of normalised `images` (N, 3, H, W) on the model's device; eval mode (restored) and autocast off."""
     was_training = model.training
     model.eval()
     grid = model.grid_size
     accumulators = [AttentionStatsAccumulator(settings.renormalize) for _ in model.blocks]
-    centre = 1 + central_query_index(grid)
+    centre = 1 + (grid // 2) * grid + grid // 2  # the query at row g // 2, column g // 2, after the CLS token
     central_sum = torch.zeros(len(model.blocks), model.blocks[0].attn.heads, grid * grid, device=images.device)
-    device_type = images.device.type
     try:
-        with torch.autocast(device_type=device_type, enabled=False):
+        with torch.autocast(device_type=images.device.type, enabled=False):
             for chunk in images.split(settings.batch_size):
                 _, maps = model.forward_with_attention(chunk.float())
                 for layer, attn in enumerate(maps):

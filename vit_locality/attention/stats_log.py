@@ -1,13 +1,5 @@
-"""How probe results are recorded: long-format CSV rows, the record's `attention` section, logger scalars and the
-run's pictures.
-
-Every distance written (CSV, record, logger scalars) is in the one stored convention, the unit square
-(attention/units.py), whatever `stats.units` says; the record names it (`settings.units`) and the display units
-beside it (`settings.display_units`). Only what a person reads, the log line and the pictures, is in the display
-units.
-
-Used by the training callback and by `python -m vit_locality.analyze`, so both write the same files.
-"""
+"""How the callback and `analyze` record probe results: CSV rows, the record's `attention` section, logger scalars
+and pictures. Distances are written on the unit square; only the log line and the pictures use `stats.units`."""
 
 from __future__ import annotations
 
@@ -23,8 +15,7 @@ from vit_locality.store.atomic import atomic_write_text
 from vit_locality.store.file_read import read_csv_rows
 from vit_locality.store.record import ATTENTION_CSV
 
-# `mad_layer_range` (max - min of MAD over the row's layer's heads, that evaluation) is the same on every head of a
-# layer; it comes last, so a file written before it existed reads the same with it left empty.
+# `mad_layer_range` (max - min of MAD over the row's layer's heads) comes last: files without it still read.
 CSV_FIELDS = ("epoch", "step", "layer", "head", *STAT_KEYS, "mad_layer_range")
 PLANE_PNG = "attention_mad_entropy.png"
 MAPS_PNG = "attention_central_maps.png"
@@ -47,8 +38,7 @@ def scalar_metrics(result: ProbeResult) -> dict[str, float]:
     """Per layer the min, mean and max of MAD and entropy, plus the early-layer headline figures."""
     metrics = {}
     for row in result.per_layer():
-        layer = row["layer"]
-        metrics.update({f"attn/layer{layer}/{k}": v for k, v in row.items() if k != "layer"})
+        metrics.update({f"attn/layer{row['layer']}/{k}": v for k, v in row.items() if k != "layer"})
     metrics["attn/min_mad_early"] = result.min_mad_early()
     metrics["attn/mean_entropy_early"] = result.mean_entropy_early()
     layer, head = result.min_mad_head()
@@ -67,8 +57,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def read_csv(path: Path) -> list[dict[str, Any]]:
-    """The file's rows through the bounded reader of run files (a FIFO or a link to a device is refused); none
-    when there is no file yet."""
+    """The file's rows through the bounded reader of run files; none when there is no file yet."""
     return read_csv_rows(path) if path.exists() else []
 
 
@@ -79,8 +68,7 @@ def headline_line(result: ProbeResult, epoch: int) -> str:
 
 
 def save_pictures(result: ProbeResult, out_dir: Path, title: str, band: float | None = None) -> list[Path]:
-    """The heads in the MAD-entropy plane (distances in the display units; `band`, the surround preference's noise
-    band on the unit square, where measured), and the first two layers' central-query maps."""
+    """The MAD-entropy plane in the display units (`band` on the unit square) and the central-query maps."""
     factor = result.display_factor()
     plane = plots.mad_entropy_plane(
         result.stats["mad"] * factor,
@@ -97,20 +85,14 @@ def save_pictures(result: ProbeResult, out_dir: Path, title: str, band: float | 
 
 
 def probe_summary(result: ProbeResult) -> dict[str, Any]:
-    """A probe result as plain data: the headline pair, every per-head value, per-layer reductions, settings. The
-    distances are stored on the unit square (`settings.units`); `settings.display_units` is how logs showed them."""
+    """A probe result as plain data: headline pair, per-head values, per-layer reductions, settings (unit square)."""
     settings = result.settings
+    how = {"renormalize": settings.renormalize, "units": STORED, "display_units": str(settings.units)}
     return {
-        "min_mad_early": result.min_mad_early(),
-        "mean_entropy_early": result.mean_entropy_early(),
+        **result.headline(),
         "early_layers": result.early_layers,
         "probe_images": result.num_images,
-        "settings": {
-            "renormalize": settings.renormalize,
-            "units": STORED,
-            "display_units": str(settings.units),
-            "probe_size": settings.probe_size,
-        },
+        "settings": {**how, "probe_size": settings.probe_size},
         "per_layer": result.per_layer(),
         "per_head": {key: result.stats[key].tolist() for key in STAT_KEYS},
     }
@@ -121,20 +103,14 @@ def headline_of_rows(rows: list[dict[str, Any]], epoch: int, early_layers: int) 
     early = [row for row in rows if int(row["epoch"]) == epoch and int(row["layer"]) < early_layers]
     if not early:
         return None
-    return {
-        "min_mad_early": min(float(row["mad"]) for row in early),
-        "mean_entropy_early": sum(float(row["entropy"]) for row in early) / len(early),
-    }
+    mads, entropies = [float(row["mad"]) for row in early], [float(row["entropy"]) for row in early]
+    return {"min_mad_early": min(mads), "mean_entropy_early": sum(entropies) / len(entropies)}
 
 
 def attention_section(
-    final: ProbeResult,
-    final_epoch: int,
-    initial: dict[str, float] | None,
-    band: dict[str, Any] | None = None,
+    final: ProbeResult, final_epoch: int, initial: dict[str, float] | None, band: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The run record's `attention` section: the final model's statistics, the initial headline pair and the
-    surround preference's noise band (attention/noise_band.py) where it was measured."""
+    """The record's `attention` section: the final statistics, the initial headline pair and the noise band."""
     section: dict[str, Any] = {"final": {"epoch": final_epoch, **probe_summary(final)}}
     if initial is not None:
         section["initial"] = dict(initial)

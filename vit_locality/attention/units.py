@@ -1,10 +1,5 @@
-"""The one stored distance convention and the display conventions `stats.units` chooses.
-
-Every distance the project measures and writes (results.json, attention_stats.csv, analysis.json, logger scalars)
-is in `STORED`: fractions of the image side, the patch centres on the unit square, one patch step = 1 / g on the
-g x g grid. `stats.units` only chooses how a value is shown to a person (log lines, pictures): `to_display`
-multiplies by one factor. Torch-free, so the reports and the record readers share it.
-"""
+"""Distance conventions: every distance written is in `STORED`, fractions of the image side (a patch step is 1 / g);
+`stats.units` only chooses how a person sees it. Torch-free, so the reports and the record readers share it."""
 
 from __future__ import annotations
 
@@ -12,8 +7,7 @@ import math
 
 STORED = "unit"
 UNITS = ("unit", "grid", "pixels", "diagonal")
-# How each convention is named beside a shown number.
-LABELS = {
+LABELS = {  # how each convention is named beside a shown number
     "unit": "fraction of the image side",
     "grid": "patch steps",
     "pixels": "pixels",
@@ -22,9 +16,7 @@ LABELS = {
 
 
 def display_factor(units: str, grid: int, patch_size: float | None = None) -> float:
-    """What a unit-square distance is multiplied by to read in `units` on a `grid` x `grid` patch grid: 1; g (patch
-    steps); g x patch_size (pixels); 1 / sqrt 2 (over the diagonal). ValueError for units outside UNITS, a grid
-    that is not a positive int, or pixels without a positive patch size."""
+    """What a unit-square distance is multiplied by to read in `units`: 1, g, g x patch_size or 1 / sqrt 2."""
     if units not in UNITS:
         raise ValueError(f"units must be one of {UNITS}, got {units!r}")
     if not isinstance(grid, int) or isinstance(grid, bool) or grid < 1:
@@ -46,9 +38,6 @@ def to_display(value: float, units: str, grid: int, patch_size: float | None = N
 
 
 def shown(value: float, units: str, grid: int, patch_size: float | None = None, digits: int = 4) -> str:
-    """A stored distance as a log line prints it: in `units` with their name, and the stored value beside it when the
-    two differ ('1.2345 patch steps (0.1543 of the image side)')."""
+    """A stored distance as a log line prints it: '1.2345 patch steps (0.1543 of the image side)'."""
     text = f"{to_display(value, units, grid, patch_size):.{digits}f} {LABELS[units]}"
-    if units == STORED:
-        return text
-    return f"{text} ({value:.{digits}f} of the image side)"
+    return text if units == STORED else f"{text} ({value:.{digits}f} of the image side)"

@@ -1,21 +1,6 @@
-"""Constant tables that let batched AutoAugment run every image's op of a slot in a fixed set of
-whole-batch tensor ops (autoaugment_ops.py), with no Python value turned into a tensor inside a batch.
-
-A slot (op 1 or op 2 of the sub-policies) can draw a few dozen distinct (op, magnitude bin, sign) entries, plus
-"no op". An image's code, sub-policy x 4 + applied x 2 + negative, names its entry, and every table here has one row
-per code, built once per (policy, image size) on the host and copied once to each device that asks, so a batch
-reads each table with one lookup and makes no tensor of its own from Python values:
-
-- `source`: for the geometric ops (ShearX/Y, TranslateX/Y, Rotate), the source pixel of every output pixel, or
-  H x W for the fill. Nearest interpolation makes such an op a pure gather, and the table is read off torchvision's
-  own kernel applied to an image whose pixels are their own index, so the gather gives torchvision's pixels
-  exactly (its affine grid, rounding and fill included). The grid is torchvision's on the host: the pixels of the
-  per-sample transform in the CPU data workers, whatever a GPU's own matrix arithmetic would round;
-- `lut`: for the pointwise ops (Brightness, Solarize, Posterize, Invert) the 256-entry lookup table, again read off
-  torchvision's own kernel applied to the 256 uint8 values;
-- `keep`, `rest` and the kind masks: the factors of the blends (Color, Contrast, Sharpness) and which codes need
-  the per-image statistics (AutoContrast, Equalize), computed in autoaugment_ops.py.
-"""
+"""Constant tables for batched AutoAugment (autoaugment_ops.py), one row per code (sub-policy x 4 + applied x 2 +
+negative), built once per policy and image size by running torchvision's own kernels on probes (source pixels of the
+geometric ops, 256-entry maps of the pointwise ops) and copied once per device."""
 
 from __future__ import annotations
 
@@ -39,8 +24,7 @@ Entry = tuple[str, int | None, bool]  # op name, magnitude bin, negative
 
 @cache
 def _magnitude(name: str, bin_: int | None, negative: bool, height: int, width: int) -> float:
-    """The magnitude torchvision's forward would pass for this op, bin and sign at this image size (computed once:
-    torchvision's tables are CPU tensors, read here as Python numbers)."""
+    """The magnitude torchvision's forward passes for this op, bin and sign at this image size, as a Python number."""
     magnitudes_fn, signed = autoaugment_space()[name]
     magnitudes = magnitudes_fn(NUM_BINS, height, width)
     if magnitudes is None:
@@ -99,41 +83,33 @@ def _slot_entries(subs: list, slot: int) -> tuple[list[Entry], list[int]]:
     return list(entries), codes
 
 
-def _index_image(height: int, width: int) -> torch.Tensor:
-    """A float image whose pixel i holds i + 1 (0 is the fill): through a nearest-interpolation op it shows every
-    output pixel's source."""
-    return torch.arange(1, height * width + 1, dtype=torch.float32).view(1, 1, height, width)
+def _probed(
+    augment: v2.AutoAugment, entries: list[Entry], probe: torch.Tensor, kinds: frozenset[str], height: int, width: int
+) -> torch.Tensor:
+    """(E, 1, N): `probe` through each entry's torchvision kernel when the op is one of `kinds`, else as it is."""
+    rows = []
+    for name, bin_, negative in entries:
+        moved = probe
+        if name in kinds:
+            moved = apply_autoaugment_op(augment, probe, name, _magnitude(name, bin_, negative, height, width))
+        rows.append(moved.reshape(1, -1))
+    return torch.stack(rows)
 
 
 def _source(augment: v2.AutoAugment, entries: list[Entry], height: int, width: int) -> torch.Tensor:
     """(E, 1, H x W) source pixels of the geometric entries (identity elsewhere), H x W standing for the fill."""
-    probe = _index_image(height, width)
-    rows = []
-    for name, bin_, negative in entries:
-        moved = probe
-        if name in GEOMETRIC:
-            moved = apply_autoaugment_op(augment, probe, name, _magnitude(name, bin_, negative, height, width))
-        index = moved.flatten().long() - 1
-        rows.append(torch.where(index < 0, height * width, index).view(1, -1))
-    return torch.stack(rows)
+    probe = torch.arange(1, height * width + 1, dtype=torch.float32).view(1, 1, height, width)  # 0: the fill
+    index = _probed(augment, entries, probe, GEOMETRIC, height, width).long() - 1
+    return torch.where(index < 0, height * width, index)
 
 
 def _lut(augment: v2.AutoAugment, entries: list[Entry], height: int, width: int) -> torch.Tensor:
-    """(E, 1, 256) value maps of the pointwise entries (identity elsewhere), each torchvision's kernel on 0..255."""
-    values = torch.arange(256, dtype=torch.uint8).view(1, 1, 256)
-    rows = []
-    for name, bin_, negative in entries:
-        mapped = values
-        if name in POINTWISE:
-            mapped = apply_autoaugment_op(augment, values, name, _magnitude(name, bin_, negative, height, width))
-        rows.append(mapped.view(1, 256))
-    return torch.stack(rows)
+    """(E, 1, 256) value maps of the pointwise entries (identity elsewhere), torchvision's kernels on 0..255."""
+    return _probed(augment, entries, torch.arange(256, dtype=torch.uint8).view(1, 1, 256), POINTWISE, height, width)
 
 
 def _blend_weights(entries: list[Entry], height: int, width: int) -> tuple[list[float], list[float]]:
-    """Per entry (keep, rest): torchvision blends `image.mul(r).add_(other, alpha=1 - r)` (Color, Contrast) and
-    sharpens `image.add_(blurred - image, alpha=1 - r)`, r = 1 + magnitude; both weights are used as float32. An
-    entry outside the blends gets (1, 0): the image itself, exactly."""
+    """Per entry (keep, rest), r = 1 + magnitude: Color, Contrast (r, 1 - r); Sharpness (1, 1 - r); else (1, 0)."""
     keep, rest = [], []
     for name, bin_, negative in entries:
         ratio = 1.0 + _magnitude(name, bin_, negative, height, width) if name in BLENDS else 1.0
@@ -143,7 +119,7 @@ def _blend_weights(entries: list[Entry], height: int, width: int) -> tuple[list[
 
 
 def _slot(augment: v2.AutoAugment, subs: list, slot: int, height: int, width: int) -> SlotTables:
-    """One slot's tables, one row per code: only the kinds the slot can draw get one."""
+    """One slot's tables, one row per code; only the kinds the slot can draw get one."""
     entries, codes = _slot_entries(subs, slot)
     names = frozenset(name for name, _, _ in entries[1:])
     rows = torch.tensor(codes, dtype=torch.int64)
@@ -171,7 +147,7 @@ def _slot(augment: v2.AutoAugment, subs: list, slot: int, height: int, width: in
 
 @cache
 def _host_tables(policy: str, height: int, width: int) -> PixelTables:
-    """Built once per policy and image size on the host, with torchvision's own kernels, autocast off."""
+    """Built once per policy and image size on the host, autocast off."""
     augment = v2.AutoAugment(v2.AutoAugmentPolicy(policy))
     subs = autoaugment_sub_policies(augment)
     with torch.autocast(device_type="cpu", enabled=False), torch.no_grad():
@@ -182,7 +158,6 @@ def _host_tables(policy: str, height: int, width: int) -> PixelTables:
 
 
 def _moved(tables: Any, device: torch.device) -> Any:
-    """The same tables with every tensor copied to `device`."""
     moved = {}
     for field in fields(tables):
         value = getattr(tables, field.name)
@@ -196,5 +171,5 @@ def _moved(tables: Any, device: torch.device) -> Any:
 
 @cache
 def pixel_tables(policy: str, device: str, height: int, width: int) -> PixelTables:
-    """The tables on `device`: one copy per policy, device and image size (the first batch's, or `prepare`'s)."""
+    """The tables on `device`: one copy per policy, device and image size."""
     return _moved(_host_tables(policy, height, width), torch.device(device))

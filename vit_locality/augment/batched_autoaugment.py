@@ -1,25 +1,10 @@
-"""Per-sample AutoAugment for a whole uint8 batch on its own device, distributed exactly like torchvision.
+"""Per-sample AutoAugment for a whole uint8 batch on its device, distributed exactly like torchvision: `draw` makes
+every image's choices, `apply` runs them, `grouped` through torchvision's ops, `select` (the GPU path) through
+autoaugment_ops.py without host reads.
 
-`v2.AutoAugment` draws one sub-policy per call, so a per-sample protocol has to call it image by image in the
-data workers. Here a batch draws its per-image choices at once (`draw`) and `apply` runs them on the whole batch,
-first op then second op. The policy tables, magnitude bins and op dispatch are torchvision's own (`v2.AutoAugment`,
-private there, hence reached through `upstream`), called, not copied, so the batched path cannot drift from the
-per-sample one: `grouped` calls torchvision's ops on the images that drew each; `select`, the GPU path, runs every
-image's op in a fixed list of whole-batch tensor ops (autoaugment_ops.py) from tables read off torchvision's own
-kernels once (autoaugment_tables.py): no host reads, no tensors from Python values, a host cost per batch that does
-not grow with the batch (benchmarks/host_work.py measures it).
-
-Draw order. Per image torchvision calls `torch.randint(n_sub, ())`, then for each of the two ops
-`torch.rand(()) <= p` (skip the op when false) and, only for an applied signed op, `torch.rand(()) <= 0.5`
-(negate the magnitude when true): 3 to 5 draws per image, their number depending on earlier draws.
-`draw` takes one `randint` per image and a (B, 4) block of uniforms, and reads each image's block the way
-torchvision reads its stream (one comparison with per-sub-policy thresholds, then one gather): column 0 is op 1's
-flag, op 1's sign takes the next column only when op 1 needed one, op 2's flag and sign take the columns after
-that. Every flag and sign is thus a fresh uniform, so the distribution is exactly torchvision's; on the CPU
-default generator `draw(1)` after `torch.manual_seed(s)` also makes the very choice `v2.AutoAugment` makes after
-the same seed. For B > 1 the uniforms come from one block instead of being interleaved image by image, so a batch is
-not the same sample as B consecutive torchvision calls (only the same distribution). The draws are the ones this
-module always made, value for value, for the same generator state.
+Draw order: per image torchvision draws `randint(n_sub)`, then per op `rand() <= p` (applied) and, for an applied
+signed op only, `rand() <= 0.5` (negative). `draw` takes one randint per image and a (B, 4) block of uniforms read
+in that order, so `draw(1)` after `torch.manual_seed(s)` on the CPU makes `v2.AutoAugment`'s choice.
 """
 
 from __future__ import annotations
@@ -36,17 +21,12 @@ from vit_locality.upstream import apply_autoaugment_op, autoaugment_space, autoa
 
 __all__ = ["AutoAugmentDraws", "BatchedAutoAugment", "apply", "draw"]
 
-_SIGN_P = 0.5
 _NEVER = -1.0  # a threshold no uniform in [0, 1) is <=
 
 
 @dataclass(frozen=True)
 class AutoAugmentDraws:
-    """The random choices of a batch, as torchvision would draw them image by image.
-
-    `negative` is only true for an applied, signed op whose sign draw came out negative (torchvision draws no
-    sign otherwise); `apply` ignores it for unsigned ops anyway.
-    """
+    """The random choices of a batch; `negative` is true only for an applied, signed op whose sign came out negative."""
 
     policy: str
     sub_policy: torch.Tensor  # (B,) int64, index into the policy's sub-policy list
@@ -57,7 +37,6 @@ class AutoAugmentDraws:
         return int(self.sub_policy.shape[0])
 
     def to(self, device: torch.device | str) -> AutoAugmentDraws:
-        """Move the draws next to the images they will be applied to."""
         return AutoAugmentDraws(
             self.policy, self.sub_policy.to(device), self.applied.to(device), self.negative.to(device)
         )
@@ -75,10 +54,8 @@ class _Table:
     specs: tuple[tuple[str, int | None], ...]  # id -> (op name, magnitude bin or None)
     op_id: torch.Tensor  # (P, 2) int64
     signed: torch.Tensor  # (P, 2) bool
-    # (P, 3, 4) float32: per sub-policy the thresholds `draw` compares the uniforms u0..u3 with, 3 rows of 4:
-    # [p1, p2, p2, -] for the flags, [-, s1, s2, s2] for the signs (0.5 if the op is signed, else never) and
-    # [p1 if op 1 is signed, -, -, -] for "op 1 took a sign draw". The probabilities are float32, compared in float32
-    # as torchvision's `torch.rand(()) <= p`.
+    # (P, 3, 4) float32: per sub-policy the thresholds `draw` compares the uniforms u0..u3 with: [p1, p2, p2, -]
+    # (flags), [-, s1, s2, s2] (signs: 0.5 or never) and [p1 if op 1 is signed, -, -, -] (op 1 took a sign draw).
     thresholds: torch.Tensor
     columns: torch.Tensor  # (1, 4) int64: the columns of [flag 1, flag 2, sign 1, sign 2] ...
     shifted: torch.Tensor  # (1, 4) int64: ... and where op 2 reads them once op 1 took a sign draw
@@ -88,13 +65,6 @@ class _Table:
         name, bin_ = self.specs[key // 2]
         magnitude = _magnitude(name, bin_, bool(key % 2), *images.shape[-2:])
         return apply_autoaugment_op(self.augment, images, name, magnitude)
-
-
-def _thresholds(sub: tuple, space: dict) -> list[float]:
-    """One sub-policy's row of `_Table.thresholds`."""
-    (name1, p1, _), (name2, p2, _) = sub
-    sign1, sign2 = (_SIGN_P if space[n][1] else _NEVER for n in (name1, name2))
-    return [p1, p2, p2, _NEVER, _NEVER, sign1, sign2, sign2, p1 if space[name1][1] else _NEVER, *[_NEVER] * 3]
 
 
 @cache
@@ -107,7 +77,9 @@ def _table(policy: str, device: str) -> _Table:
     for sub in autoaugment_sub_policies(augment):
         op_id.append([specs.setdefault((name, bin_), len(specs)) for name, _, bin_ in sub])
         signed.append([space[name][1] for name, _, _ in sub])
-        thresholds.append(_thresholds(sub, space))
+        (name1, p1, _), (name2, p2, _) = sub
+        s1, s2 = (0.5 if space[n][1] else _NEVER for n in (name1, name2))  # the sign draws' thresholds
+        thresholds.append([p1, p2, p2, _NEVER, _NEVER, s1, s2, s2, p1 if s1 > 0 else _NEVER, *[_NEVER] * 3])
     return _Table(  # made on the host and copied once to the device
         augment=augment,
         specs=tuple(specs),
@@ -126,10 +98,7 @@ def draw(
     *,
     policy: str = "cifar10",
 ) -> AutoAugmentDraws:
-    """Draw every image's sub-policy, op flags and signs at once (see the module docstring for the order).
-
-    One comparison of the uniforms with the sub-policy's thresholds answers every question an image can ask of its
-    block; whether op 1 took a sign draw then picks the columns op 2 reads, with one gather."""
+    """Draw every image's sub-policy, op flags and signs at once, in the order the module docstring gives."""
     if device is None:
         device = generator.device if generator is not None else torch.device("cpu")
     device = torch.device(device)
@@ -145,14 +114,11 @@ def draw(
 
 
 GROUPINGS = ("select", "grouped")
-# The grouping `apply` uses by device type: on a CPU host reads are free and the arithmetic is the cost, elsewhere
-# (a GPU) a host read stalls the queue: select.
-GROUPING_BY_DEVICE = {"cpu": "grouped"}
+GROUPING_BY_DEVICE = {"cpu": "grouped"}  # elsewhere (a GPU) select: a host read stalls the queue
 
 
 def _grouped(out: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, table: _Table) -> torch.Tensor:
-    """One op call per drawn key on the images that drew it: the least work, but the groups' sizes are read by the
-    host (`nonzero`, `unique_consecutive`, `tolist`), a sync per call on a GPU."""
+    """One op call per drawn key on the images that drew it: the least work, but the host reads the groups."""
     rows = rows.nonzero().squeeze(1)
     if rows.numel() == 0:
         return out
@@ -163,30 +129,16 @@ def _grouped(out: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, table: _
     return out
 
 
-def _selectable(images: torch.Tensor) -> bool:
-    """What `select`'s tables cover: uint8 RGB images larger than the sharpness kernel (the protocol's images)."""
-    return images.dtype == torch.uint8 and images.shape[1] == 3 and min(images.shape[-2:]) > 2
-
-
 def prepare(policy: str, device: torch.device | str, height: int, width: int) -> None:
-    """Build the policy's tables for this device and image size now rather than at the first batch: the training
-    loader calls it before its first step, so no step builds a table (torchvision's probes make tensors from
-    Python values)."""
+    """Build the policy's tables for this device and image size before the first step, so no step builds one."""
     _table(policy, str(torch.device(device)))
     if min(height, width) > 2:
         pixel_tables(policy, str(torch.device(device)), height, width)
 
 
 def apply(images: torch.Tensor, draws: AutoAugmentDraws, grouping: str | None = None) -> torch.Tensor:
-    """Apply each image's drawn sub-policy: `select` (every image's op in one fixed list of whole-batch tensor
-    ops, autoaugment_ops.py: no host reads, no tensors from Python values, the GPU path) or `grouped` (one
-    torchvision call per drawn (op, magnitude, sign) group: host reads); by default the device's
-    (`GROUPING_BY_DEVICE`). The two give the same pixels, torchvision's. `select` covers uint8 RGB images (the
-    protocol's); other images are grouped.
-
-    The ops run with the per-sample transform's interpolation and fill (nearest, black) and with autocast off, so
-    both paths produce the same pixels. Images whose op is not applied stay as they are; the input is not modified.
-    """
+    """Apply each image's drawn sub-policy, `select` or `grouped` (default by device), both torchvision's pixels;
+    `select` covers uint8 RGB images only. The input is not modified."""
     if images.ndim != 4:
         raise ValueError(f"expected a (B, C, H, W) batch, got shape {tuple(images.shape)}")
     if len(draws) != images.shape[0]:
@@ -195,11 +147,10 @@ def apply(images: torch.Tensor, draws: AutoAugmentDraws, grouping: str | None = 
     if grouping not in GROUPINGS:
         raise ValueError(f"grouping={grouping!r}: allowed values are {', '.join(GROUPINGS)}")
     draws = draws.to(images.device)
-    # The training step calls this inside bf16 autocast, where torchvision's affine grid (a bmm: Rotate, Shear)
-    # and sharpness kernel (a conv2d) would run in bf16 and pick neighbouring pixels or levels; the data workers
-    # run them in fp32. Autocast off keeps the two paths pixel-identical.
+    # Autocast off: in bf16 the affine grid and sharpness kernel would pick other pixels than the workers' fp32.
     with torch.autocast(device_type=images.device.type, enabled=False):
-        if grouping == "select" and _selectable(images):
+        # select's tables cover uint8 RGB images larger than the sharpness kernel (the protocol's)
+        if grouping == "select" and images.dtype == torch.uint8 and images.shape[1] == 3 and min(images.shape[-2:]) > 2:
             tables = pixel_tables(draws.policy, str(images.device), *images.shape[-2:])
             return apply_slots(images, draws.sub_policy, draws.applied, draws.negative, tables)
         table = _table(draws.policy, str(images.device))
@@ -218,10 +169,7 @@ class BatchedAutoAugment(torch.nn.Module):
         self.policy = policy
 
     def forward(self, images: torch.Tensor, world: int = 1, rank: int = 0) -> torch.Tensor:
-        """Augment a uint8 (B, C, H, W) batch, every image with its own sub-policy. Under DDP every process seeds the
-        same generator, so the draws are made for the global batch (`world` x B) and this process takes its rows
-        (rank, rank + world, ...: the shard order of the training sampler): ranks draw different sub-policies, and
-        together exactly a one-process run's draws."""
+        """Augment a uint8 batch; under DDP draw for the global batch and keep rows rank, rank + world, ..."""
         drawn = draw(len(images) * world, device=images.device, policy=self.policy)
         if world > 1:
             drawn = drawn.rows(torch.arange(len(images), device=images.device) * world + rank)

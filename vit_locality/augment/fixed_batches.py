@@ -1,10 +1,5 @@
-"""Fixed training batches while Lightning overfits (`trainer.overfit_batches` > 0).
-
-An overfitting check asks whether the model, the loss and the optimiser can drive the loss of the same few images
-towards 0. A random crop, flip, AutoAugment, CutMix or MixUp would show it other pixels every epoch, so both data
-paths (data/base.py, data/on_device.py) hand out the same images in data set order, unaugmented, and the
-LightningModule mixes nothing. The switch is Lightning's own setting, which is part of every run's identity already.
-"""
+"""Fixed training batches while Lightning overfits (`trainer.overfit_batches` > 0): an overfitting check needs the
+same pixels every epoch, so both data paths hand out the same images in data set order, unaugmented and unmixed."""
 
 from __future__ import annotations
 
@@ -17,7 +12,6 @@ FIXED_BATCHES_LINE = (
 
 
 def fixed_batches(trainer: Any) -> bool:
-    """Whether `trainer` (a Lightning Trainer, or None outside a fit) overfits a few batches: then every training
-    batch is the same images, unaugmented and unmixed."""
+    """Whether `trainer` (a Lightning Trainer, or None outside a fit) overfits a few batches."""
     overfit = getattr(trainer, "overfit_batches", 0) if trainer is not None else 0
     return isinstance(overfit, int | float) and overfit > 0

@@ -1,17 +1,6 @@
-"""Batch mixing on the device: `mix_batch`, the one entry point the LightningModule calls.
-
-CutMix (Yun et al. 2019) pastes into every image one box of its partner (a random permutation), the box's size set
-by one Beta(alpha, alpha) draw per batch; lambda, the share of the image kept, is corrected to the pasted area. MixUp
-(Zhang et al. 2018), CutMix's spatially global control, blends every image whole with its partner: lambda x own +
-(1 - lambda) x partner. The soft targets mix the labels with the same weights. A protocol runs one of the two, never
-both (the `aug` section refuses it); label smoothing happens once, in the loss. Every draw uses torch's global
-generator of the batch's device, which the run reseeds per epoch (exact resume).
-
-No host reads (on a GPU each one stalls the step): the lambdas, boxes, partners and the per-batch CutMix coin
-(`aug.cutmix_prob`) stay tensors on the batch's device, and a batch the coin leaves unmixed is selected with
-`torch.where`, so with `cutmix_prob < 1` every batch draws CutMix's lambda, box and partners, used or not. Lambda is
-drawn as torch's `Beta.sample` draws it, so on a CPU a cell with `cutmix_prob=1` keeps the stream it always had.
-"""
+"""Batch mixing on the device (`mix_batch`): CutMix pastes one box of a partner (a random permutation) per batch,
+sized by a Beta(alpha, alpha) lambda corrected to the pasted area; MixUp blends whole images. Targets mix the labels
+alike. Nothing is read by the host: with `cutmix_prob < 1` every batch draws CutMix, and `torch.where` keeps it."""
 
 from __future__ import annotations
 
@@ -24,24 +13,20 @@ from vit_locality.config.protocol import TrainingProtocol
 
 
 def _beta(alpha: float, device: torch.device) -> torch.Tensor:
-    """One Beta(alpha, alpha) draw on `device`, float32, as `torch.distributions.Beta(alpha, alpha).sample()` makes it
-    (the same generator calls), without its argument checks, which read the host."""
+    """One float32 Beta(alpha, alpha) draw, as `torch.distributions.Beta.sample()` makes it, without its host reads."""
     return torch._sample_dirichlet(_constant(("concentration", float(alpha)), str(device)))[0]
 
 
 def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """float32 one-hot rows, the labels' rows of the identity: `F.one_hot` checks the labels' range on the host (a
-    sync on a GPU)."""
+    """float32 one-hot rows, without `F.one_hot`'s range check on the host."""
     return _constant(("eye", num_classes), str(labels.device)).index_select(0, labels)
 
 
 @cache
 def _constant(what: tuple, device: str) -> torch.Tensor:
-    """The constants of a batch, made once per device: every op a batch dispatches costs the host time a GPU waits
-    for, and a tensor made from Python values is a copy to the device. `what` names one:
-    ("concentration", alpha): Beta(alpha, alpha)'s, (2,) float32; ("eye", n): the (n, n) float32 identity;
-    ("halves", H, W): [H / 2, W / 2] float64; ("limits", H, W): [H, W] int64; ("pixels", H, W): every pixel's
-    (y, x), (H, W, 2)."""
+    """A batch's constant, made once per device: ("concentration", alpha): (2,) float32; ("eye", n): the float32
+    identity; ("halves", H, W): [H / 2, W / 2] float64; ("limits", H, W): [H, W] int64; ("pixels", H, W): (H, W, 2)
+    every pixel's (y, x)."""
     kind, *args = what
     if kind == "concentration":
         return torch.full((2,), args[0], device=device)
@@ -66,13 +51,13 @@ class CutMixResult:
 
     @property
     def lam(self) -> float:
-        """`kept` as a Python number (a host read: for tests and reports, not the training step)."""
+        """`kept` as a Python number (a host read)."""
         return float(self.kept)
 
     @property
     def box(self) -> tuple[int, int, int, int]:
         """`bounds` as Python numbers (a host read)."""
-        top, left, bottom, right = (int(v) for v in self.bounds.tolist())
+        top, left, bottom, right = self.bounds.tolist()
         return top, left, bottom, right
 
 
@@ -83,16 +68,10 @@ def cutmix_batch(
     alpha: float = 1.0,
     lam: float | torch.Tensor | None = None,
 ) -> CutMixResult:
-    """Paste one box from a permuted copy of the batch into every image; return images and soft targets.
-    `lam` fixes the drawn lambda (tests). The box's (top, left) and (bottom, right) are computed as pairs, with
-    the per-size constants made once (`_constant`): the same draws, in the same order, and the same arithmetic as
-    one coordinate at a time, in fewer ops."""
+    """Paste one box from a permuted copy of the batch into every image; `lam` fixes the drawn lambda (tests)."""
     batch, _, height, width = images.shape
-    device = images.device
-    halves, limits = (
-        _constant(("halves", height, width), str(device)),
-        _constant(("limits", height, width), str(device)),
-    )
+    device, where = images.device, str(images.device)
+    halves, limits = _constant(("halves", height, width), where), _constant(("limits", height, width), where)
     drawn = _beta(alpha, device).double() if lam is None else torch.as_tensor(lam, dtype=torch.float64, device=device)
     # Half the box's height and width, floor(floor(H r) / 2) = floor(H / 2 x r): halving is exact in floating point.
     half = (halves * (1.0 - drawn).sqrt()).floor().long()
@@ -100,12 +79,12 @@ def cutmix_batch(
     low, high = (centre - half).clamp(min=0), torch.minimum(centre + half, limits)  # top, left; bottom, right
     partner = torch.randperm(batch, device=device)
 
-    pixels = _constant(("pixels", height, width), str(device))
+    pixels = _constant(("pixels", height, width), where)
     inside = ((pixels >= low) & (pixels < high)).all(2)
     mixed = torch.where(inside, images[partner], images)
     kept = 1.0 - (high - low).prod().double() / (height * width)  # high >= centre >= low: no empty side
     own = _one_hot(labels, num_classes)
-    share, rest = kept.to(torch.float32), (1.0 - kept).to(torch.float32)  # each rounded from float64, as before
+    share, rest = kept.to(torch.float32), (1.0 - kept).to(torch.float32)  # each rounded from float64
     targets = torch.addcmul(share * own, rest, own[partner])  # products of 0 or 1: one rounding, the sum's
     return CutMixResult(mixed, targets, kept, partner, torch.cat([low, high]))
 
@@ -119,7 +98,7 @@ class MixUpResult:
 
     @property
     def lam(self) -> float:
-        """`weight` as a Python number (a host read: for tests and reports)."""
+        """`weight` as a Python number (a host read)."""
         return float(self.weight)
 
 
@@ -130,10 +109,7 @@ def mixup_batch(
     alpha: float = 1.0,
     lam: float | torch.Tensor | None = None,
 ) -> MixUpResult:
-    """Blend every image with a permuted copy of the batch; return the blended images and soft targets.
-
-    The uint8 batch becomes float32 (a blend has fractional values); normalising afterwards is affine, so it commutes
-    with the blend. `lam` fixes the drawn lambda (tests)."""
+    """Blend every image, as float32, with a permuted copy of the batch; `lam` fixes the drawn lambda (tests)."""
     device = images.device
     wide = _beta(alpha, device).double() if lam is None else torch.as_tensor(lam, dtype=torch.float64, device=device)
     weight, rest = wide.to(torch.float32), (1.0 - wide).to(torch.float32)  # each rounded from float64
@@ -145,9 +121,7 @@ def mixup_batch(
 
 
 def cutmix_this_batch(prob: float, device: torch.device | str = "cpu") -> torch.Tensor | None:
-    """Whether CutMix mixes this batch, with probability `prob` (Yun et al.'s CIFAR recipe used 0.5), as a bool
-    tensor on `device` (no host read). At 1 nothing is drawn and None says "always", so runs with the default keep
-    the random stream they always had."""
+    """Whether CutMix mixes this batch, as a bool tensor on `device`; None (always, drawing nothing) at 1."""
     if prob >= 1.0:
         return None
     return torch.rand((), device=device) < prob
@@ -156,11 +130,7 @@ def cutmix_this_batch(prob: float, device: torch.device | str = "cpu") -> torch.
 def mix_batch(
     images: torch.Tensor, labels: torch.Tensor, num_classes: int, protocol: TrainingProtocol
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The batch as the protocol trains on it: (images, targets for the loss, labels accuracy is measured against).
-
-    Unmixed, the targets are the labels. Mixed, they are (B, num_classes) soft targets and accuracy is measured
-    against each image's dominant label. With `cutmix_prob < 1` a batch the coin leaves alone keeps its pixels and
-    gets one-hot targets (the same loss as its labels, label smoothing included)."""
+    """(images, targets for the loss, labels for accuracy: each image's dominant label when mixed)."""
     if protocol.cutmix and protocol.cutmix_prob > 0:
         coin = cutmix_this_batch(protocol.cutmix_prob, images.device)
         mixed = cutmix_batch(images, labels, num_classes, protocol.cutmix_alpha)

@@ -1,9 +1,5 @@
-"""Per-sample training transforms of the protocol, on uint8 (3, H, W) tensors inside the data workers.
-
-Crop + flip are always on (but while Lightning overfits a few batches: fixed_batches.py); `autoaug` adds
-AutoAugment (one sub-policy drawn per image, because the transform is called per sample) or ColorJitter, whichever
-policy the protocol resolved for the data set; `erasing` adds torchvision's RandomErasing last.
-"""
+"""The protocol's per-sample training transform on uint8 (3, H, W) tensors in the data workers: crop + flip, then
+AutoAugment or ColorJitter (`autoaug`, the policy the protocol resolved), then RandomErasing (`erasing`)."""
 
 from __future__ import annotations
 
@@ -17,12 +13,8 @@ COLORJITTER_STRENGTH = 0.4  # brightness, contrast and saturation, on both data 
 
 
 def build_train_transform(image_size: int, protocol: TrainingProtocol) -> v2.Compose:
-    """RandomCrop(size, padding=size/8) + horizontal flip, then the policy's augmentation when AutoAugment runs
-    per sample (`protocol.per_sample_autoaugment`)."""
-    steps: list[torch.nn.Module] = [
-        v2.RandomCrop(image_size, padding=image_size // 8),
-        v2.RandomHorizontalFlip(),
-    ]
+    """RandomCrop(size, padding=size/8) + flip, the policy when it runs per sample, erasing."""
+    steps: list[torch.nn.Module] = [v2.RandomCrop(image_size, padding=image_size // 8), v2.RandomHorizontalFlip()]
     if protocol.per_sample_autoaugment:
         if protocol.policy == COLORJITTER:
             strength = COLORJITTER_STRENGTH

@@ -1,10 +1,5 @@
-"""How a config field is declared: its type, its range and, in the same place, the words its one-line refusal uses
-for what it allows (the pydantic `Field`'s description), and whether it is part of the run identity.
-
-A field's rule lives once, declared beside the field in the section models (schema.py, protocol.py); pydantic
-checks it when the gate builds a cell's settings (settings.py), and refusal.py turns its first error into the
-project's line: `model.depth=0 is not allowed: an integer in [1, 64]`.
-"""
+"""How a config field is declared: its type, its range with the words its refusal uses (the `Field` description),
+and whether it is part of the run identity (`outside_identity`, `NeutralAt`)."""
 
 from __future__ import annotations
 

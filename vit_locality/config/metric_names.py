@@ -1,12 +1,6 @@
-"""What the per-epoch evaluation figures are called, so a figure measured on the test set is never called validation.
-
-The paper's protocol trains on the whole training set, so by default the split evaluated every epoch is the test
-set: its figures are `test_epoch/*` (`test_epoch/acc1`). Only with `data.val_size > 0` is there a held-out split of
-the training set, evaluated as `val/*`. The final figures after fit are `test/*` either way.
-
-Selecting (a search's objective, matched accuracy, a best checkpoint) must read a held-out split: a selection on a
-test-set figure is refused in one line (`selection_problem`), never quietly held out.
-"""
+"""What the per-epoch evaluation figures are called: `test_epoch/*` on the test set (the paper's protocol trains on
+the whole training set), `val/*` only with a held-out split (`data.val_size > 0`), `test/*` after fit. A selection
+(a search's objective) on a test-set figure is refused in one line."""
 
 from __future__ import annotations
 

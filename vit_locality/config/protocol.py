@@ -1,10 +1,6 @@
-"""The training protocol: the `aug` and `loss` sections as declared, and the protocol a cell trains with, derived
-from them in one place (`TrainingProtocol.of`) or read back from a record (`from_record`).
-
-Each field's type, range and default is stated once, on the section; the values a user picks are in
-conf/aug/default.yaml and conf/loss/default.yaml. The protocol names the cell (the paper's 8 names), describes it
-in one line and tags it; the module, the record, W&B and the reports all read it. Importable without torch.
-"""
+"""The training protocol: the `aug` and `loss` sections as declared (type, range and default beside each field), and
+the protocol a cell trains with, derived from them in one place (`TrainingProtocol.of`) or read back from a record
+(`from_record`). It names, describes and tags the cell. Importable without torch."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The config's sections, one pydantic model per config group: each field's type, range and identity mark stated
-once, beside the field, with the words its refusal uses; the rules across a section's own fields in its
-`model_validator`. The values (and what each does) are in the group's YAML files under conf/; Hydra composes them
-(its struct mode refuses an unknown key) and pydantic validates the result once per cell (settings.py). Torch-free
-and Lightning-free: the pre-check validates with these before either loads.
-"""
+"""The config's sections, one pydantic model per config group: each field's type, range and identity mark beside the
+field, with the words its refusal uses; a section's own cross-field rules in its `model_validator`. The values are
+in conf/; torch- and Lightning-free, so the pre-check validates before either loads."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """One cell's config as one typed, frozen object, `RunSettings`: what every function below the entry point takes.
-
-The entry point composes the YAML files with Hydra (its struct mode refuses an unknown key) and hands the resolved
-values to `RunSettings.from_values` (precheck/gate.py); pydantic checks each field against its section (schema.py,
-protocol.py) and the rules across sections below, and `refusal` turns its first error into the project's one line
-(`model.depth=0 is not allowed: an integer in [1, 64]`). A record's config comes back through `from_record`.
-"""
+The gate (precheck/gate.py) builds it from the composed values (`from_values`); a record's config comes back
+through `from_record`. refusal.py turns pydantic's first error into the project's one line."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Datamodules by name, as `data.name` in the config selects them (the names themselves: vit_locality.catalog).
-
-The registry holds module paths, and a datamodule's module is imported only when its data set is chosen: a
-synthetic run never loads the pickle reader, the downloader or the Tiny-ImageNet reader.
-"""
+"""Datamodules by `data.name` (the names: vit_locality.catalog), each module imported only when its data set is
+chosen, so a synthetic run never loads the pickle reader, the downloader or the Tiny-ImageNet reader."""
 
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ def _load(path: str) -> type[ImageDataModule]:
 
 
 def datamodule_class(name: str) -> type[ImageDataModule]:
-    """The datamodule class `data.name` selects, its module imported now; an unknown name is a ValueError listing
-    the known ones."""
+    """The datamodule class `data.name` selects; an unknown name is a ValueError listing the known ones."""
     if name not in DATAMODULES:
         raise ValueError(f"data.name={name!r}: allowed values are {', '.join(DATAMODULES)}")
     return _load(DATAMODULES[name])
@@ -42,11 +38,4 @@ def __getattr__(attr: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
-__all__ = [
-    "DATAMODULES",
-    "DataError",
-    "ImageArrays",
-    "ImageDataModule",
-    "UInt8ImageDataset",
-    "datamodule_class",
-]
+__all__ = ["DATAMODULES", "DataError", "ImageArrays", "ImageDataModule", "UInt8ImageDataset", "datamodule_class"]

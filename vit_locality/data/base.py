@@ -1,10 +1,5 @@
-"""What every datamodule shares: uint8 images in memory, per-sample transforms in workers, plain loaders.
-
-Images stay uint8 from disk to the device: converting every image to float in the workers costs about as much
-as augmenting it, and a uint8 batch is a quarter of the bytes to copy. The LightningModule converts and
-normalises once per batch. Training samples are drawn as a function of (seed, epoch, index) (sampling.py), so
-the data workers never change a result.
-"""
+"""What every datamodule shares: uint8 images in memory (the LightningModule converts and normalises per batch),
+per-sample transforms in workers or batched ones on the device, and plain loaders."""
 
 from __future__ import annotations
 
@@ -22,12 +17,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 from vit_locality.augment.fixed_batches import FIXED_BATCHES_LINE, fixed_batches
 from vit_locality.catalog import DATASET_DEFAULT_POLICY
 from vit_locality.data.fingerprint import data_fingerprint
-from vit_locality.data.on_device import (
-    BatchAugment,
-    DeviceArrays,
-    DeviceEvalLoader,
-    DeviceTrainLoader,
-)
+from vit_locality.data.on_device import BatchAugment, DeviceArrays, DeviceEvalLoader, DeviceTrainLoader
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw, transform_seeded
 from vit_locality.data.workers import WORKER_START_METHOD, init_data_worker, usable_workers
 from vit_locality.errors import VitLocalityError
@@ -35,6 +25,7 @@ from vit_locality.upstream import batches_completed_in_epoch, epochs_processed
 
 log = logging.getLogger("vit_locality")
 MID_EPOCH_RESUME_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
+Transform = Callable[[torch.Tensor], torch.Tensor]
 
 
 class DataError(VitLocalityError, RuntimeError):
@@ -53,12 +44,17 @@ class ImageArrays:
     test_labels: torch.Tensor
     class_names: list[str]
 
+    @property
+    def train(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.train_images, self.train_labels
+
+    @property
+    def test(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.test_images, self.test_labels
+
     def check(self, source: str, image_size: int, num_classes: int) -> None:
         """Fail loudly on shapes or labels that would otherwise surface deep inside training."""
-        for split, images, labels in (
-            ("train", self.train_images, self.train_labels),
-            ("test", self.test_images, self.test_labels),
-        ):
+        for split, (images, labels) in (("train", self.train), ("test", self.test)):
             expected = (3, image_size, image_size)
             if images.dtype != torch.uint8 or images.ndim != 4 or tuple(images.shape[1:]) != expected:
                 raise DataError(
@@ -77,20 +73,10 @@ class ImageArrays:
 
 
 class UInt8ImageDataset(Dataset):
-    """Indexes a uint8 image tensor; the optional transform maps a (3, H, W) uint8 tensor to another.
+    """Indexes uint8 images; a `SampleDraw` key (the training sampler's) runs the transform on its own seed."""
 
-    A `SampleDraw` key (the training sampler's) runs the transform on its own seed; a plain index (the
-    evaluation loaders') draws from whatever the generator holds, which matters only to a random transform."""
-
-    def __init__(
-        self,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    ) -> None:
-        self.images = images
-        self.labels = labels
-        self.transform = transform
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, transform: Transform | None = None) -> None:
+        self.images, self.labels, self.transform = images, labels, transform
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -104,14 +90,8 @@ class UInt8ImageDataset(Dataset):
 
 
 class ImageDataModule(L.LightningDataModule):
-    """Base datamodule: subclasses only say how to obtain the uint8 arrays (`load_arrays`).
-
-    The evaluation split is the official test set unless `val_size` > 0, in which case that many training
-    images (a fixed, seeded choice) are held out and evaluated instead; `test_dataloader` is always the test set.
-    `seed` is the run's: the training order and every sample's augmentation derive from it and the epoch.
-    `on_device` (`data.on_device`; auto: with CUDA) keeps the splits on the training device and augments whole
-    batches there with `batch_augment` instead of running `train_transform` in workers (on_device.py).
-    """
+    """Base datamodule: subclasses say how to get the uint8 arrays. Evaluation is on the test set or on `val_size`
+    held-out training images; `on_device` augments on the device (`batch_augment`), else `train_transform`."""
 
     name: str = "base"
     image_size: int = 32
@@ -129,22 +109,17 @@ class ImageDataModule(L.LightningDataModule):
         split_seed: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = True,
-        train_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        train_transform: Transform | None = None,
         seed: int = 0,
         on_device: bool = False,
     ) -> None:
         super().__init__()
-        self.root = root
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size or batch_size
-        self.num_workers = num_workers
-        self.val_size = val_size
-        self.split_seed = split_seed
+        self.root, self.seed, self.on_device = root, seed, on_device
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
+        self.val_size, self.split_seed = val_size, split_seed
+        self.num_workers, self.persistent_workers = num_workers, persistent_workers
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
-        self.persistent_workers = persistent_workers
         self.train_transform = train_transform
-        self.seed = seed
-        self.on_device = on_device  # decided by the settings (RunSettings.data_on_device)
         self.batch_augment: BatchAugment | None = None
         self._device_arrays: DeviceArrays | None = None
         self.start_epoch = 0  # the epoch a resumed fit's first training loader draws (load_state_dict)
@@ -156,7 +131,7 @@ class ImageDataModule(L.LightningDataModule):
 
     @property
     def default_policy(self) -> str:
-        """What `aug.policy=auto` means on this data set, read from the one table of it in vit_locality.catalog."""
+        """What `aug.policy=auto` means on this data set (vit_locality.catalog)."""
         return DATASET_DEFAULT_POLICY[self.name]
 
     @abstractmethod
@@ -184,7 +159,6 @@ class ImageDataModule(L.LightningDataModule):
         self.arrays = arrays
 
     def _loaded_arrays(self) -> ImageArrays:
-        """The arrays, loading them first (`setup`) if nothing has yet."""
         if self.arrays is None:
             self.setup()
         assert self.arrays is not None
@@ -195,34 +169,27 @@ class ImageDataModule(L.LightningDataModule):
         return len(self._loaded_arrays().train_labels) - self.val_size
 
     def eval_split(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images and labels of the evaluation split (held-out val when `val_size` > 0, else the test set)."""
         arrays = self._loaded_arrays()
         if self.val_size:
             return arrays.train_images[self._val_index], arrays.train_labels[self._val_index]
-        return arrays.test_images, arrays.test_labels
+        return arrays.test
 
     def fingerprint(self) -> dict[str, Any]:
-        """The data fingerprint of what this cell trains and is measured on (config.identity.data_fingerprint): the
-        training set as read, the evaluation split and the test set, pixels and labels. Computed once: the arrays do
-        not change after `setup`."""
+        """The data fingerprint (fingerprint.py) of the training set as read, the evaluation split and the test set."""
         if self._fingerprint is None:
             arrays = self._loaded_arrays()
             self._fingerprint = data_fingerprint(
-                {
-                    "train": (arrays.train_images, arrays.train_labels),
-                    "eval": self.eval_split(),
-                    "test": (arrays.test_images, arrays.test_labels),
-                }
+                {"train": arrays.train, "eval": self.eval_split(), "test": arrays.test}
             )
         return self._fingerprint
 
     def probe_images(self, count: int) -> torch.Tensor:
-        """The first `count` images of the evaluation split, unaugmented: the same for every protocol cell."""
+        """The first `count` images of the evaluation split, unaugmented: the same in every protocol cell."""
         images, _ = self.device_arrays().evaluation if self.on_device else self.eval_split()
         return images[:count]
 
     def _placement(self) -> tuple[torch.device, int, int]:
-        """The training device, the number of processes and this one's rank (one CPU process without a Trainer)."""
+        """(training device, number of processes, rank); one CPU process without a Trainer."""
         if self.trainer is None:
             return torch.device("cpu"), 1, 0
         return self.trainer.strategy.root_device, self.trainer.world_size, self.trainer.global_rank
@@ -231,27 +198,20 @@ class ImageDataModule(L.LightningDataModule):
         """The splits on `device` (default: the training device), copied there on first use and kept."""
         device = self._placement()[0] if device is None else device
         if self._device_arrays is None or self._device_arrays.device != device:
-            arrays = self._loaded_arrays()
-            self._device_arrays = DeviceArrays(
-                device, self._train_split(), self.eval_split(), (arrays.test_images, arrays.test_labels)
-            )
+            test = self._loaded_arrays().test
+            self._device_arrays = DeviceArrays(device, self._train_split(), self.eval_split(), test)
         return self._device_arrays
 
     def _train_split(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training images and labels: all of the training set, or what `val_size` leaves of it."""
         arrays = self._loaded_arrays()
         if self.val_size:
             return arrays.train_images[self._train_index], arrays.train_labels[self._train_index]
-        return arrays.train_images, arrays.train_labels
+        return arrays.train
 
     def state_dict(self) -> dict[str, Any]:
-        """Where a fit resumed from this checkpoint trains next: the epoch (Lightning's `processed` count: an
-        end-of-epoch checkpoint counts its epoch, a mid-epoch one does not) and, mid-epoch, the batches of it already
-        trained, which the resumed fit's first training loader skips. Saved here because Lightning builds that
-        loader before it restores its own counters."""
-        if self.trainer is None:
+        """The epoch and batches a resumed fit starts from (Lightning restores its own after building loaders)."""
+        if (trainer := self.trainer) is None:
             return {}
-        trainer = self.trainer
         return {"train_epoch": epochs_processed(trainer), "train_batches": batches_completed_in_epoch(trainer)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -259,14 +219,11 @@ class ImageDataModule(L.LightningDataModule):
         self.start_batches = int(state_dict.get("train_batches", 0))
         if self.start_batches:
             log.info("resuming epoch %d after its batch %d", self.start_epoch + 1, self.start_batches)
-            # Lightning judges a mid-epoch resume by the loader alone and would warn that it repeats batches; here
-            # the first training loader starts after the batches trained (train_dataloader), so the warning is false.
+            # Lightning would warn that a mid-epoch resume repeats batches; train_dataloader skips them.
             warnings.filterwarnings("ignore", message=MID_EPOCH_RESUME_WARNING)
 
     def _loader(self, dataset: Dataset, batch_size: int, sampler: Sampler | None = None) -> DataLoader:
-        """A training loader when given the training sampler (full batches keep CutMix and the per-step schedule
-        uniform), else an evaluation loader in data set order. Iterators draw their workers' base seed from the
-        loader's own generator, never from the global one that CutMix and dropout draw from."""
+        """A training loader (full batches) given a sampler, else one in order; seeded by its own generator."""
         workers = usable_workers(self.num_workers)
         return DataLoader(
             dataset,
@@ -282,10 +239,7 @@ class ImageDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader | DeviceTrainLoader:
-        """The training loader; a resumed fit's first one starts where the stopped fit's epoch was (the sampler
-        skips the positions of the batches all processes trained: batches x per-process batch x processes).
-        While Lightning overfits (`trainer.overfit_batches`), every epoch gets the same images in data set order,
-        unaugmented (augment/fixed_batches.py)."""
+        """The training loader: the first one skips `start_batches`; fixed batches while Lightning overfits."""
         _, world, rank = self._placement()
         done, self.start_batches = self.start_batches, 0  # a loader built later starts its epoch whole
         fixed = fixed_batches(self.trainer)
@@ -315,5 +269,28 @@ class ImageDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader | DeviceEvalLoader:
         if self.on_device:
             return DeviceEvalLoader(*self.device_arrays().test, self.eval_batch_size, *self._placement()[1:])
-        arrays = self._loaded_arrays()
-        return self._loader(UInt8ImageDataset(arrays.test_images, arrays.test_labels), self.eval_batch_size)
+        return self._loader(UInt8ImageDataset(*self._loaded_arrays().test), self.eval_batch_size)
+
+
+class GeneratedDataModule(ImageDataModule):
+    """Arrays from a seeded generator with the settings in `generation`; train and test are its splits 1 and 2."""
+
+    def __init__(self, train_size: int, test_size: int, generation: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.num_classes = int(generation["num_classes"])
+        self.image_size = int(generation["image_size"])
+        self.sizes = (train_size, test_size)
+        self.generation = generation
+
+    @abstractmethod
+    def generate(self, count: int, split_offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`count` uint8 (3, H, W) images and their labels of one split."""
+
+    @abstractmethod
+    def class_names(self) -> list[str]:
+        """One name per class, in label order."""
+
+    def load_arrays(self) -> ImageArrays:
+        train_x, train_y = self.generate(self.sizes[0], 1)
+        test_x, test_y = self.generate(self.sizes[1], 2)
+        return ImageArrays(train_x, train_y, test_x, test_y, self.class_names())

@@ -1,9 +1,5 @@
-"""CIFAR-10 and CIFAR-100 from the official python pickles, with torchvision's file lists but not its loader.
-
-torchvision's CIFAR classes unpickle with plain `pickle` and refuse any file whose md5 is not the official
-one, which rules out fake files in tests. Here `verify=True` keeps the md5 checks for real data,
-`verify=False` loads files as they are, and every pickle goes through the restricted unpickler.
-"""
+"""CIFAR-10 and CIFAR-100 from the official python pickles, with torchvision's file lists but not its loader: every
+pickle goes through the restricted unpickler, and `verify=False` loads files whose md5s are not official (tests)."""
 
 from __future__ import annotations
 
@@ -33,32 +29,22 @@ class CifarLayout:
     label_key: str
     names_key: str
 
-    @property
-    def files(self) -> tuple[str, ...]:
-        return (*self.train, *self.test, self.meta)
-
 
 class _CifarDataModule(DownloadableDataModule):
-    """Shared loader; subclasses only name their archive, file layout and statistics.
-
-    With `verify`, every extracted file's md5 is checked as well as the archive's.
-    """
+    """Shared loader; subclasses name their archive, layout and statistics. `verify` checks every file's md5 too."""
 
     layout: ClassVar[CifarLayout]
     image_size = 32
 
     def required_files(self) -> tuple[Path, ...]:
-        return tuple(self.folder / name for name in self.layout.files)
+        return tuple(self.folder / name for name in (*self.layout.train, *self.layout.test, self.layout.meta))
 
     def load_arrays(self) -> ImageArrays:
         self.ensure_extracted()
         if self.verify:
             for path in self.required_files():
-                check_file(
-                    path,
-                    md5=self.layout.md5[path.name],
-                    hint=f"the file is corrupted or incomplete: {self.redo_hint(path)}",
-                )
+                hint = f"the file is corrupted or incomplete: {self.redo_hint(path)}"
+                check_file(path, md5=self.layout.md5[path.name], hint=hint)
         class_names = self._read_names(self.folder / self.layout.meta)
         train, test = self._read_split(self.layout.train), self._read_split(self.layout.test)
         return ImageArrays(*train, *test, class_names=class_names)
@@ -86,10 +72,7 @@ class _CifarDataModule(DownloadableDataModule):
         return [str(name) for name in names]
 
     def _read_batch(self, path: Path) -> tuple[np.ndarray, np.ndarray]:
-        """One batch file as uint8 (N, 3, 32, 32) images and int64 labels.
-
-        A row is the R plane, then G, then B, each 32 x 32 row-major, so a plain reshape gives (3, 32, 32).
-        """
+        """One batch file as uint8 (N, 3, 32, 32) images (rows hold the R, G, B planes) and int64 labels."""
         batch, redo = self._load(path, "batch")
         key = self.layout.label_key
         if not isinstance(batch, dict) or "data" not in batch or key not in batch:
@@ -115,7 +98,7 @@ class _CifarDataModule(DownloadableDataModule):
 
 
 def _official(dataset: type[CIFAR10], size: int, label_key: str) -> tuple[ArchiveSpec, CifarLayout]:
-    """The archive and extracted files torchvision's class lists, with their md5s; the archive's size is ours."""
+    """The archive and files torchvision's class lists, with their md5s; the archive's size is ours."""
     meta = dataset.meta
     archive = ArchiveSpec(dataset.url, dataset.filename, size, dataset.tgz_md5, dataset.base_folder)
     layout = CifarLayout(

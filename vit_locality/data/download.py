@@ -1,16 +1,6 @@
-"""Download, verify and safely extract the official data archives, for the datamodules built on them.
-
-torchvision fetches (`download_url`) and hashes (`calculate_md5`); this module keeps only what torchvision lacks:
-- a partial or unverified download never appears under the archive's name, and a failed one leaves none of the
-  folders it made (torchvision's `download_url` writes in place and says only "File not found or corrupted.");
-- everything that can fail (network, a corrupted file, a hostile archive) fails as one DataError whose message
-  names the file or URL and says what to do, instead of a traceback from deep inside urllib or tarfile;
-- every member of an archive is checked before the first one is written, so a refused archive writes nothing.
-  torchvision's `extract_archive` and `download_and_extract_archive` (0.29) pick the format by the file's suffix
-  and call `tarfile.extractall` without a filter (Python before 3.14 then writes links, devices, absolute paths
-  and `..` as they come), and neither they nor `zipfile` bound what an archive unpacks to. The checks hold even
-  when the md5 is not checked (`data.verify=false`).
-"""
+"""Download, verify and safely extract the official data archives: a download appears under its name only once
+checked, every failure is one DataError saying what to do, and every archive member is checked before anything is
+written."""
 
 from __future__ import annotations
 
@@ -35,17 +25,14 @@ from torchvision.datasets.utils import calculate_md5, download_url
 from vit_locality.data.base import DataError, ImageDataModule
 from vit_locality.errors import first_line
 
-# tarfile's "data" extraction filter: Python 3.12+, back-ported to 3.8.17, 3.9.17, 3.10.12 and 3.11.4.
+# tarfile's "data" extraction filter (Python 3.12+ and recent patch releases of older ones).
 _TAR_DATA_FILTER = getattr(tarfile, "data_filter", None)
 
-# What one archive may unpack to. The official archives unpack to ~178 MB in under ten members (CIFAR-10 and
-# CIFAR-100) and ~250 MB in ~120k (Tiny-ImageNet): the limits leave a margin of 4x in bytes, 1.6x in members.
+# What one archive may unpack to: the official ones unpack to ~250 MB in ~120k members at most.
 MAX_ARCHIVE_MEMBERS = 200_000
 MAX_EXTRACTED_BYTES = 1 << 30
-# Deflate packs zeros ~1000:1, text ~4:1 and JPEGs ~1:1, so a zip member that unpacks to over MAX_ZIP_RATIO
-# times its packed size is a bomb, not data. Members up to ZIP_RATIO_CHECKED_FROM bytes (the largest official
-# one, words.txt, is 2.7 MB) are not checked: they cannot fill a disk on their own and MAX_EXTRACTED_BYTES caps
-# them all together.
+# A zip member over ZIP_RATIO_CHECKED_FROM bytes (the largest official one is 2.7 MB) that unpacks to over
+# MAX_ZIP_RATIO times its packed size is a bomb (deflate packs zeros ~1000:1, text ~4:1, JPEGs ~1:1).
 MAX_ZIP_RATIO = 200
 ZIP_RATIO_CHECKED_FROM = 4 << 20
 _ZIP_METHODS = {
@@ -75,8 +62,7 @@ TRUSTED_COPY = (
 
 
 def check_file(path: Path, *, md5: str | None = None, size: int | None = None, what: str = "", hint: str) -> None:
-    """Raise DataError (naming `what`, default the path, and `hint`) if the file is absent or differs. A local copy
-    (no `what`) that differs may be one the user trusts: its message names data.verify=false as the other way out."""
+    """Raise DataError naming `what` (default: the path) and `hint` if the file is absent or differs."""
     differs = hint if what else f"{hint}, {TRUSTED_COPY}"
     what = what or str(path)
     if not path.is_file():
@@ -88,12 +74,11 @@ def check_file(path: Path, *, md5: str | None = None, size: int | None = None, w
 
 
 def download_archive(url: str, dest: Path, *, size: int | None = None, md5: str | None = None) -> None:
-    """torchvision's `download_url` into a temporary folder beside `dest`, checked there and only then renamed to
-    `dest`. Network failures propagate as OSError (URLError is one) so the caller can say what data was wanted."""
+    """`download_url` into a temporary folder beside `dest`, checked, then renamed; network errors stay OSError."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     previous_timeout = socket.getdefaulttimeout()
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as folder:
-        # torchvision opens the URL without a timeout: a server that stops answering would hang the cell forever.
+        # torchvision opens the URL without a timeout: a silent server would hang the cell forever.
         socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
         try:
             download_url(url, folder, dest.name)
@@ -115,10 +100,7 @@ def _refuse(archive: Path, reason: str, member: str | None = None) -> NoReturn:
 
 
 def _check_members(archive: Path, target: Path, members: Iterable[tuple[str, int, bool, str | None]]) -> None:
-    """Each (name, unpacked size, is a folder, problem or None) member of `archive`, checked before anything is
-    written: no problem, a path inside `target` (already resolved), and the archive within the limits. The sizes are
-    those of the member headers: tarfile writes exactly that many bytes (a sparse member's full size, holes
-    included) and zipfile stops a member there."""
+    """Check each (name, header size, is a folder, problem) member: no problem, inside `target`, within limits."""
     unpacked = 0
     for count, (name, size, is_dir, problem) in enumerate(members, 1):
         unpacked += size
@@ -137,8 +119,7 @@ def _check_members(archive: Path, target: Path, members: Iterable[tuple[str, int
 
 
 def _tar_problem(member: tarfile.TarInfo) -> str | None:
-    """Only plain files and folders: tarfile's data filter checks each member only as it writes it, allows links
-    that stay inside the target and strips a leading / where this refuses the member."""
+    """Why a tar member is refused: anything but a plain file or folder (stricter than tarfile's data filter)."""
     if member.isreg() or member.isdir():
         return None
     kind = "symlink" if member.issym() else "hard link" if member.islnk() else "special file"
@@ -146,8 +127,7 @@ def _tar_problem(member: tarfile.TarInfo) -> str | None:
 
 
 def _zip_problem(info: zipfile.ZipInfo) -> str | None:
-    """zipfile has no extraction filter. Encryption and an unknown method are refused because zipfile would fail
-    on them halfway through."""
+    """Why a zip member is refused: encryption or an unknown method (zipfile would fail halfway), a bomb, a link."""
     size, packed, kind = info.file_size, info.compress_size, stat.S_IFMT(info.external_attr >> 16)
     if info.flag_bits & 0x1:  # general purpose bit 0
         return "it is encrypted"
@@ -161,8 +141,7 @@ def _zip_problem(info: zipfile.ZipInfo) -> str | None:
 
 
 def safe_extract(archive: Path, target: Path) -> None:
-    """Extract a tar (any compression) or zip archive into `target`, refusing anything but plain files and
-    directories that stay inside it; the whole archive is checked before the first byte is written."""
+    """Extract a tar or zip archive into `target`, the whole archive checked (`_check_members`) before writing."""
     archive, target = Path(archive), Path(target)
     resolved = target.resolve()
     try:
@@ -173,15 +152,13 @@ def safe_extract(archive: Path, target: Path) -> None:
                 zf.extractall(resolved)
         elif tarfile.is_tarfile(archive):
             with tarfile.open(archive, "r:*") as tar:
-                # Read header by header, so a refused archive is not read to its end.
                 _check_members(archive, resolved, ((m.name, m.size, m.isdir(), _tar_problem(m)) for m in tar))
-                # The data filter also drops setuid and group or other write bits from what it writes.
                 tar.extractall(resolved, **({"filter": _TAR_DATA_FILTER} if _TAR_DATA_FILTER is not None else {}))
         else:
             raise DataError(f"{archive}: not a tar or zip archive; delete it and re-run to download it again")
     except DataError:
         raise
-    # RuntimeError: what zipfile raises for a member packed with bzip2 or lzma when Python lacks that module.
+    # RuntimeError: zipfile's for bzip2 or lzma when Python lacks that module.
     except (OSError, EOFError, zlib.error, tarfile.TarError, zipfile.BadZipFile, RuntimeError) as err:
         raise DataError(
             f"{archive}: extraction into {target} failed ({first_line(err)}); if the archive is corrupted, "
@@ -190,20 +167,14 @@ def safe_extract(archive: Path, target: Path) -> None:
 
 
 class DownloadableDataModule(ImageDataModule):
-    """The base of the data sets that come as one official archive (CIFAR-10/100, Tiny-ImageNet): their files are
-    extracted from `archive` into `<root>/<archive.folder>`; a subclass names its archive and the files it needs.
-
-    `download`: fetch and extract the official archive into `root` when a required file is missing.
-    `verify`: check the archive's size and md5 before extracting it; subclasses may check their files too.
-    With `verify=False` files load as they are, which is how tests load the fake files they write.
-    """
+    """A data set from one official archive, extracted into `<root>/<archive.folder>` when a required file is
+    missing (`download`: fetched first); `verify` checks the archive's size and md5, else files load as they are."""
 
     archive: ClassVar[ArchiveSpec]
 
     def __init__(self, download: bool = True, verify: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.download = download
-        self.verify = verify
+        self.download, self.verify = download, verify
 
     @property
     def folder(self) -> Path:
@@ -211,12 +182,10 @@ class DownloadableDataModule(ImageDataModule):
 
     @abstractmethod
     def required_files(self) -> tuple[Path, ...]:
-        """The files whose absence means the archive has to be (fetched and) extracted."""
+        """The files whose absence means the archive must be extracted."""
 
     def _refuse_linked_folder(self, missing: Path) -> NoReturn:
-        """A symlinked data set folder (`data/cifar-10-batches-py -> /shared/...`) is used as it is, never
-        extracted into: the archive would write through the link into a copy others share, and tarfile's data
-        filter refuses that anyway as a path that escapes `root`. Say which link and which target is wrong."""
+        """A symlinked data set folder is never extracted into: say which link or target is wrong."""
         link, target = self.folder, os.readlink(self.folder)
         if not self.folder.exists():
             problem = "which does not exist: mount or restore it"
@@ -230,7 +199,7 @@ class DownloadableDataModule(ImageDataModule):
         )
 
     def redo_hint(self, path: Path | None = None) -> str:
-        """How to get a clean copy: delete `path` (a required file, so it is extracted again) or the folder."""
+        """How to get a clean copy: delete `path` (a required file) or the folder."""
         if path is None:
             return f"delete {self.folder} and re-run to extract or download it again"
         return f"delete {path} (or all of {self.folder}) and re-run to download it again"
@@ -240,8 +209,7 @@ class DownloadableDataModule(ImageDataModule):
         self.ensure_extracted()
 
     def ensure_extracted(self) -> None:
-        """Make sure every required file exists, extracting (and if allowed downloading) the archive otherwise.
-        The error for an absent archive names the first missing file, the URL and where to put the archive."""
+        """Make sure every required file exists, extracting (and if allowed downloading) the archive otherwise."""
         missing = [path for path in self.required_files() if not path.is_file()]
         if not missing:
             return
@@ -259,7 +227,7 @@ class DownloadableDataModule(ImageDataModule):
             try:
                 download_archive(spec.url, archive, **({"size": spec.size, "md5": spec.md5} if self.verify else {}))
             except BaseException as err:
-                for folder in made:  # the folders this download made; one something else has filled since stays
+                for folder in made:  # the folders this download made, if still empty
                     with contextlib.suppress(OSError):
                         folder.rmdir()
                 if not isinstance(err, (OSError, ValueError, http.client.HTTPException)):

@@ -1,20 +1,6 @@
-"""Offline stroke-drawn glyphs (the demo's data, `make demo`), whose classes need neighbouring patches combined.
-
-Each image holds one glyph drawn from straight strokes, in the manner of a seven-segment display (a top, middle
-and bottom bar and four half-height uprights), at a random position, size, slant, stroke width and colour, over
-noise and, optionally, a few loose clutter strokes. A 4 x 4 patch sees a piece of one or two strokes (a bar, an
-upright, a corner), and every kind of piece occurs in many classes, so no single patch gives the class away; the
-glyph is several patches tall and wide, and its class is in which strokes meet where. That is the pressure under which
-attention to neighbouring patches pays, which the locality statistics are meant to show.
-
-Label-keeping under the protocol's augmentations, by construction:
-- colour, contrast and polarity (light glyph on dark ground or the reverse) are random per image, so Invert,
-  Solarize, Posterize, Equalize, Color and AutoContrast move an image to another member of its class;
-- no class is another's mirror image (CLASS_SEGMENTS), so the training flip keeps the label; so do crops,
-  translations, and rotations and shears within the random slant;
-CutMix pastes a box of another image: its area-proportional label is an approximation here, as on object data
-sets such as CIFAR (the box may hold all, part or none of the other glyph).
-"""
+"""Offline stroke-drawn glyphs (the demo's data): one seven-segment-style glyph per image at a random position, size,
+slant, stroke, colour and polarity, over noise. The class is in which strokes meet where, so it needs neighbouring
+patches combined; no class mirrors another, so the protocol's augmentations keep the label."""
 
 from __future__ import annotations
 
@@ -23,7 +9,7 @@ from typing import Any
 
 import torch
 
-from vit_locality.data.generated import GeneratedDataModule
+from vit_locality.data.base import GeneratedDataModule
 
 # Segment endpoints on a unit box (x right, y down): a top, b upper right, c lower right, d bottom, e lower left,
 # f upper left, g middle. A left-right mirror swaps b <-> f and c <-> e.
@@ -37,10 +23,8 @@ SEGMENTS = {
     "g": ((0.0, 0.5), (1.0, 0.5)),
 }
 MIRROR = str.maketrans("bcef", "fecb")
-# Ten glyphs, each at least two segments away from every other even after either is mirrored (the training flip
-# mirrors half the images), and none the mirror image of another: a short demo run would otherwise learn single
-# segments (docs/demo_design.md). 2 and 3, which differ in whether the upper and lower uprights sit on one side or
-# on opposite sides, are the hardest pair.
+# Ten glyphs, each at least two segments away from every other even mirrored, and none another's mirror image
+# (docs/demo_design.md).
 CLASS_SEGMENTS = {
     "-": "g",
     "0": "abcdef",
@@ -81,8 +65,7 @@ def generate_glyphs(
     seed: int,
     split_offset: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw `count` uint8 (3, H, W) images and balanced labels; every random choice comes from (seed, split).
-    Heights are fractions of the image side."""
+    """Draw `count` uint8 (3, H, W) images and balanced labels from (seed, split); heights are shares of the side."""
     if not 2 <= num_classes <= len(CLASS_NAMES):
         raise ValueError(f"data.num_classes={num_classes}: the glyph set has 2 to {len(CLASS_NAMES)} classes")
     gen = torch.Generator().manual_seed(seed * 1_000_003 + split_offset)

@@ -1,22 +1,7 @@
-"""Training data that lives on the training device (`data.on_device`): no DataLoader workers, no per-sample calls.
-
-Per-sample augmentation in CPU workers runs at a few thousand images per second per core, far below what one GPU
-trains the paper ViT at, and every cell packed on a GPU needs its own workers. Here the uint8 splits are copied to
-the device once and every training batch is made there in a few batched operations, with the per-sample semantics
-of the worker path:
-
-    gather the batch (epoch permutation) -> random crop with zero padding + horizontal flip, per sample
-      -> AutoAugment (batched_autoaugment) or ColorJitter, per sample -> Random Erasing, per sample
-      -> [the module: CutMix, normalise]
-
-Random stream. The epoch's order and the resume position are the worker path's own (sampling.ResumableEpoch), so
-both paths see the same samples in the same batches. The augmentation draws come from a generator on the device
-seeded by (seed, epoch, step) only: each step draws for the whole global batch and each process keeps the rows of
-its own samples, so a sample's crop, flip and AutoAugment depend on its position in the epoch and not on the number
-of processes, and an epoch resumed at any step draws what an unbroken run drew. The draws differ from the worker
-path's (they come in blocks, from another generator), with the same distribution; the setting is part of the run
-identity for that reason.
-"""
+"""Training data on the device (`data.on_device`): splits copied once, batches augmented in batched ops with the
+worker path's per-sample semantics. Draws come from a device generator seeded by (seed, epoch, step), made for the
+global batch with each process keeping its rows: independent of the process count and of resumes, but other values
+than the worker path's (same distribution), so the setting is part of the run identity."""
 
 from __future__ import annotations
 
@@ -28,6 +13,7 @@ from functools import cache
 import torch
 from torch.utils.data import SequentialSampler
 
+from vit_locality.augment.autoaugment_ops import grey_levels
 from vit_locality.augment.batched_autoaugment import apply as apply_autoaugment
 from vit_locality.augment.batched_autoaugment import draw as draw_autoaugment
 from vit_locality.augment.batched_autoaugment import prepare as prepare_autoaugment
@@ -40,34 +26,23 @@ from vit_locality.seeding import sample_seed
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def augment_seed(seed: int, epoch: int, step: int) -> int:
-    """The seed of one training step's augmentation draws: a sample seed of epoch + 2**31, an epoch no run reaches,
-    so it is drawn apart from the seeds of an epoch's order and of the global generators."""
-    return sample_seed(seed, epoch + 2**31, step)
-
-
 @dataclass(frozen=True)
 class CropFlipDraws:
-    """Per image: the top-left corner of the crop in the padded image (0 .. 2 x padding) and whether it is flipped."""
+    """Per image: the crop's top-left corner in the padded image and whether it is flipped."""
 
     offsets: torch.Tensor  # (B, 2) int64: top, left
     flip: torch.Tensor  # (B,) bool
 
 
 def draw_crop_flip(batch: int, padding: int, generator: torch.Generator) -> CropFlipDraws:
-    """Uniform corners over the 2p + 1 positions per axis and fair flips, as RandomCrop and RandomHorizontalFlip."""
+    """Uniform corners over 2p + 1 positions per axis and fair flips, as RandomCrop and RandomHorizontalFlip."""
     offsets = torch.randint(2 * padding + 1, (batch, 2), generator=generator, device=generator.device)
     flip = torch.rand(batch, generator=generator, device=generator.device) < 0.5
     return CropFlipDraws(offsets, flip)
 
 
 def crop_flip(images: torch.Tensor, draws: CropFlipDraws, padding: int) -> torch.Tensor:
-    """Every image cropped from its zero-padded self at its own corner, then flipped if drawn: one gather.
-
-    Output pixel (y, x) of image b is padded pixel (top_b + y, left_b + x'), x' = W - 1 - x when flipped, read from
-    each padded plane as one flat index (a 4-D advanced index with permutes was 4x slower on a CPU): the row part
-    and the column part of that index are looked up per image in tables made once per size (`_crop_tables`), so a
-    batch costs the host a dozen ops."""
+    """Every image cropped from its zero-padded self at its own corner, flipped if drawn: one gather."""
     batch, channels, height, width = images.shape
     padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
     rows, cols = _crop_tables(height, width, padding, str(images.device))
@@ -79,8 +54,7 @@ def crop_flip(images: torch.Tensor, draws: CropFlipDraws, padding: int) -> torch
 
 @cache
 def _crop_tables(height: int, width: int, padding: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The flat index of a padded plane split in two lookups, (B, H, 1) + (B, 1, W): per top, (top + y) x padded
-    width, (2p + 1, H, 1); per left x 2 + flipped, left + x or left + W - 1 - x, (2 x (2p + 1), 1, W)."""
+    """Row part per top, (top + y) x padded width; column part per left x 2 + flipped, left + x or left + W - 1 - x."""
     corners = torch.arange(2 * padding + 1).view(-1, 1)
     rows = (corners + torch.arange(height)) * (width + 2 * padding)
     xs = torch.arange(width)
@@ -90,7 +64,7 @@ def _crop_tables(height: int, width: int, padding: int, device: str) -> tuple[to
 
 @dataclass(frozen=True)
 class ColorJitterDraws:
-    """Per image: the order of (brightness, contrast, saturation) and their factors, as v2.ColorJitter draws them."""
+    """Per image: the order of brightness, contrast, saturation and their factors, as v2.ColorJitter draws them."""
 
     order: torch.Tensor  # (B, 3) int64, a permutation of 0 (brightness), 1 (contrast), 2 (saturation)
     factors: torch.Tensor  # (B, 3) float32 in [1 - s, 1 + s], indexed by op
@@ -99,7 +73,7 @@ class ColorJitterDraws:
 def draw_color_jitter(
     batch: int, generator: torch.Generator, strength: float = COLORJITTER_STRENGTH
 ) -> ColorJitterDraws:
-    """A uniformly random order (argsort of uniforms) and independent uniform factors (float32, as torchvision)."""
+    """A uniformly random order (argsort of uniforms) and independent float32 uniform factors."""
     device = generator.device
     order = torch.rand(batch, 3, generator=generator, device=device).argsort(dim=1)
     factors = torch.empty(batch, 3, device=device).uniform_(1 - strength, 1 + strength, generator=generator)
@@ -107,10 +81,7 @@ def draw_color_jitter(
 
 
 def _blend(images: torch.Tensor, other: torch.Tensor | float, factor: torch.Tensor) -> torch.Tensor:
-    """factor x image + (1 - factor) x other, clamped and truncated to uint8, rounded as torchvision's
-    `image.mul(f).add_(other, alpha=1 - f)`: both weights are float32 roundings of float64 values, the product with
-    the image is rounded to float32, and the weighted add is one fused multiply-add (one rounding), reproduced here
-    in float64, where the product of two float32 values is exact."""
+    """factor x image + (1 - factor) x other, rounded as torchvision's `image.mul(f).add_(other, alpha=1 - f)`."""
     keep = factor.to(torch.float32).view(-1, 1, 1, 1)
     rest = (1.0 - factor).to(torch.float32).view(-1, 1, 1, 1).double()
     if isinstance(other, torch.Tensor):
@@ -120,7 +91,7 @@ def _blend(images: torch.Tensor, other: torch.Tensor | float, factor: torch.Tens
 
 
 def color_jitter(images: torch.Tensor, draws: ColorJitterDraws) -> torch.Tensor:
-    """Each image through its three ops in its own order; each op's result is rounded to uint8 as torchvision does."""
+    """Each image through its three ops in its own order, each result truncated to uint8 as torchvision does."""
     factors = draws.factors.to(images.device, torch.float64)
     order = draws.order.to(images.device)
     out = images
@@ -128,8 +99,7 @@ def color_jitter(images: torch.Tensor, draws: ColorJitterDraws) -> torch.Tensor:
         op = order[:, slot]
         factor = factors.gather(1, op.unsqueeze(1)).squeeze(1)
         bright = _blend(out, 0.0, factor)
-        r, g, b = out.unbind(dim=1)  # ITU-R 601 grey level in float32, floored as torchvision floors it for uint8
-        grey = r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).floor_().unsqueeze(1)
+        grey = grey_levels(out)
         contrast = _blend(out, grey.mean(dim=(1, 2, 3), keepdim=True), factor)
         saturation = _blend(out, grey, factor)
         pick = op.view(-1, 1, 1, 1)
@@ -138,15 +108,14 @@ def color_jitter(images: torch.Tensor, draws: ColorJitterDraws) -> torch.Tensor:
 
 
 ERASING_RATIO = (0.3, 3.3)  # torchvision's RandomErasing aspect ratios (height / width), drawn log-uniformly
-ERASING_TRIES = 10  # torchvision's: a box that does not fit is drawn again, at most this often, else none
+ERASING_TRIES = 10  # torchvision's tries at a box that fits
 
 
 def draw_erasing(
     batch: int, height: int, width: int, prob: float, scale: tuple[float, float], generator: torch.Generator
 ) -> torch.Tensor:
-    """torchvision's RandomErasing draws for a whole batch, as (B, 4) int64 top, left, height, width (all 0:
-    nothing erased): erase with probability `prob`; up to ten tries of an area (a uniform share in `scale`) and a
-    log-uniform aspect ratio, rounded to pixels, the first that fits inside the image taken; a uniform corner."""
+    """torchvision's RandomErasing draws as (B, 4) top, left, height, width (all 0: none): the first of ten
+    boxes that fits, at a uniform corner."""
     device = generator.device
     erased = torch.rand(batch, generator=generator, device=device) < prob
     share = torch.empty(batch, ERASING_TRIES, device=device).uniform_(*scale, generator=generator)
@@ -164,7 +133,7 @@ def draw_erasing(
 
 
 def erase(images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
-    """Every image with its box (draw_erasing) set to 0, torchvision's default value; the rest untouched."""
+    """Every image with its box (draw_erasing) set to 0, torchvision's default value."""
     top, left, tall, wide = boxes.to(images.device).unbind(1)
     rows = torch.arange(images.shape[-2], device=images.device)[None]
     cols = torch.arange(images.shape[-1], device=images.device)[None]
@@ -174,8 +143,7 @@ def erase(images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
 
 
 class BatchAugment:
-    """The protocol's per-sample training augmentation for whole batches: crop + flip, then the policy and the
-    erasing when on."""
+    """The protocol's per-sample training augmentation for whole batches: crop + flip, the policy, erasing."""
 
     def __init__(self, image_size: int, protocol: TrainingProtocol, grouping: str | None = None) -> None:
         self.padding = image_size // 8
@@ -184,29 +152,24 @@ class BatchAugment:
         self.grouping = grouping  # AutoAugment's (batched_autoaugment.apply); None: the device's default
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator, world: int = 1, rank: int = 0) -> torch.Tensor:
-        """Draw for the global batch (`world` x this batch) and augment this process's rows of it: rows rank,
-        rank + world, ... hold its samples (sampling.shard_order). One process holds them all."""
+        """Draw for the global batch and augment this process's rows: rank, rank + world, ..."""
         total = len(images) * world
         rows = torch.arange(len(images), device=generator.device) * world + rank if world > 1 else None
+        mine = (lambda drawn: drawn) if rows is None else (lambda drawn: drawn[rows])
         crop = draw_crop_flip(total, self.padding, generator)
-        if rows is not None:
-            crop = CropFlipDraws(crop.offsets[rows], crop.flip[rows])
-        images = crop_flip(images, crop, self.padding)
+        images = crop_flip(images, CropFlipDraws(mine(crop.offsets), mine(crop.flip)), self.padding)
         if self.policy == COLORJITTER:
             jitter = draw_color_jitter(total, generator)
-            if rows is not None:
-                jitter = ColorJitterDraws(jitter.order[rows], jitter.factors[rows])
-            images = color_jitter(images, jitter)
+            images = color_jitter(images, ColorJitterDraws(mine(jitter.order), mine(jitter.factors)))
         elif self.policy is not None:
             drawn = draw_autoaugment(total, generator, policy=self.policy)
             images = apply_autoaugment(images, drawn if rows is None else drawn.rows(rows), self.grouping)
         if self.erasing is not None:
-            boxes = draw_erasing(total, *images.shape[-2:], *self.erasing, generator)
-            images = erase(images, boxes if rows is None else boxes[rows])
+            images = erase(images, mine(draw_erasing(total, *images.shape[-2:], *self.erasing, generator)))
         return images
 
     def prepare(self, device: torch.device, height: int, width: int) -> None:
-        """Build the per-device tables of this augmentation before the first batch (a step then builds none)."""
+        """Build the per-device tables before the first batch, so no step builds one."""
         _crop_tables(height, width, self.padding, str(device))
         if self.policy is not None and self.policy != COLORJITTER:
             prepare_autoaugment(self.policy, device, height, width)
@@ -216,11 +179,8 @@ class BatchAugment:
 
 
 class DeviceTrainLoader(ResumableEpoch):
-    """What Lightning iterates as the training loader: full per-process batches of augmented uint8 images and their
-    labels, already on the device. Lightning tells a loader's `sampler` the epoch at each epoch start; this loader is
-    its own sampler, with the worker path's order and resume rule (ResumableEpoch); `resume_from(epoch, steps)`
-    counts the steps all processes completed. `shuffle=False` (Lightning overfitting) gives every epoch the data set
-    order, sharded as a sequential sampler under DDP, and says so to Lightning with a SequentialSampler."""
+    """The training loader: full per-process batches of augmented images on the device, its own `sampler`
+    (ResumableEpoch); `shuffle=False` gives data set order and shows Lightning a SequentialSampler."""
 
     def __init__(
         self,
@@ -243,7 +203,7 @@ class DeviceTrainLoader(ResumableEpoch):
             augment.prepare(images.device, *images.shape[-2:])
 
     def resume_from(self, epoch: int, steps: int) -> None:
-        """Start at step `steps` the next time epoch `epoch` is iterated."""
+        """Start at step `steps` (of all processes) the next time epoch `epoch` is iterated."""
         super().resume_from(epoch, steps * self.batch_size * self.num_replicas)
 
     def __len__(self) -> int:
@@ -264,14 +224,15 @@ class DeviceTrainLoader(ResumableEpoch):
             index = order[at : at + self.batch_size]
             images = self.images[index]
             if self.augment is not None:
-                generator.manual_seed(augment_seed(self.seed, self.epoch, step))
+                # a sample seed of epoch + 2**31, an epoch no run reaches: apart from every order and global seed
+                generator.manual_seed(sample_seed(self.seed, self.epoch + 2**31, step))
                 images = self.augment(images, generator, self.num_replicas, self.rank)
             yield images, self.labels[index]
 
 
 class DeviceEvalLoader:
-    """An evaluation split in order, in batches, from the device. Under DDP each process takes every W-th image,
-    padded to equal counts with the first ones, as Lightning's DistributedSampler would do to a DataLoader."""
+    """An evaluation split in batches from the device; under DDP every W-th image, padded with the first ones as
+    DistributedSampler pads."""
 
     def __init__(
         self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, world: int = 1, rank: int = 0
@@ -292,12 +253,11 @@ class DeviceEvalLoader:
 
 
 class DeviceArrays:
-    """The splits a cell reads, copied to one device once and shared by the train, evaluation and probe loaders."""
+    """The splits a cell reads, copied to one device once (a tensor shared by two splits once)."""
 
     def __init__(self, device: torch.device, train: Batch, evaluation: Batch, test: Batch) -> None:
         self.device = device
         splits = (train, evaluation, test)
-        # Evaluation is the test set unless data.val_size: each distinct tensor is copied once.
         copies = {id(t): t for split in splits for t in split}
         copies = {key: tensor.to(device) for key, tensor in copies.items()}
         self.train, self.evaluation, self.test = ((copies[id(x)], copies[id(y)]) for x, y in splits)

@@ -1,18 +1,6 @@
-"""Load the official CIFAR pickles without letting a pickle run code, make numpy trust it, or allocate without bound.
-
-A plain `pickle.load` calls whatever global a file names (`os.system`, for one), so a tampered download or a file
-from an untrusted mirror could execute anything; torchvision's CIFAR loader unpickles that way. A CIFAR file is a
-dict of str keys, lists, str and one uint8 array, so `find_class` hands out stand-ins for the few globals such a
-file names, never the real ones:
-- numpy's `_reconstruct` and `dtype` only record the array's shape, type code, byte order and bytes; the array is
-  made by `np.frombuffer` from a plain number dtype whose size the bytes must match exactly. numpy never sees the
-  state the file gives (it trusts it: a dtype state can turn raw bytes into object pointers);
-- `_codecs.encode` for latin-1 (how Python 3 pickles bytes under protocol 2) and `bytes()` without arguments.
-What these make is charged to a budget of MAX_UNPICKLED_BYTES per file, so a few bytes that name one large string
-many times cannot ask for gigabytes. The file is read whole, at most MAX_PICKLE_FILE_BYTES of it, and unpickled by
-Python's pure-Python unpickler: the C one allocates what a length field claims before reading it (a 14-byte file
-claiming a 1 TB string) and grows its memo to twice the largest index a file names.
-"""
+"""Load the official CIFAR pickles without letting a pickle run code, make numpy trust it, or allocate without bound:
+`find_class` hands out checked stand-ins for the few globals a CIFAR file names, what they make is charged to a
+budget, and the file (size-capped) is unpickled in memory by the pure-Python unpickler."""
 
 from __future__ import annotations
 
@@ -32,12 +20,14 @@ from vit_locality.data.base import DataError
 from vit_locality.errors import first_line
 from vit_locality.upstream import python_unpickler_class
 
-# The largest official file, CIFAR-100's train batch, is 155 MB; its 50000 x 3072 uint8 array is 154 MB and,
-# re-pickled by Python 3, costs as much again as the `_codecs.encode` bytes it is rebuilt from (~310 MB).
+# The largest official file is 155 MB, and unpickling it makes ~310 MB (the array and the bytes it is rebuilt from).
 MAX_PICKLE_FILE_BYTES = 512 << 20
 MAX_UNPICKLED_BYTES = 1 << 30
 _NUMBER_TYPE_CODE = re.compile(r"[biufc][0-9]{1,2}")  # bool, signed, unsigned, float, complex, with item size
 _LATIN1 = ("latin1", "latin-1", "iso-8859-1")
+# What unpickling a truncated or corrupted file raises (RuntimeError: RecursionError, for nesting too deep).
+_CORRUPT = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError)
+_CORRUPT += (struct.error, MemoryError, OverflowError, RuntimeError)
 
 
 class _DType:
@@ -54,8 +44,7 @@ class _DType:
 
 
 class _Array:
-    """numpy's `_reconstruct(ndarray, ...)` as unpickled here: its state (shape, dtype, order, bytes) is checked
-    and turned into an array by `np.frombuffer`, copied once reshaped (which needs bytes of the shape's length)."""
+    """numpy's `_reconstruct(ndarray, ...)`: a checked state made into an array by `np.frombuffer`."""
 
     def __init__(self, unpickler: RestrictedUnpickler) -> None:
         self.unpickler = unpickler
@@ -86,9 +75,7 @@ def _ndarray(*args: Any) -> NoReturn:
 
 
 class RestrictedUnpickler(python_unpickler_class()):
-    """Unpickler whose `find_class` hands out only the stand-ins the module docstring lists.
-
-    `file` should be in memory (io.BytesIO): a length field then yields at most what the file holds."""
+    """Unpickler whose `find_class` hands out only the stand-ins; `file` should be in memory (io.BytesIO)."""
 
     def __init__(self, file: IO[bytes], source: str) -> None:
         super().__init__(file, encoding="latin1")
@@ -136,31 +123,22 @@ class RestrictedUnpickler(python_unpickler_class()):
         self.charge("the call _codecs.encode(...)", len(text))
         return text.encode("latin1")
 
+    def made(self, value: Any) -> Any:
+        """`value`, or the array a stand-in made."""
+        if not isinstance(value, _Array):
+            return value
+        if value.array is None:
+            self.refuse("a numpy array", "it was never given its contents")
+        return value.array
+
     def _empty_bytes(self, *args: Any) -> bytes:
         if args:
             self.refuse("the call bytes(...)", "data files call bytes() only for an empty one")
         return b""
 
 
-def _arrays_in(loaded: Any, unpickler: RestrictedUnpickler) -> Any:
-    """The loaded object, and the values of a loaded dict, with each stand-in replaced by its array."""
-
-    def made(value: Any) -> Any:
-        if not isinstance(value, _Array):
-            return value
-        if value.array is None:
-            unpickler.refuse("a numpy array", "it was never given its contents")
-        return value.array
-
-    return {key: made(value) for key, value in loaded.items()} if isinstance(loaded, dict) else made(loaded)
-
-
 def _read_capped(path: Path, hint: str) -> bytes:
-    """The whole file, refused when it is over MAX_PICKLE_FILE_BYTES.
-
-    The read asks for the size the file reports plus one byte, no more: `read(n)` allocates n bytes up front,
-    so a read capped at the limit alone would take 512 MB for every file.
-    """
+    """The whole file, refused over MAX_PICKLE_FILE_BYTES (reads the reported size + 1: `read(n)` allocates n)."""
     limit = MAX_PICKLE_FILE_BYTES
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -178,24 +156,13 @@ def load_pickle(path: str | Path, hint: str = "delete it and re-run to download 
     path = Path(path)
     try:
         unpickler = RestrictedUnpickler(io.BytesIO(_read_capped(path, hint)), str(path))
-        return _arrays_in(unpickler.load(), unpickler)
+        loaded = unpickler.load()  # stand-ins in it, or in a dict's values, become their arrays
+        return {k: unpickler.made(v) for k, v in loaded.items()} if isinstance(loaded, dict) else unpickler.made(loaded)
     except DataError:
         raise
     except FileNotFoundError:
         raise DataError(f"{path}: file is missing; {hint}") from None
-    except (
-        pickle.UnpicklingError,
-        EOFError,
-        ValueError,
-        TypeError,
-        AttributeError,
-        IndexError,
-        KeyError,
-        struct.error,
-        MemoryError,
-        OverflowError,
-        RuntimeError,  # RecursionError, for nesting too deep
-    ) as err:
+    except _CORRUPT as err:
         raise DataError(
             f"{path}: not a readable pickle ({first_line(err)}); the file is truncated or corrupted: {hint}"
         ) from None

@@ -1,13 +1,5 @@
-"""An offline data set generated from a seed in seconds: the default for the demo and the tests.
-
-Each class is a texture: one of five pattern kinds (stripes, checkerboard, dots, grid lines, rings) at one of two
-scales, which covers the image at a random orientation and phase, in two random colours of clearly different
-brightness, with pixel noise. The class therefore lives in shape and scale, not colour, so the protocol's colour
-operations (Invert, Solarize, Posterize, Equalize, Color, ...) keep the label as they keep CIFAR's; rotations,
-shears, translations, crops and flips keep it too, because orientation and position are random anyway. The
-texture fills the whole image, so a box that CutMix pastes carries a share of the other class's evidence in
-proportion to its area, which is what CutMix's area-proportional label assumes.
-"""
+"""Offline seeded textures for tests and quick checks: a class is a pattern kind and scale, at a random orientation,
+phase and two colours, with noise, so augmentations keep the label and a CutMix box carries evidence by area."""
 
 from __future__ import annotations
 
@@ -16,7 +8,7 @@ from typing import Any
 
 import torch
 
-from vit_locality.data.generated import GeneratedDataModule
+from vit_locality.data.base import GeneratedDataModule
 
 PATTERNS = ("stripes", "checkerboard", "dots", "grid", "rings")
 SCALES = (1.0, 1.9)  # fine and coarse: the two periods of each pattern kind, relative to `period`
@@ -48,7 +40,7 @@ def class_texture(label: int, num_classes: int) -> tuple[str, float]:
 def generate_synthetic(
     count: int, num_classes: int, image_size: int, period: float, noise: float, seed: int, split_offset: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw `count` uint8 (3, H, W) images and balanced labels; every random choice comes from (seed, split)."""
+    """Draw `count` uint8 (3, H, W) images and balanced labels from (seed, split)."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + split_offset)
     labels = torch.arange(count) % num_classes
     labels = labels[torch.randperm(count, generator=gen)]

@@ -1,14 +1,5 @@
-"""Tiny-ImageNet-200 from the official zip, decoded once into a uint8 cache.
-
-torchvision has no class for it, and ImageFolder would both decode 110k JPEGs on every epoch and number the
-classes differently for train and val. Here the class order is sorted(wnids.txt) for both splits, the
-official val set (regrouped by val_annotations.txt) is the test set, and the decoded arrays are written once
-to `<root>/tiny-imagenet-200/cache_uint8.npz`, which records its class list so a stale cache is rebuilt.
-
-The class count comes from wnids.txt at load time: `num_classes` is 200 for the official files and is reset
-per instance in `load_arrays` (before ImageArrays.check runs), so a smaller set, such as the fakes tests
-write, loads too. Code that needs the class count of such a set must call `setup()` first.
-"""
+"""Tiny-ImageNet-200 from the official zip, decoded once into a uint8 cache that records its class list. Classes
+are numbered by sorted(wnids.txt), which also sets `num_classes`; the official val set is the test set."""
 
 from __future__ import annotations
 
@@ -33,11 +24,7 @@ _SPLITS = ("train_images", "train_labels", "test_images", "test_labels")
 
 
 class TinyImageNetDataModule(DownloadableDataModule):
-    """Tiny-ImageNet-200: 100k train / 10k val (used as test), 64 px, 200 classes.
-
-    The archive is extracted again only when wnids.txt is missing, so a bad file inside the folder is
-    fixed by deleting the whole folder. The extracted files have no official md5s: `verify` checks the zip only.
-    """
+    """Tiny-ImageNet-200: 100k train / 10k val (used as test), 64 px, 200 classes; `verify` checks the zip only."""
 
     name = "tiny_imagenet"
     image_size = 64
@@ -53,19 +40,14 @@ class TinyImageNetDataModule(DownloadableDataModule):
     )
 
     @property
-    def cache_path(self) -> Path:
-        return self.folder / CACHE_NAME
-
-    @property
     def wnids_path(self) -> Path:
-        """The class list: the one file whose presence counts as an extracted folder."""
         return self.folder / "wnids.txt"
 
     def required_files(self) -> tuple[Path, ...]:
         return (self.wnids_path,)
 
     def prepare_data(self) -> None:
-        """Download, extract and decode once per node (Lightning calls this on one process only)."""
+        """Download, extract and decode once per node."""
         super().prepare_data()
         classes = self._read_wnids()
         if self._load_cache(classes, keys=()) is None:
@@ -75,15 +57,13 @@ class TinyImageNetDataModule(DownloadableDataModule):
         self.ensure_extracted()
         classes = self._read_wnids()
         self.num_classes = len(classes)
-        arrays = self._load_cache(classes)
-        if arrays is None:
-            arrays = self._build_cache(classes)
+        arrays = self._load_cache(classes) or self._build_cache(classes)
         return ImageArrays(
             **{key: torch.from_numpy(arrays[key]) for key in _SPLITS}, class_names=self._class_names(classes)
         )
 
     def _read_wnids(self) -> list[str]:
-        """The class list, sorted: the label of a class is its index here, for train and val alike."""
+        """The class list, sorted: a class's label is its index here."""
         path = self.wnids_path
         wnids = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not wnids or len(set(wnids)) != len(wnids):
@@ -93,20 +73,15 @@ class TinyImageNetDataModule(DownloadableDataModule):
         return sorted(wnids)
 
     def _class_names(self, classes: list[str]) -> list[str]:
-        """The first synonym in words.txt for each wnid, or the wnid itself when words.txt lacks it."""
+        """The first synonym in words.txt for each wnid, else the wnid."""
         path = self.folder / "words.txt"
-        names: dict[str, str] = {}
-        if path.is_file():
-            wanted = set(classes)
-            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                wnid, _, text = line.partition("\t")
-                if wnid in wanted:
-                    names[wnid] = text.split(",")[0].strip()
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+        names = {wnid: text.split(",")[0].strip() for wnid, _, text in (line.partition("\t") for line in lines)}
         return [names.get(wnid) or wnid for wnid in classes]
 
     def _load_cache(self, classes: list[str], keys: tuple[str, ...] = _SPLITS) -> dict[str, np.ndarray] | None:
-        """The cached arrays named by `keys`, or None when there is no cache or it is stale or unreadable."""
-        path = self.cache_path
+        """The cached arrays named by `keys`, or None when the cache is absent, stale or unreadable."""
+        path = self.folder / CACHE_NAME
         if not path.is_file():
             return None
         try:
@@ -120,14 +95,14 @@ class TinyImageNetDataModule(DownloadableDataModule):
             return None
 
     def _build_cache(self, classes: list[str]) -> dict[str, np.ndarray]:
-        """Decode every train and val JPEG once and write the cache atomically (temp file, then rename)."""
+        """Decode every train and val JPEG and write the cache atomically."""
         index = {wnid: label for label, wnid in enumerate(classes)}
         train = self._train_files(classes)
         test = self._val_files(index)
         with tqdm(total=len(train) + len(test), desc=f"decoding {self.archive.folder}", unit="img") as bar:
             arrays = dict(zip(_SPLITS, (*self._decode_all(train, bar), *self._decode_all(test, bar)), strict=True))
         write = partial(np.savez, version=np.int64(CACHE_VERSION), classes=np.array(classes), **arrays)
-        replace_atomically(self.cache_path, write)
+        replace_atomically(self.folder / CACHE_NAME, write)
         return arrays
 
     def _train_files(self, classes: list[str]) -> list[tuple[Path, int]]:
@@ -162,8 +137,7 @@ class TinyImageNetDataModule(DownloadableDataModule):
             filename, wnid = fields[0].strip(), fields[1].strip()
             if wnid not in index:
                 raise DataError(f"{where}: wnid {wnid!r} is not in {self.wnids_path}; {self.redo_hint()}")
-            # A name that leads out of `images` is refused; the check is on the name alone, so images that are
-            # symlinks (a shared data layout) still load.
+            # The name alone is checked, so images that are symlinks (a shared data layout) still load.
             name = PurePosixPath(filename.replace("\\", "/"))
             if name.is_absolute() or ".." in name.parts or PureWindowsPath(filename).drive:
                 raise DataError(
@@ -176,19 +150,13 @@ class TinyImageNetDataModule(DownloadableDataModule):
     def _decode_all(self, files: list[tuple[Path, int]], bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
         size = self.image_size
         images = np.empty((len(files), 3, size, size), dtype=np.uint8)
-        labels = np.empty(len(files), dtype=np.int64)
-        for i, (path, label) in enumerate(files):
+        for i, (path, _) in enumerate(files):
             images[i] = self._decode(path).transpose(2, 0, 1)
-            labels[i] = label
             bar.update()
-        return images, labels
+        return images, np.array([label for _, label in files], dtype=np.int64)
 
     def _decode(self, path: Path) -> np.ndarray:
-        """One image as (H, W, 3) uint8; greyscale, CMYK and palette images are converted to RGB.
-
-        `Image.open` reads the header only, so the size is checked before anything is decoded: a header that
-        claims 8000 x 8000 px would otherwise decode to 192 MB for a 64 x 64 slot.
-        """
+        """One image as (H, W, 3) uint8 RGB, its size checked from the header before anything is decoded."""
         try:
             with Image.open(path) as image:
                 if image.size != (self.image_size, self.image_size):

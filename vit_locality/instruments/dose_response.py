@@ -1,8 +1,5 @@
-"""Dose-response: minimum early-layer MAD and top-1 against one protocol knob at a time, one curve per setting of
-the other knobs, from whatever runs a sweep holds (the `experiment=dose_*` sweeps fill in the values between the
-paper's settings). A run without CutMix mixes no batch: on the `cutmix_prob` axis it stands at 0 and joins the curve
-of every alpha; on the `cutmix_alpha` axis it has no place.
-"""
+"""Dose-response: minimum early-layer MAD and top-1 against one protocol knob, one curve per setting of the others.
+A run without CutMix stands at 0 on the `cutmix_prob` axis, on every alpha's curve, and has no `cutmix_alpha`."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ PAPER_SETTINGS = {"cutmix_alpha": (1.0,), "cutmix_prob": (0.0, 1.0), "ls": (0.0,
 
 
 def dose_coordinates(run: RunRecord) -> dict[str, float | None] | None:
-    """The run's (autoaug, cutmix_alpha, cutmix_prob, ls), the CutMix ones None when no batch is mixed; None for a
-    record without a config."""
+    """The run's (autoaug, cutmix_alpha, cutmix_prob, ls); None for a record without a config."""
     aug = (run.config or {}).get("aug")
     if not isinstance(aug, dict):
         return None
@@ -41,8 +37,7 @@ class DoseCurve:
     points: dict[float, list[tuple[float, float]]] = field(default_factory=dict)
 
     def label(self) -> str:
-        shown = {key: value for key, value in self.fixed.items() if value is not None}
-        return ", ".join(f"{key}={value:g}" for key, value in shown.items())
+        return ", ".join(f"{key}={value:g}" for key, value in self.fixed.items() if value is not None)
 
     def means(self) -> list[tuple[float, float, float, int]]:
         """(x, mean min MAD, mean top-1, runs) in x order; a mean over the finite values only."""
@@ -55,8 +50,7 @@ class DoseCurve:
 
 
 def dose_curves(runs: list[RunRecord], axis: str) -> list[DoseCurve]:
-    """The curves along `axis` with at least two x values, one of them off the paper's own settings (an ablation's
-    on/off pairs are no dose-response), sorted by their fixed settings."""
+    """The curves along `axis` with two or more x values, one off the paper's settings, sorted by their fixed ones."""
     curves: dict[tuple, DoseCurve] = {}
     unmixed: list[tuple[dict, RunRecord]] = []
     for run in runs:

@@ -1,5 +1,4 @@
-"""A run's trained model and probe images without Lightning or Hydra: the report's instruments need only the
-weights in `checkpoints/last.ckpt`, the hyper-parameters saved beside them, and the run's recorded config."""
+"""A run's trained model and probe images without Lightning or Hydra, from its last checkpoint and recorded config."""
 
 from __future__ import annotations
 
@@ -16,9 +15,7 @@ MODEL_ENTRIES = ("state_dict", "hyper_parameters")  # what rebuilding the model 
 
 
 def read_checkpoint(run_dir: Path) -> dict[str, Any] | None:
-    """The run's last checkpoint; None when it has none. Read through the bounded reader of run files: UnreadableFile
-    (one line) for a FIFO, a device or an oversized file in its place, IsADirectoryError for a directory, and
-    DamagedCheckpoint (one line) for a file that is not a checkpoint holding the model's entries."""
+    """The run's last checkpoint, read through the bounded reader of run files; None when it has none."""
     path = last_checkpoint(run_dir)
     if not path.exists() and not path.is_symlink():
         return None
@@ -26,13 +23,12 @@ def read_checkpoint(run_dir: Path) -> dict[str, Any] | None:
 
 
 def model_from_checkpoint(checkpoint: dict[str, Any]) -> VisionTransformer:
-    """The ViT the checkpoint's LightningModule held (its `model` hyper-parameter: the ViT's keyword arguments),
-    weights loaded, in eval mode."""
+    """The ViT the checkpoint's LightningModule held, weights loaded, in eval mode."""
     hparams = checkpoint["hyper_parameters"]
     size, classes = int(hparams["image_size"]), int(hparams["num_classes"])
     model = VisionTransformer(num_classes=classes, image_size=size, **hparams["model"])
-    prefix = "model."
-    model.load_state_dict({k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
+    weights = checkpoint["state_dict"].items()
+    model.load_state_dict({k.removeprefix("model."): v for k, v in weights if k.startswith("model.")})
     return model.eval()
 
 
@@ -50,8 +46,7 @@ def normalise(images: torch.Tensor, checkpoint: dict[str, Any]) -> torch.Tensor:
 
 
 def probe_images(config: dict[str, Any], count: int) -> torch.Tensor:
-    """The run's first `count` evaluation images, unaugmented (the probe set), rebuilt from its recorded config.
-    Raises whatever the data layer raises when the data set is not on this machine."""
+    """The run's probe set (its first `count` evaluation images, unaugmented), rebuilt from its recorded config."""
     from vit_locality.config.settings import RunSettings
     from vit_locality.run.builders import build_datamodule
 

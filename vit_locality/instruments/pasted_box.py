@@ -1,9 +1,4 @@
-"""Attention across a pasted CutMix box: does a patch inside the box keep its attention inside it?
-
-Attention that crosses the border of a pasted box mixes two images' evidence, so CutMix may teach each patch to
-keep its attention close. A patch-aligned box of image B is pasted into image A; for every patch query inside the
-box, the share of its patch-key attention landing outside is measured on the mixed image and on B itself.
-"""
+"""Attention across a pasted CutMix box: the share landing outside the box, on mixed images and on their sources."""
 
 from __future__ import annotations
 
@@ -26,8 +21,7 @@ class Box:
 
     @classmethod
     def central(cls, grid_size: int) -> Box:
-        """The centred box of half the grid's side: a quarter of the image. For scale, CutMix at alpha 1 pastes 0.30 of
-        the image on average (its lambda, the kept share, has mean 0.5; the box is clipped at the borders)."""
+        """The centred box of half the grid's side: a quarter of the image (CutMix at alpha 1 pastes 0.30)."""
         side = grid_size // 2
         start = (grid_size - side) // 2
         return cls(start, start, side, side)
@@ -62,9 +56,7 @@ class BoxResult:
 
 @torch.no_grad()
 def box_locality(model: VisionTransformer, images: torch.Tensor, batch: int = 64) -> BoxResult:
-    """`images` normalised (N, 3, H, W), N >= 2: image i gets the box of image i + 1 (the last that of the first),
-    and is compared with image i + 1 itself, inside the central box. Eval mode, autocast off; the model's mode is
-    restored."""
+    """Image i of normalised `images` gets the central box of image i + 1 (cyclically), compared with that image."""
     if len(images) < 2:
         raise ValueError("the box probe needs at least 2 images (one to paste from)")
     box = Box.central(model.grid_size)

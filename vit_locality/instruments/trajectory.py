@@ -1,11 +1,5 @@
-"""Locality against accuracy during training: each epoch's minimum early-layer MAD beside its validation top-1, so
-cells are compared at the same accuracy rather than the same epoch (strong augmentation slows learning, and heads
-grow local as a model learns).
-
-Epochs: `attention_stats.csv` counts completed epochs (0 = initialisation). A validation row of the CSV log carries
-either Lightning's 0-based index of the epoch just finished, written as an integer (`0`, paired with statistics
-epoch e + 1), or the module's own count from 1, written as a float (`1.0`, paired with its own epoch).
-"""
+"""Each epoch's min early-layer MAD beside its validation top-1, to compare cells at equal accuracy. The statistics
+count completed epochs (0: initial); a CSV log's `epoch` is Lightning's index (`0`: epoch 1) or our count (`1.0`)."""
 
 from __future__ import annotations
 
@@ -21,10 +15,7 @@ TEST_SET_REFUSAL = "matched accuracy needs data.val_size > 0: the evaluation spl
 
 
 def val_accuracy_by_epoch(run_dir: Path) -> dict[int, float]:
-    """Completed epochs -> validation top-1 (a fraction) from the CSV log of a run with a held-out split (the caller
-    checks its eval_split: matching on the test set is refused); a later row of the same epoch (a resumed run)
-    wins; empty without a log or validation rows. Read through the bounded reader of run files: UnreadableFile for
-    a FIFO, a device or an oversized file in its place, UnicodeDecodeError or csv.Error for one that is not CSV."""
+    """Completed epochs -> validation top-1 from the run's CSV log (a later row wins); empty without one."""
     path = Path(run_dir) / METRICS_CSV
     if not path.exists() and not path.is_symlink():
         return {}
@@ -56,9 +47,7 @@ class Trajectory:
         return cls(epochs, [accuracy[e] for e in epochs], [min_mad[e] for e in epochs])
 
     def mad_at_accuracy(self, level: float) -> float:
-        """The minimum MAD when validation top-1 first reached `level`, interpolated linearly in accuracy between
-        the epoch before and the epoch it was reached; NaN when never reached, or already exceeded at the first
-        measured epoch (the crossing was not observed)."""
+        """The min MAD where top-1 first reached `level`, linear in accuracy; NaN when the crossing went unseen."""
         for i, acc in enumerate(self.accuracy):
             if acc >= level:
                 if i == 0:
@@ -75,8 +64,7 @@ class Trajectory:
 
 
 def matched_levels(trajectories: list[Trajectory], count: int = 3) -> list[float]:
-    """`count` accuracy levels every trajectory crosses: evenly inside the range from the highest starting
-    accuracy to the lowest best accuracy (the span all of them cover). Empty when they share no span."""
+    """`count` accuracy levels evenly inside the span every trajectory covers; empty when they share none."""
     usable = [t for t in trajectories if len(t.epochs) >= 2]
     if not usable:
         return []

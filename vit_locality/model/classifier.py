@@ -1,8 +1,4 @@
-"""The LightningModule: uint8 batches in, the protocol's batch mixing and loss, AdamW with warm-up + cosine.
-
-Its settings arrive as plain dicts, the architecture (the ViT's keyword arguments), the protocol (its record form)
-and the `optim` section, so a checkpoint's hyper-parameters rebuild it with `weights_only=True`.
-"""
+"""The LightningModule: uint8 batches, the protocol's mixing and loss, AdamW; plain-dict settings (weights-only)."""
 
 from __future__ import annotations
 
@@ -23,6 +19,8 @@ from vit_locality.errors import VitLocalityError
 from vit_locality.model.optimization import adamw_with_decay_groups, warmup_cosine_schedule
 from vit_locality.model.vit import VisionTransformer
 
+TRAIN_SUMS_ENTRY = "train_running_sums"  # the checkpoint's entry of the epoch's (loss x images, correct) so far
+
 
 class NonFiniteLossError(VitLocalityError, RuntimeError):
     """The training loss became NaN or infinite; training stops before a checkpoint can store bad weights."""
@@ -31,17 +29,12 @@ class NonFiniteLossError(VitLocalityError, RuntimeError):
 
 
 def host_figure(value: float) -> torch.Tensor:
-    """A logged figure that lives on the host (the learning rate, the epoch): Lightning keeps a logged tensor on its
-    own device and makes a Python number into one on the model's, which on a GPU costs a copy now and a read later."""
+    """A logged figure as a host tensor: Lightning would put a Python number on the model's device (a GPU copy)."""
     return torch.tensor(float(value))
 
 
-TRAIN_SUMS_ENTRY = "train_running_sums"  # the checkpoint's entry of the epoch's (loss x images, correct) so far
-
-
 class ViTClassifier(L.LightningModule):
-    """Trains the ViT on one cell: `model` the ViT's keyword arguments, `protocol` the cell's augmentation and loss,
-    `optim` the `optim` section; each stored as a plain dict so checkpoints load weights-only."""
+    """Trains the ViT (`model`: its keyword arguments) on one cell's `protocol` with the `optim` section."""
 
     def __init__(
         self,
@@ -60,33 +53,21 @@ class ViTClassifier(L.LightningModule):
         self.protocol = given if isinstance(given, TrainingProtocol) else TrainingProtocol.from_record(given)
         self.optim = dict(optim or OptimConfig().model_dump())  # a module built by hand: the section's defaults
         self.num_classes = num_classes
-        self.save_hyperparameters(
-            {
-                "num_classes": num_classes,
-                "image_size": image_size,
-                "mean": list(mean),
-                "std": list(std),
-                "model": dict(model),
-                "protocol": self.protocol.model_dump(),
-                "optim": self.optim,
-                "nonfinite_check_every": nonfinite_check_every,
-                "compile_model": compile_model,
-            }
-        )
+        data = {"num_classes": num_classes, "image_size": image_size, "mean": list(mean), "std": list(std)}
+        settings = {"model": dict(model), "protocol": self.protocol.model_dump(), "optim": self.optim}
+        checks = {"nonfinite_check_every": nonfinite_check_every, "compile_model": compile_model}
+        self.save_hyperparameters(data | settings | checks)
         self._first_bad_step: torch.Tensor | None = None
         self._train_sums: torch.Tensor | None = None  # (loss x images, correct) over the epoch so far
         self._train_seen = 0
         self._eval_rows = 0  # the largest evaluation batch seen: a compiled model's one evaluation shape
         self.model = VisionTransformer(num_classes=num_classes, image_size=image_size, **model)
-        # aug.device=gpu: AutoAugment runs here, batched on the device, instead of per sample in the workers.
-        self.device_autoaugment: torch.nn.Module | None = None
+        self.device_autoaugment: torch.nn.Module | None = None  # aug.device=gpu: batched AutoAugment on the device
         if self.protocol.batched_autoaugment:
             from vit_locality.augment.batched_autoaugment import BatchedAutoAugment
 
             self.device_autoaugment = BatchedAutoAugment(self.protocol.policy)
-        if compile_model:  # compiles __call__ only: the statistics' explicit attention path stays eager
-            # Static shapes: one training graph (its batch) and one evaluation graph (evaluation_logits pads to one
-            # batch); a dynamic batch dimension, which a second shape would bring, buys nothing here.
+        if compile_model:  # __call__ only: the explicit attention path stays eager; one train and one eval shape
             self.model.compile(dynamic=False)
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1) * 255.0, persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1) * 255.0, persistent=False)
@@ -98,15 +79,8 @@ class ViTClassifier(L.LightningModule):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(self.preprocess(images))
 
-    def training_loss(
-        self, images: torch.Tensor, labels: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The protocol's loss on one uint8 batch: the protocol's batch mixing (mixing.mix_batch), label smoothing
-        once, in the loss.
-
-        Returns the loss, the logits and the labels accuracy is measured against: the dominant label of a mixed
-        batch (logged as `train/acc1` in every cell).
-        """
+    def training_loss(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(loss, logits, labels for accuracy: a mixed batch's dominant ones) of the protocol on one uint8 batch."""
         trainer = self._trainer
         if fixed_batches(trainer):  # Lightning overfits: the same images every epoch, neither augmented nor mixed
             logits = self(images)
@@ -116,22 +90,20 @@ class ViTClassifier(L.LightningModule):
             images = self.device_autoaugment(images, world, rank)
         images, targets, reference = mix_batch(images, labels, self.num_classes, self.protocol)
         logits = self(images)
-        loss = F.cross_entropy(logits, targets, label_smoothing=self.protocol.ls)
-        return loss, logits, reference
+        return F.cross_entropy(logits, targets, label_smoothing=self.protocol.ls), logits, reference
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss, logits, reference = self.training_loss(*batch)
         self._note_nonfinite(loss)
-        # Per-step self.log calls cost ~0.5 ms each on a small model: keep running sums on the device, log the
-        # epoch figures once, and the step figures every log_every_n_steps (when Lightning writes them anyway).
+        # self.log costs ~0.5 ms a call: running sums stay on the device, step figures every log_every_n_steps.
         with torch.no_grad():
             sums = torch.stack([loss.detach().float() * len(reference), (logits.argmax(1) == reference).sum()])
             self._train_sums = sums if self._train_sums is None else self._train_sums.to(sums.device) + sums
             self._train_seen += len(reference)
         if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
-            # On the progress bar only when a bar draws batches: Lightning reads every progress-bar figure on the
-            # host at every batch end, until the next log replaces it (a sync per step on a GPU).
-            self.log("train/loss", loss, prog_bar=self._bar_draws_batches())
+            # On the bar only when it redraws every batch: Lightning reads bar figures on the host at every batch end.
+            bar = self.trainer.progress_bar_callback
+            self.log("train/loss", loss, prog_bar=bar is not None and getattr(bar, "draws_batches", True))
             self.log("lr", host_figure(self.optimizers().param_groups[0]["lr"]))
             self.log("epoch", host_figure(self.epoch_number()))
         if self.trainer.is_last_batch or self._is_last_step(batch_idx):
@@ -141,14 +113,8 @@ class ViTClassifier(L.LightningModule):
             self._train_sums, self._train_seen = None, 0
         return loss
 
-    def _bar_draws_batches(self) -> bool:
-        """Whether the progress display redraws every batch (tqdm, rich on a terminal; not the epoch line)."""
-        bar = self.trainer.progress_bar_callback
-        return bar is not None and getattr(bar, "draws_batches", True)
-
     def _is_last_step(self, batch_idx: int) -> bool:
-        """Whether this batch ends the fit by `trainer.max_steps` (its optimizer step is the last): a fit that stops
-        mid-epoch still logs its epoch figures."""
+        """Whether this batch's optimizer step is the fit's last by `trainer.max_steps` (it logs the epoch figures)."""
         max_steps, accumulate = self.trainer.max_steps, self.trainer.accumulate_grad_batches
         return 0 < max_steps <= self.global_step + 1 and (batch_idx + 1) % accumulate == 0
 
@@ -162,10 +128,7 @@ class ViTClassifier(L.LightningModule):
         self._train_sums, self._train_seen = entry.get("sums"), int(entry.get("seen", 0))
 
     def _note_nonfinite(self, loss: torch.Tensor) -> None:
-        """Stop at a non-finite loss before the optimizer step uses it. On a CPU the check is free, and with
-        `nonfinite_check_every=1` (a CPU run's) it happens at once; on a GPU it would cost a sync per step, so the
-        first bad step is remembered on the device and checked every `nonfinite_check_every` steps
-        (on_train_batch_end). A CPU run with a longer interval takes the GPU's way (the host-sync test counts it)."""
+        """Stop at a non-finite loss: at once on a CPU checking every step, else via a device flag (no GPU sync)."""
         if loss.device.type == "cpu" and self.hparams.nonfinite_check_every == 1:
             if not math.isfinite(float(loss.detach())):
                 self._raise_nonfinite(self.global_step)
@@ -183,15 +146,11 @@ class ViTClassifier(L.LightningModule):
         )
 
     def epoch_number(self) -> float:
-        """The `epoch` every logged row carries: the epoch in progress counted from 1, so the figures of the n-th epoch
-        and the attention statistics measured after it share `epoch` n (0 is the initial model). Lightning's own
-        default is the 0-based index."""
+        """The logged `epoch`, from 1: the n-th epoch's figures share it with the statistics measured after it."""
         return float(self.current_epoch + 1)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """Check the flag every `nonfinite_check_every` steps and on an epoch's last batch, before any checkpoint.
-        The epoch's figures (logged in training_step) get their `epoch` here: one hook may not log a name both per
-        step and per epoch."""
+        """Log the epoch's `epoch` on its last batch; check the non-finite flag then and every few steps."""
         if self.trainer.is_last_batch:  # the same on every rank: nothing to reduce
             self.log("epoch", host_figure(self.epoch_number()), on_step=False, on_epoch=True)
         every = self.hparams.nonfinite_check_every
@@ -201,8 +160,7 @@ class ViTClassifier(L.LightningModule):
                 self._raise_nonfinite(first)
 
     def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], split: str) -> None:
-        """Loss and top-1/top-5 accuracy over images, each a batch-size-weighted mean over the epoch (so exactly the
-        fraction of images right), kept on the device until the epoch's end."""
+        """Loss and top-1/top-5 accuracy, batch-size-weighted means over the epoch kept on the device until its end."""
         images, labels = batch
         logits = self.evaluation_logits(images)
         loss = F.cross_entropy(logits, labels)
@@ -218,9 +176,7 @@ class ViTClassifier(L.LightningModule):
             self.log("epoch", host_figure(self.epoch_number()), on_epoch=True)
 
     def evaluation_logits(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits of an evaluation batch. A compiled model sees one batch size: a short last batch is padded with
-        zero images up to the largest batch seen and their rows dropped (in eval mode each image's logits depend on
-        that image alone), so the tail costs no recompilation. Eager models take the batch as it is."""
+        """Evaluation logits; a compiled model pads a short batch with zero images to its one shape (no recompile)."""
         rows = len(images)
         self._eval_rows = max(self._eval_rows, rows)
         if not self.hparams.get("compile_model", False) or rows == self._eval_rows:
@@ -229,12 +185,9 @@ class ViTClassifier(L.LightningModule):
         return self(torch.cat([images, padding]))[:rows]
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.epoch_eval_prefix())
-
-    def epoch_eval_prefix(self) -> str:
-        """`val` when the datamodule holds out training images, else `test_epoch`: the figures say their split."""
+        """Figures under `val` when the datamodule holds out training images, else under `test_epoch`."""
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        return eval_prefix(int(getattr(datamodule, "val_size", 0) or 0))
+        self._evaluate(batch, eval_prefix(int(getattr(datamodule, "val_size", 0) or 0)))
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "test")

@@ -1,5 +1,4 @@
-"""The optimiser of a cell: AdamW with weight decay on the weight matrices only, and a warm-up + cosine schedule
-stepped per batch."""
+"""The optimiser of a cell: AdamW with weight decay on matrices only, and a warm-up + cosine schedule per batch."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: flo
 def adamw_with_decay_groups(
     model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float]
 ) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only: not on biases, norms, nor what the model's `no_weight_decay()`
-    names (the ViT's CLS token and position embeddings)."""
+    """AdamW with weight decay on matrices only: not on biases, norms, nor the model's `no_weight_decay()`."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
     groups = [
@@ -38,10 +36,7 @@ def warmup_cosine_schedule(
     min_lr_ratio: float,
     steps_per_epoch: int | None = None,
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """`warmup_cosine` stepped per batch, the warm-up given in epochs of `steps_per_epoch` steps (by default
-    `total_steps / epochs`; a run without an epoch limit gives its epoch's steps)."""
+    """`warmup_cosine` stepped per batch, the warm-up in epochs of `steps_per_epoch` (default total_steps / epochs)."""
     per_epoch = steps_per_epoch or max(1, total_steps // max(1, epochs))
     warmup = min(total_steps, max(1, round(warmup_epochs * per_epoch)))
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: warmup_cosine(step, warmup, total_steps, min_lr_ratio)
-    )
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup, total_steps, min_lr_ratio))

@@ -1,24 +1,16 @@
-"""How the position embeddings start: the paper's small random values, or a 2-D sine-cosine code.
-
-Both stay learned parameters; only their starting point differs. With the random start a model has to discover
-from its data which patches are neighbours, which takes many optimiser steps; the sine-cosine start gives that
-geometry from the first step, so a short run (the offline demo's few hundred steps) can already show attention
-that prefers nearby patches. The paper's model keeps the random start (`pos_init: learned`).
-"""
+"""A 2-D sine-cosine start for the learned position embeddings: the grid's geometry from the first step."""
 
 from __future__ import annotations
 
 import torch
 
-# Frequencies from 1 down towards 1/SINCOS_BASE radian per patch. Language models' 10,000 suits thousands of positions;
-# on an 8-patch side it would leave most channels nearly constant, so the code uses a base matched to short sides.
+# Frequencies from 1 towards 1/SINCOS_BASE radian per patch: 10,000 would leave most channels of 8 patches flat.
 SINCOS_BASE = 100.0
 
 
 def sincos_position_code(dim: int, grid_size: int, base: float = SINCOS_BASE) -> torch.Tensor:
-    """(1 + grid_size**2, dim): a zero row for the CLS token, then one row per patch in row-major order; a quarter
-    of the channels each hold sin and cos of the row index and sin and cos of the column index, at frequencies
-    spaced geometrically from 1 down towards 1/base (the lowest of q is base**(-(q-1)/q))."""
+    """(1 + grid_size**2, dim): a zero CLS row, then per patch (row-major) sin and cos of the row and of the column
+    index, a quarter of the channels each, at frequencies spaced geometrically from 1 towards 1/base."""
     if dim % 4:
         raise ValueError(f"model.dim={dim}: a sine-cosine position code needs a multiple of 4")
     quarter = dim // 4

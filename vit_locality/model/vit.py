@@ -1,11 +1,5 @@
-"""The compact pre-norm ViT of the study, with a fused attention path for training and an explicit one for
-the statistics.
-
-One attention forward serves both, switched by `explicit`: fused, it calls `F.scaled_dot_product_attention`;
-explicit, it computes softmax(QK^T / sqrt(d)) in fp32 and also returns the per-head probabilities to measure.
-`forward` trains on the fused path; `forward_with_attention` runs the explicit one. The constructor's keyword
-arguments are the architecture: the `model` section's (`settings.model.architecture()`) and a checkpoint's.
-"""
+"""The study's compact pre-norm ViT: `forward` on the fused attention path, `forward_with_attention` on the explicit
+fp32 one that returns the probabilities; its keyword arguments are `settings.model.architecture()`."""
 
 from __future__ import annotations
 
@@ -29,29 +23,20 @@ class Attention(nn.Module):
         self.head_dim = dim // heads
         self.qkv = nn.Linear(dim, 3 * dim, bias=True)
         self.proj = nn.Linear(dim, dim)
-        # Off (None) unless a reference restricts attention (restrict_attention): not saved, so checkpoints and
-        # state dicts are the same with or without it.
         self.attn_mask: torch.Tensor | None
-        self.register_buffer("attn_mask", None, persistent=False)
-
-    def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        batch, tokens, dim = x.shape
-        qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)  # unbind, not indexing: indexing makes backward zero-fill 3 full-size grads
-        return q, k, v
+        self.register_buffer("attn_mask", None, persistent=False)  # set by restrict_attention; not in state dicts
 
     def _merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         batch, heads, tokens, head_dim = out.shape
         return self.proj(out.transpose(1, 2).reshape(batch, tokens, heads * head_dim))
 
     def forward(self, x: torch.Tensor, explicit: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The attention output, and on the explicit path the (B, heads, T, T) probabilities in fp32 (else None).
-        Both paths give the same output up to rounding (tests/test_model.py)."""
-        q, k, v = self._split_heads(x)
+        """The attention output, and on the explicit path the (B, heads, T, T) fp32 probabilities (else None)."""
+        batch, tokens, _ = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # unbind, not indexing: indexing makes backward zero-fill 3 full-size grads
         mask = self.attn_mask
         if not explicit:
-            if mask is None:
-                return self._merge_heads(F.scaled_dot_product_attention(q, k, v)), None
             return self._merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)), None
         # Autocast would turn these matmuls back into bf16: switch it off so the maps are truly fp32.
         with torch.autocast(device_type=x.device.type, enabled=False):
@@ -64,9 +49,7 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: x + Attn(LN(x)), then x + MLP(LN(x)); no dropout. With `drop_path` > 0, each
-    residual branch is dropped per image while training with that probability (stochastic depth, as DeiT trains);
-    at 0 nothing is drawn, so the block computes exactly what it did before the setting existed."""
+    """Pre-norm block x + Attn(LN(x)), x + MLP(LN(x)); `drop_path` > 0 is stochastic depth per image (as DeiT)."""
 
     def __init__(self, dim: int, heads: int, mlp_ratio: float, drop_path: float = 0.0) -> None:
         super().__init__()
@@ -78,7 +61,6 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
 
     def forward(self, x: torch.Tensor, explicit: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The block's output and, on the explicit path, its attention probabilities (Attention.forward)."""
         attn_out, probs = self.attn(self.norm1(x), explicit)
         x = x + self._dropped(attn_out)
         return x + self._dropped(self.mlp(self.norm2(x))), probs
@@ -87,14 +69,8 @@ class Block(nn.Module):
         return stochastic_depth(branch, self.drop_path, "row", self.training) if self.drop_path else branch
 
 
-STEMS = ("patch", "conv")
-
-
 def neighbourhood_attention_mask(grid_size: int, radius: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """(1 + g*g, 1 + g*g) boolean mask, True where a query may attend: a patch query to the patches at most `radius`
-    steps away in row and in column (the (2r+1) x (2r+1) neighbourhood, clipped at the border; 0: itself alone) and
-    never to the CLS key, so its whole weight stays on that neighbourhood whatever the probe's conventions; the CLS
-    query to every token, so the classifier still sees the image."""
+    """(1 + g*g, 1 + g*g) mask, True where a query may attend: patches within `radius` steps (CLS query: all)."""
     if not isinstance(radius, int) or isinstance(radius, bool) or radius < 0:
         raise ValueError(f"attention radius must be an int >= 0 (0: each patch attends to itself), got {radius!r}")
     idx = torch.arange(grid_size * grid_size, device=device)
@@ -107,9 +83,7 @@ def neighbourhood_attention_mask(grid_size: int, radius: int, device: torch.devi
 
 
 def conv_stem(dim: int, patch_size: int) -> nn.Sequential:
-    """Stride-2 3 x 3 convolutions with BatchNorm and ReLU, one per halving of the patch size, then a 1 x 1
-    convolution to `dim`: the same token grid as the patch embedding, but each token sees its neighbourhood through
-    convolutions before any attention (Xiao et al., 2021, "Early convolutions help transformers see better")."""
+    """A stride-2 3 x 3 conv, BatchNorm and ReLU per halving of the patch, then a 1 x 1 conv (Xiao et al., 2021)."""
     halvings = patch_size.bit_length() - 1
     if patch_size < 2 or 1 << halvings != patch_size:
         raise ValueError(f"the conv stem needs a patch size that is a power of 2 (>= 2), got {patch_size}")
@@ -158,16 +132,13 @@ class VisionTransformer(nn.Module):
         self._init_weights()
 
     def restrict_attention(self, radius: int | None) -> None:
-        """Every layer's attention restricted to each patch's neighbourhood of `radius` steps
-        (neighbourhood_attention_mask), on both attention paths; None lifts the restriction. For references whose
-        locality is known by construction (vit_locality/attention/reference.py); training never sets it."""
+        """Restrict attention to `radius` steps (None lifts it) on both paths, for attention/reference.py only."""
         mask = None if radius is None else neighbourhood_attention_mask(self.grid_size, radius, self.pos_embed.device)
         for block in self.blocks:
             block.attn.attn_mask = mask
 
     def no_weight_decay(self) -> set[str]:
-        """Parameters AdamW leaves undecayed besides biases and norms: the CLS token and the position embeddings,
-        which are not weights of a map (decaying them pulls every position towards the same embedding)."""
+        """Parameters AdamW leaves undecayed besides biases and norms (decay would pull positions together)."""
         return {"cls_token", "pos_embed"}
 
     def _init_weights(self) -> None:
@@ -202,8 +173,7 @@ class VisionTransformer(nn.Module):
         return self.classify(x)
 
     def forward_with_attention(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Logits plus each layer's fp32 attention probabilities, (B, heads, 1 + g*g, 1 + g*g) per layer, on the
-        explicit path (the statistics)."""
+        """Logits plus each layer's fp32 attention probabilities (B, heads, 1 + g*g, 1 + g*g), on the explicit path."""
         x = self.embed(images)
         maps = []
         for block in self.blocks:

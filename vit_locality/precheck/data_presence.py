@@ -1,17 +1,9 @@
-"""Whether a run could read its data set, answered before anything is made.
+"""Whether a run could read its data set, answered before anything is made and without torch.
 
-A data set that comes as an official archive (CIFAR-10/100, Tiny-ImageNet) is read from `<data.root>/<folder>`,
-extracted from `<data.root>/<archive>` or, with `data.download=true` (the default), downloaded first. With download
-off and neither folder nor archive there, the run would print its config and fail inside a new run directory; the
-pre-check says so in one line instead and creates nothing. With download on, the pre-check also asks the archive's
-server (through the proxy the environment names, as the download will) whether it answers, at most
-REACH_TIMEOUT_S seconds and once per URL and process, and only when the data is missing and the entry point asked for
-it (`ask_servers`: a command a user typed, not a library call or a test composing configs): offline, a command that
-would create `data.root`, print its config and fail inside a new run directory is one line and exit 2 instead, with
-nothing created. Whether the whole download then succeeds is still the download's to say (data/download.py removes
-what a failed one made). Torch-free (the pre-check answers before torch loads); the archives' names are the data
-modules' own (tests/test_newcomer.py compares them).
-"""
+An official data set is read from `<data.root>/<folder>`, extracted from `<data.root>/<archive>` or downloaded. With
+download off and neither there, or with a `data.root` that cannot be made, or (when the entry point asks,
+`ask_servers`) a server that does not answer a HEAD request within REACH_TIMEOUT_S seconds, the command is one line
+and exit 2, with nothing created."""
 
 from __future__ import annotations
 

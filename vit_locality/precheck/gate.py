@@ -1,11 +1,7 @@
 """The one gate a cell passes before anything is built: its composed config becomes `RunSettings`, then what only
-this installation and this machine can judge is checked (Trainer arguments beyond the declared ones, an online W&B
-run's key, devices, cores, memory, the data's files, a readable `ckpt_path`).
-
-The pre-check runs it for every cell of a command before the first starts, and the job once more for its own cell
-(on a SLURM node, the node is the machine). Torch is imported only to count devices, Lightning only for a
-`trainer.*` setting outside the declared ones or an accelerator or strategy beyond the plain ones.
-"""
+this installation and machine can judge is checked (Trainer arguments beyond the declared ones, an online W&B run's
+key, devices, cores, memory, the data's files, a readable `ckpt_path`). The pre-check runs it for every cell, the
+job once more for its own (on a SLURM node, the node is the machine)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """A run directory's name: its base (data, model, the three flags, seed), the identity settings its command sets (as
-validated: `optim.lr=1e-3` and `0.001` read alike), and the short identity hash, which alone tells cells apart: the
-readable part is for people. Computed from the cell's own config, in the pre-check and in the job alike, with no
-other composition and nothing handed between processes. A directory of the same identity already in the parent
-(one named by an earlier version, or by another spelling of the same settings) is the cell's, whatever its name."""
+validated: `optim.lr=1e-3` and `0.001` read alike) and the short identity hash, which alone tells cells apart. A
+directory of the same identity already in the parent (an older name, another spelling) is the cell's."""
 
 from __future__ import annotations
 

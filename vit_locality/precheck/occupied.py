@@ -1,10 +1,6 @@
-"""A cell whose run directory already holds another config's finished run, found before the first cell starts.
-
-The cell itself refuses such a directory (run/cell.py, `existing_record`), but only when its turn comes: a sweep whose
-third cell's directory is taken would train two cells first and then stop. The pre-check reads each named directory's
-record once, the same way, and refuses the command in one line with the same way out. An unfinished attempt of
-another config is no conflict (the cell sets it aside); an unreadable record neither (the cell runs and rewrites it).
-"""
+"""A cell whose run directory already holds another config's finished run, refused before the first cell starts
+(the cell refuses it too, run/cell.py, but only when its turn comes). An unfinished attempt or an unreadable record
+is no conflict: the cell sets it aside or rewrites it."""
 
 from __future__ import annotations
 

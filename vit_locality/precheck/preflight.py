@@ -1,14 +1,8 @@
 """Check every cell of a command before anything runs: one line per problem, no traceback.
 
-Left to Hydra, an unknown config option or a mistyped key is a multi-line error, and a sweep with a bad value in
-its fifth cell would train four cells first. This module expands the command line (and the sweep saved in an
-experiment config) into its cells with Hydra's own parser and sweep expansion, composes each cell with Hydra's public
-compose API, and checks it and the output directory, so a typo costs a second. Hydra's refusals are turned into one
-line (refusals.explain); the pre-check adds a rule of its own (override_values). It names every cell's run directory
-the way the job will (names.cell_name), so two cells never write into one. Each cell is composed once here; Hydra
-then runs its own checks and composes each cell once more, in its job.
-It belongs to the entry points, which are the only code that imports Hydra.
-"""
+The command line (and a sweep saved in an experiment config) is expanded into its cells with Hydra's own parser,
+each cell composed with Hydra's compose API, passed through the gate and named as its job will name it, so a typo
+costs a second and two cells never write into one directory."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The OmegaConf resolvers `run_name` uses: one cell, one directory name, however its values were typed.
-
-The name is computed where it is needed, from the config being resolved: in the job, from its own validated
-settings and the overrides Hydra records for it (precheck/names.py); the pre-check computes the same name the same
-way. No reference composition, nothing handed between processes.
-"""
+"""The OmegaConf resolvers `run_name` uses: one cell, one directory name, however its values were typed, computed
+from the config being resolved, in the pre-check and in the job alike (precheck/names.py)."""
 
 from __future__ import annotations
 
@@ -63,11 +59,9 @@ OPEN_TRAINER = "trainer_open"  # conf/trainer/default.yaml starts from it
 
 
 def register_resolvers() -> None:
-    """What composing conf/ needs registered first: `${as_01:...}` (bool -> 0/1), `${compact_number:...}` (0.10 ->
-    0.1) and `${cell_name:<base>}`, used by `run_name`; and an empty section open to new keys that the trainer
-    section starts from, so any argument the installed Trainer takes is a `trainer.<name>` setting without `+` (Hydra's
-    struct mode refuses unknown keys everywhere else; precheck/trainer_options.py asks Lightning about the trainer's).
-    Idempotent."""
+    """What composing conf/ needs registered first (idempotent): `${as_01:...}`, `${compact_number:...}` and
+    `${cell_name:<base>}` for `run_name`; and an open section the trainer section starts from, so any argument of the
+    installed Trainer is a `trainer.<name>` setting without `+` (checked by precheck/trainer_options.py)."""
     from hydra.core.config_store import ConfigStore
 
     open_section = OmegaConf.create({})

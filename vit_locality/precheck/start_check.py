@@ -1,13 +1,6 @@
-"""Refuse a `ckpt_mode=resume` of another cell's checkpoint before anything is made.
-
-`ckpt_mode=resume` continues the cell that wrote the checkpoint, and only that cell: the checkpoint carries the
-identity hash of the config that wrote it (run/checkpoints.py). Compared here, in the pre-check, a mismatch is one
-line naming the settings that differ (from the record beside the checkpoint, run/start.py) before Hydra makes a
-run directory or prints the config. Only the checkpoint's plain entries are read: its tensors are memory-mapped,
-not loaded, so a large checkpoint costs little here; torch is imported only then (the pre-check of every other
-command stays light). The cell compares again when it loads the file (run/start.py), which covers a file replaced
-in between.
-"""
+"""Refuse a `ckpt_mode=resume` of another cell's checkpoint before anything is made: its stamped identity against
+this config's, read with the tensors memory-mapped (torch is imported only for a resume). The cell compares again
+when it loads the file (run/start.py), which covers a file replaced in between."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Every Lightning `Trainer` argument as a `trainer.<name>` setting, checked against the installed Trainer.
-
-The settings conf/trainer/default.yaml declares are typed by the schema (schema.TrainerConfig). Any other one
-(`+trainer.max_steps=3`, or one a debug config sets) is checked here against `inspect.signature(Trainer.__init__)`,
-its values by pydantic against the Trainer's own annotations (the Trainer itself checks few types, and late):
-a typo (`+trainer.max_step=3`) or a wrong type (`+trainer.max_steps=abc`) is a one-line error before any cell starts,
-and a Lightning release that adds an argument makes it settable here with no change to this project. Importing
-Lightning takes seconds, so it happens only for a command that uses such a setting.
-"""
+"""Every Lightning `Trainer` argument as a `trainer.<name>` setting, checked against the installed Trainer: its
+name against `Trainer.__init__`'s signature, its value by pydantic against the Trainer's own annotation, so a typo
+or a wrong type is one line before any cell starts. Lightning is imported only for a command that needs it."""
 
 from __future__ import annotations
 

@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--wandb", action="store_true", help="also publish them as one W&B run (offline: wandb sync)")
     args = parser.parse_args(argv)
-    problem = sweep_dirs_problem(args.sweep_dirs) or out_problem(args.out)
-    if problem:
+    if problem := sweep_dirs_problem(args.sweep_dirs) or out_problem(args.out):
         print(f"error: {problem}", file=sys.stderr)
         return 2
 
@@ -69,11 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     written: list[Path] = []
-    tables = []
-    if args.what in ("protocols", "all"):
-        tables.append(protocols_table(agg))
-    if args.what in ("ablation", "all"):
-        tables += ablation_tables(agg)
+    tables = [protocols_table(agg)] if args.what in ("protocols", "all") else []
+    tables += ablation_tables(agg) if args.what in ("ablation", "all") else []
     for table in tables:
         print(table.markdown(), end="\n\n")
         written += table.write(args.out)
@@ -97,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_instruments(agg: Aggregate, out: Path, box_images: int) -> list[Path]:
-    """Every instrument's tables (printed too) and figures for each (data set, model); notes go to the aggregate's."""
+    """Every instrument's tables (printed too) and figures for each (data set, model)."""
     from vit_locality.report.instrument_figures import write_instrument_figures
     from vit_locality.report.instrument_tables import instrument_tables, measure
 
@@ -129,7 +125,7 @@ def write_pages(args: argparse.Namespace) -> int:
 
 
 def out_problem(out: Path) -> str | None:
-    """Why the tables and figures could not be written into `out`, found before any work is done."""
+    """Why nothing could be written into `out`, or None."""
     try:
         check_directory("--out", str(out), out)
     except ConfigError as error:

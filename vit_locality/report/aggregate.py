@@ -1,11 +1,8 @@
-"""Group complete runs by (data set, model, AA, CM, LS) and reduce each headline figure over seeds, so tables,
-effects and figures all count the same runs. Each run is brought to the unit square as it is loaded
-(`record_units.in_unit_square`).
+"""Complete runs grouped by (data set, model, cell, settings) so every table, effect and figure counts the same runs.
 
-Pooling is only honest when the pooled runs differ in their seed alone: quick and debug runs are left out, and the
-runs of a cell recorded with different settings are split into one group per combination (a learning-rate sweep
-is three rows, never one cell of three "seeds"). The paper's tables, claims and effects take one group per cell
-(`Aggregate.cells`); the others are listed as left out.
+Pooled runs differ in their seed alone: quick, debug and duplicate runs are left out, and a cell whose runs differ
+in a setting is split into one group per combination (a learning-rate sweep is three rows, not three "seeds"). The
+paper's tables, claims and effects take one group per cell (`Aggregate.cells`); the others are listed as left out.
 """
 
 from __future__ import annotations
@@ -72,8 +69,7 @@ class Aggregate:
         return sorted({(key.data, key.model) for key in self.groups})
 
     def variants(self, data: str, model: str) -> dict[str, list[Group]]:
-        """Every group of one (data set, model) by cell name, in the paper's order; the cell's counted group first,
-        then the groups that differ from it in a setting (each its own row, never pooled with it)."""
+        """Every group of one (data set, model) by cell name, in the paper's order, the cell's counted group first."""
         found: dict[str, list[Group]] = {}
         for key, group in self.groups.items():
             if (key.data, key.model) == (data, model):
@@ -81,8 +77,7 @@ class Aggregate:
         return {name: _counted_first(found[name], found) for name in CELL_ORDER if name in found}
 
     def cells(self, data: str, model: str) -> dict[str, Group]:
-        """The group that stands for each paper cell of one (data set, model), in the paper's order (`_counted_first`);
-        the rest are left out of the tables' cells, the claims and the effects (`left_out`)."""
+        """The group that stands for each paper cell of one (data set, model), in the paper's order."""
         return {name: groups[0] for name, groups in self.variants(data, model).items()}
 
     def left_out(self, data: str, model: str) -> list[Group]:
@@ -92,17 +87,15 @@ class Aggregate:
 
 def summarise(values: Iterable[float]) -> Stat:
     finite = [float(v) for v in values if math.isfinite(v)]
-    n = len(finite)
-    if n == 0:
+    if not finite:
         return Stat(math.nan, math.nan, 0)
-    mean = sum(finite) / n
+    n, mean = len(finite), sum(finite) / len(finite)
     std = math.sqrt(sum((v - mean) ** 2 for v in finite) / (n - 1)) if n > 1 else math.nan
     return Stat(mean, std, n)
 
 
 def _counted_first(groups: list[Group], cells: Mapping[str, list[Group]]) -> list[Group]:
-    """A cell's groups, the one that stands for the cell first: the most runs of the other cells agree with its
-    settings, then it has the most runs, then its settings sort first."""
+    """A cell's groups, first the one agreeing most with the other cells' settings, then with most runs."""
     others = [run for name, found in cells.items() if name != groups[0].key.cell for g in found for run in g.runs]
     other_settings = [run_settings(run) for run in others]
 
@@ -113,10 +106,7 @@ def _counted_first(groups: list[Group], cells: Mapping[str, list[Group]]) -> lis
 
 
 def aggregate_runs(scan: RunScan, data: Iterable[str] | None = None, model: Iterable[str] | None = None) -> Aggregate:
-    """Group the complete runs of the wanted data sets and models (None: all). A debug or quick run is skipped with
-    the reason before duplicates are looked for, so neither stands in for a real run; so is a run counted already
-    (same identity hash, or same config and seed: a sweep copied twice). Cells are split by setting
-    (`split_by_settings`)."""
+    """Group the complete runs of the wanted data sets and models (None: all) but debug, quick and duplicate ones."""
     wanted_data = set(data) if data else None
     wanted_model = set(model) if model else None
     by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
@@ -126,8 +116,7 @@ def aggregate_runs(scan: RunScan, data: Iterable[str] | None = None, model: Iter
         key = group_key(run)
         if (wanted_data and key.data not in wanted_data) or (wanted_model and key.model not in wanted_model):
             continue
-        why = _not_a_measurement(run)
-        if why:
+        if why := _not_a_measurement(run):
             skipped.append((run.run_dir, why))
             continue
         identity = run.identity_hash
@@ -138,9 +127,7 @@ def aggregate_runs(scan: RunScan, data: Iterable[str] | None = None, model: Iter
         if same_values and same_values in seen:
             skipped.append((run.run_dir, f"duplicate of {seen[same_values]} (the same config and seed)"))
             continue
-        for found in (identity, same_values):
-            if found:
-                seen[found] = run.run_dir
+        seen.update({found: run.run_dir for found in (identity, same_values) if found})
         by_cell.setdefault((key.data, key.model, key.cell), []).append(run)
     groups: dict[GroupKey, Group] = {}
     for runs in by_cell.values():
@@ -159,12 +146,10 @@ def aggregate(roots: list[Path], data: Iterable[str] | None = None, model: Itera
 
 
 def _notes(agg: Aggregate, by_cell: Mapping[tuple[str, str, str], list[RunRecord]]) -> list[str]:
-    """Warnings: cells the paper's tables leave out (a protocol knob beyond its three, e.g. `aug.mixup`), cells
-    split by a setting and the groups left out of the paper's cells, and groups that may not be comparable."""
+    """Warnings: cells outside the paper's 8, cells split by a setting, groups left out, and doubtful groups."""
     notes = []
     groups = agg.groups
-    outside = sorted({f"{key.data}/{key.model}/{key.cell}" for key in groups if key.cell not in CELL_ORDER})
-    if outside:
+    if outside := sorted({f"{key.data}/{key.model}/{key.cell}" for key in groups if key.cell not in CELL_ORDER}):
         notes.append(f"cells outside the paper's 8, left out of its tables and analysis: {', '.join(outside)}")
     for (data, model, cell), runs in sorted(by_cell.items()):
         notes += setting_notes(f"{data}/{model}/{cell}", runs)
@@ -179,8 +164,7 @@ def _notes(agg: Aggregate, by_cell: Mapping[tuple[str, str, str], list[RunRecord
         label = f"{key.data}/{key.model}/{key.cell}" + (f" [{key.variant}]" if key.settings else "")
         by_note: dict[str, list[int]] = {}
         for run in group.runs:
-            note = conversion_note(run)
-            if note:
+            if note := conversion_note(run):
                 by_note.setdefault(note, []).append(run.seed)
         for note, seeds_of in by_note.items():
             notes.append(f"{label}: MAD of seed(s) {', '.join(map(str, sorted(seeds_of)))} {note}")

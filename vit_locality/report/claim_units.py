@@ -1,11 +1,6 @@
-"""Each run's minimum MAD in the convention the paper's figures are read in, or why it cannot be; and whether a
-run's attention ever left uniform.
-
-The paper's bounds (0.024, 0.210; 0.316 -> 0.008) are minimum early-layer MADs of renormalised attention on the
-unit square over the first 2 layers; a claim compares them only with values brought to that convention exactly,
-from the record's own settings (`paper_value`). The probe size changes a mean's sampling noise, not what it
-measures: it is shown, never a bar. The paper does not say whether it divides distances by the image side or by its
-diagonal, so every claim on MAD is judged under both (`CONVENTIONS`).
+"""Each run's minimum MAD in the paper's convention (renormalised attention, unit square, first 2 layers), or why
+it cannot be had exactly, and whether a run's attention ever left uniform (docs/metrics.md). The paper does not say
+whether distances are over the image side or its diagonal, so claims on MAD are judged under both (`CONVENTIONS`).
 """
 
 from __future__ import annotations
@@ -31,10 +26,9 @@ PAPER_EARLY_LAYERS = 2
 # name -> factor on the unit-square value: distances over the image side (ours) or over its diagonal.
 CONVENTIONS: dict[str, float] = {"grid side": 1.0, "diagonal": 1.0 / math.sqrt(2.0)}
 GRID_SIDE, DIAGONAL = tuple(CONVENTIONS)
-# How far (unit square) an early head's MAD may lie from uniform attention's and still count as uniform. At
-# initialisation every head measures 0.5160-0.5181 against 0.5171 for the 8 x 8 grid (probe noise, +-0.0011); the
-# smallest learned departure in the demo's table is +AA's 0.481, 0.036 below 0.517. 0.01 is about 9 times the first
-# and under a third of the second.
+# How far (unit square) an early head's MAD may lie from uniform attention's and still count as uniform: about 9
+# times the probe noise at initialisation (+-0.0011 around 0.5171 on 8 x 8) and under a third of the smallest learned
+# departure seen (+AA's 0.481).
 UNIFORM_TOLERANCE = 0.01
 
 
@@ -43,7 +37,7 @@ class PaperValue:
     """A run's minimum MAD on the unit square, over its first 2 layers; NaN with the reason when not comparable."""
 
     value: float
-    reason: str | None = None  # why the record cannot be brought to the paper's convention
+    reason: str | None = None
     converted: str | None = None  # what was done to the recorded value, when anything was
 
     @property
@@ -52,10 +46,7 @@ class PaperValue:
 
 
 def paper_value(run: RunRecord) -> PaperValue:
-    """The run's minimum MAD in the paper's convention, or the reason it cannot be had exactly: a record that does not
-    state its units or renormalisation, raw weights (`renormalize=false` scales each query's MAD by its own patch
-    share, which a per-head mean cannot undo), units that cannot be converted, or minima over other than the first 2
-    layers without the per-layer figures to re-read them from."""
+    """The run's minimum MAD in the paper's convention, or the reason it cannot be had exactly."""
     run = in_unit_square(run)
     final = run.final_attention
     if not final:
@@ -108,17 +99,13 @@ def _layer_minima(final: Mapping[str, Any]) -> list[float] | None:
 
 @cache
 def uniform_mad(side: int) -> float:
-    """MAD of uniform attention over a side x side grid, unit square: the mean distance between two patch centres
-    drawn independently and uniformly. Row and column offsets are independent, offset m with probability 1/side
-    for m = 0 and 2 (side - m) / side^2 above (docs/metrics.md, "Uniform attention")."""
+    """MAD of uniform attention over a side x side grid, unit square (docs/metrics.md, "Uniform attention")."""
     p = [1.0 / side] + [2.0 * (side - m) / side**2 for m in range(1, side)]
     return sum(p[m] * p[n] * math.hypot(m, n) for m in range(side) for n in range(side)) / side
 
 
 def still_uniform(run: RunRecord) -> bool:
-    """Every head of the run's early layers within UNIFORM_TOLERANCE of uniform attention's MAD on its grid: the
-    attention never left uniform. Read from the per-head MADs, else the per-layer minima and maxima, else the
-    headline minimum; False for a run whose distances are unknown or cannot be converted."""
+    """Every early head within UNIFORM_TOLERANCE of uniform attention's MAD on its grid; False without distances."""
     run = in_unit_square(run)
     final = run.final_attention
     if not final or UNCONVERTIBLE in final:
@@ -129,8 +116,7 @@ def still_uniform(run: RunRecord) -> bool:
 
 
 def _early_head_values(final: Mapping[str, Any], early: int) -> list[float]:
-    """Every early head's MAD (per_head), else each early layer's minimum and maximum (per_layer), else the headline
-    minimum; [] when none is a number."""
+    """Every early head's MAD, else each early layer's minimum and maximum, else the headline minimum, else []."""
     try:
         return [float(v) for layer in final["per_head"]["mad"][:early] for v in layer]
     except (KeyError, TypeError, ValueError):
@@ -145,8 +131,7 @@ def _early_head_values(final: Mapping[str, Any], early: int) -> list[float]:
 
 
 def conversion_notes(runs: Iterable[tuple[str, RunRecord]]) -> list[str]:
-    """Lines for under the claims: each run whose min MAD was converted or is not comparable (cell, seed, what or
-    why), and the probe sizes the values are means over."""
+    """Lines under the claims: each run whose min MAD was converted or is not comparable, and the probe sizes."""
     lines: list[str] = []
     probes: Counter[str] = Counter()
     for cell, run in runs:

@@ -1,25 +1,13 @@
-"""The part of an ablation table that shows claims (a), (c) and (d): the paper's figure, the measured one and the
-verdict (claims.py judges them), per run and per cell mean, over the image side and over its diagonal."""
+"""The claims (a), (c) and (d) under an ablation table, as claims.py judges them."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from vit_locality.report.aggregate import LEVELS, Group
 from vit_locality.report.claim_units import DIAGONAL, GRID_SIDE, conversion_notes
-from vit_locality.report.claims import (
-    NOT_COMPARABLE,
-    NOT_ENOUGH,
-    NOT_INFORMATIVE,
-    ONE_SEED,
-    UNDETERMINED,
-    Claim,
-    Judgement,
-    ablation_claims,
-    shown_verdict,
-)
-from vit_locality.report.table_format import DIGITS, SHOWN_SCALE, Table
+from vit_locality.report.claims import NOT_INFORMATIVE, ONE_SEED, ablation_claims, measured, shown_verdict
+from vit_locality.report.table_format import Table
 
 LEVEL_NAMES = {"run": "per run", "mean": "per cell mean"}
 CLAIM_NOTES = (
@@ -52,9 +40,7 @@ CLAIM_NOTES = (
 
 
 def claims_table(cells: dict[str, Group], data: str, model: str, stem: str) -> Table:
-    """The paper's claims (a), (c), (d) on one (data set, model): the paper's figure, the measured one and the
-    verdict, per run and per cell mean, with distances over the image side and over its diagonal. The CSV keeps
-    the compared numbers (accuracy as a fraction)."""
+    """Claims (a), (c), (d) on one (data set, model): paper, measured and verdict per level and convention."""
     headers = ["claim", "paper (CIFAR-100)"]
     for per in LEVELS:
         headers += [f"measured {LEVEL_NAMES[per]}", LEVEL_NAMES[per]]
@@ -66,15 +52,12 @@ def claims_table(cells: dict[str, Group], data: str, model: str, stem: str) -> T
         for per in LEVELS:
             judgement = claim.judgements[GRID_SIDE, per]
             row += [measured(claim, judgement), shown_verdict(judgement)]
-            record.update({f"{per}_value": judgement.value, f"{per}_bound": judgement.bound})
-            record[f"{per}_verdict"] = judgement.verdict
-            record[f"{per}_reason"] = judgement.reason
+            record |= {f"{per}_{key}": getattr(judgement, key) for key in ("value", "bound", "verdict", "reason")}
             record[f"{per}_seeds"] = "-".join(str(n) for n in sorted(set(judgement.seeds)))
         for per in LEVELS:
             diagonal = claim.judgements[DIAGONAL, per]
             row.append(f"{shown_verdict(diagonal)}: {measured(claim, diagonal)}")
-            record.update({f"{per}_diagonal_value": diagonal.value, f"{per}_diagonal_bound": diagonal.bound})
-            record[f"{per}_diagonal_verdict"] = diagonal.verdict
+            record |= {f"{per}_diagonal_{key}": getattr(diagonal, key) for key in ("value", "bound", "verdict")}
         differ = claim.disagreements
         row.append(f"differ ({', '.join(LEVEL_NAMES[per] for per in differ)})" if differ else "agree")
         record["conventions"] = "differ: " + ", ".join(differ) if differ else "agree"
@@ -83,25 +66,3 @@ def claims_table(cells: dict[str, Group], data: str, model: str, stem: str) -> T
     title = f"Paper's claims checked: {data}, {model} (the paper's figures are CIFAR-100's)"
     notes = [*CLAIM_NOTES, *conversion_notes((name, run) for name, group in cells.items() for run in group.runs)]
     return Table(stem, title, headers, rows, records, notes)
-
-
-def measured(claim: Claim, judgement: Judgement) -> str:
-    """The figure a verdict was reached on, as printed: min MAD in the paper's convention, a top-1 gain in points;
-    the reason where a claim could not be judged."""
-    if judgement.verdict == NOT_ENOUGH:
-        return f"missing {', '.join(judgement.missing)}"
-    if judgement.verdict == NOT_COMPARABLE:
-        return judgement.reason
-    digits = DIGITS[claim.figure]
-    value, bound = SHOWN_SCALE[claim.figure] * judgement.value, SHOWN_SCALE[claim.figure] * judgement.bound
-    if claim.style == "gain":
-        return f"{value:+.{digits}f}"
-    if claim.style == "equivalence":
-        if math.isnan(value):
-            return judgement.reason
-        low, high = judgement.interval
-        shown = f"{value:+.{digits}f}, 90% [{low:+.{digits}f}, {high:+.{digits}f}] (margin {bound:.{digits}f})"
-        return f"{shown}; {judgement.reason}" if judgement.verdict in (UNDETERMINED, NOT_INFORMATIVE) else shown
-    shown = f"{value:.{digits}f} ({judgement.value_cell})"
-    shown = f"{shown} vs {bound:.{digits}f} ({judgement.bound_cell})" if claim.style == "versus" else shown
-    return f"{shown}; {judgement.reason}" if judgement.verdict in (ONE_SEED, NOT_INFORMATIVE) else shown

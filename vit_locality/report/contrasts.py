@@ -1,7 +1,4 @@
-"""Each cell against Baseline (the paper's cells and cells beyond them, `Baseline+MU`): the difference of means with
-Welch's 95% interval over runs (`equivalence.welch`); "lower" or "higher" when the interval excludes 0, "no
-difference shown" when it holds 0, "n/a" with fewer than 2 runs on either side (one seed gives no spread).
-"""
+"""Each cell against Baseline: the difference of means with its 95% Welch interval, and what the interval says."""
 
 from __future__ import annotations
 
@@ -42,9 +39,7 @@ def contrast(cell: str, figure: str, values: list[float], baseline: list[float])
 
 
 def contrasts(agg: Aggregate, data: str, model: str) -> list[Contrast]:
-    """Every compared cell against Baseline, for each contrasted figure; empty without a Baseline cell. The cells
-    compared: the paper's as the tables count them, then every cell beyond the paper's 8 (a MixUp cell), each group
-    of it under its own label."""
+    """Every counted paper cell, then every group of a cell beyond the paper's 8, against Baseline; [] without one."""
     groups: dict[str, Group] = dict(agg.cells(data, model))
     beyond = [
         g for key, g in agg.groups.items() if (key.data, key.model) == (data, model) and key.cell not in CELL_ORDER

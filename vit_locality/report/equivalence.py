@@ -1,11 +1,8 @@
-"""Claim (d), "+AA and +LS stay at Baseline's MAD", as an equivalence test on cell means.
+"""Claim (d), "+AA and +LS stay at Baseline's MAD", as an equivalence test on cell means (docs/metrics.md).
 
-"No effect" cannot be shown by failing to find one, so: margin = max(0.02, 2 x Baseline's seed standard deviation),
-and two one-sided Welch t-tests (TOST) at 5% each on mean(cell) - mean(Baseline), i.e. equivalent when the 90%
-interval lies strictly inside +-margin. "Undetermined" when the test cannot mean anything: fewer than 2 runs in
-Baseline, the cell or +CM, or CutMix's own shift not significant (two-sided, 5%) or within the margin, where "stays
-where CutMix does not" cannot be told from "nothing moves". The intervals are computed here with `scipy.stats.t`:
-scipy's `ttest_ind` warns when a side has no spread, which repeated runs of a deterministic cell do.
+Margin = max(0.02, 2 x Baseline's seed standard deviation); equivalent when the 90% Welch interval of mean(cell) -
+mean(Baseline) lies strictly inside +-margin (two one-sided tests at 5%). Undetermined with fewer than 2 runs in
+Baseline, the cell or +CM, or when CutMix's own shift is not significant (two-sided, 5%) or within the margin.
 """
 
 from __future__ import annotations
@@ -39,8 +36,7 @@ class WelchDifference:
         return fmean(self.a) - fmean(self.b)
 
     def interval(self, level: float) -> tuple[float, float]:
-        """The two-sided `level` interval, t quantile at the Welch-Satterthwaite degrees of freedom; the point itself
-        when neither side varies (no spread anywhere)."""
+        """The two-sided `level` interval, Welch-Satterthwaite degrees of freedom; the point when nothing varies."""
         va, vb = variance(self.a) / len(self.a), variance(self.b) / len(self.b)
         if va + vb == 0.0:
             return self.estimate, self.estimate

@@ -1,10 +1,8 @@
 """The 8 cells as a 2 x 2 x 2 factorial design (AA, CM, LS): main effects with 95% intervals.
 
-A main effect is a contrast of cell means (the mean of the 4 cell means with the factor on minus the 4 with it off),
-so a cell that ran more seeds does not pull its side towards its own value and the other factors stay balanced.
-The interval is paired by seed when every seed ran each of the 8 cells once (n >= 2 seeds); else Welch from each
-cell's variance, sum of (1/4)^2 s_c^2 / n_c with Welch-Satterthwaite degrees of freedom, when every cell has 2 or
-more runs; else none ("n/a"). Quantiles from `scipy.stats.t`.
+A main effect is the mean of the 4 cell means with the factor on minus the 4 with it off. Its interval is paired by
+seed when every seed ran each cell once (2 or more seeds); else Welch from each cell's variance (sum of (1/4)^2
+s_c^2 / n_c, Welch-Satterthwaite degrees of freedom) when every cell has 2 or more runs; else none.
 """
 
 from __future__ import annotations
@@ -33,12 +31,10 @@ class Effect:
 
 
 def main_effect(cells: dict[str, Group], factor: str, figure: str) -> Effect:
-    """Main effect of `factor` (AA, CM or LS) on `figure` over the 8 cells of one (data set, model): the contrast
-    of cell means, with the interval the module docstring describes."""
+    """Main effect of `factor` (AA, CM or LS) on `figure` over the 8 cells, with its interval."""
     index = FACTORS.index(factor)
     values = {name: cells[name].values(figure) if name in cells else [] for name in CELL_ORDER}
-    missing = [name for name, pairs in values.items() if not pairs]
-    if missing:
+    if missing := [name for name, pairs in values.items() if not pairs]:
         return Effect(factor, figure, *(math.nan,) * 4, 0, f"no value in cells {', '.join(missing)}")
     weights = {name: (1.0 if CELL_FLAGS[name][index] else -1.0) / 4 for name in CELL_ORDER}
     summaries = {name: summarise(v for _, v in pairs) for name, pairs in values.items()}
@@ -46,10 +42,8 @@ def main_effect(cells: dict[str, Group], factor: str, figure: str) -> Effect:
 
     seeds = _common_seeds(values)
     if seeds is not None and len(seeds) >= 2:
-        per_seed = []
-        for seed in seeds:
-            at = {name: next(v for s, v in values[name] if s == seed) for name in CELL_ORDER}
-            per_seed.append(sum(weights[name] * at[name] for name in CELL_ORDER))
+        at = lambda name, seed: next(v for s, v in values[name] if s == seed)
+        per_seed = [sum(weights[name] * at(name, seed) for name in CELL_ORDER) for seed in seeds]
         stat = summarise(per_seed)
         df = len(per_seed) - 1
         half = float(stats.t.ppf(0.975, df)) * stat.std / math.sqrt(stat.n)
@@ -74,12 +68,7 @@ def main_effects(cells: dict[str, Group], figure: str) -> list[Effect]:
 
 def _common_seeds(values: dict[str, list[tuple[object, float]]]) -> list[object] | None:
     """The seeds, when every cell has exactly one run per seed and the same seeds; else None."""
-    seed_sets = []
-    for pairs in values.values():
-        seeds = [seed for seed, _ in pairs]
-        if len(set(seeds)) != len(seeds):
-            return None
-        seed_sets.append(set(seeds))
-    if any(s != seed_sets[0] for s in seed_sets):
+    seeds = [[seed for seed, _ in pairs] for pairs in values.values()]
+    if any(len(set(s)) != len(s) or set(s) != set(seeds[0]) for s in seeds):
         return None
-    return sorted(seed_sets[0], key=str)
+    return sorted(set(seeds[0]), key=str)

@@ -1,7 +1,4 @@
-"""The report's three figures for each (data set, model), as PNG and PDF (`FIGURE_KINDS`: plane, layers,
-emergence). Each run's own `early_layers` decides which layers are early. A figure with nothing to draw is not
-written (`Empty`), and a run a figure cannot use is left out of it; both are named in the notes the caller prints.
-"""
+"""The report's figures for each (data set, model), as PNG and PDF; what they leave out is noted."""
 
 from __future__ import annotations
 
@@ -27,11 +24,13 @@ from vit_locality.store.file_read import UnreadableFile, read_csv_rows
 from vit_locality.store.record import ATTENTION_CSV, RunRecord
 
 plt = plots.plt
+LAYER_PANELS = [("mad", "min"), ("mad", "mean"), ("entropy", "min"), ("entropy", "mean")]
+ENTROPY_SPAN = 0.1  # the least an entropy axis shows: a tenth of its range, so 0.999 and 0.998 look alike
 
 
 @dataclass(frozen=True)
 class Empty:
-    """A figure with nothing to draw, and why: it is left out of the files and the page, and the reason is a note."""
+    """A figure with nothing to draw, and why."""
 
     why: str
 
@@ -45,8 +44,7 @@ def cell_style(name: str) -> dict[str, Any]:
 def per_head_tables(
     run: RunRecord, keys: Iterable[str], dtype: torch.dtype = torch.float32
 ) -> dict[str, torch.Tensor] | None:
-    """The final model's (layers, heads) tables of `keys` from `per_head`; None unless every one is a non-empty
-    numeric 2-D table and all have one shape."""
+    """The final model's (layers, heads) tables of `keys`; None unless all are non-empty numeric 2-D of one shape."""
     per_head = run.final_attention.get("per_head")
     try:
         tables = {key: torch.tensor(per_head[key], dtype=dtype) for key in keys}
@@ -57,8 +55,7 @@ def per_head_tables(
 
 
 def plane_runs(group: Group, notes: list[str]) -> list[tuple[RunRecord, torch.Tensor, torch.Tensor]]:
-    """The runs of a cell with usable head statistics, all of the depth most of them have (their heads share one
-    plot, coloured by layer)."""
+    """The runs of a cell with usable head statistics, of the depth most of them have."""
     usable: list[tuple[RunRecord, torch.Tensor, torch.Tensor]] = []
     for run in group.runs:
         if not run.final_attention.get("per_head"):
@@ -78,9 +75,7 @@ def plane_runs(group: Group, notes: list[str]) -> list[tuple[RunRecord, torch.Te
 
 
 def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure | Empty:
-    """One MAD-entropy panel per cell, all seeds' heads together (head indices do not match across seeds), each
-    head joined to its control (query-averaged) MAD where every run of the cell records it. Empty when no run has
-    per-head statistics."""
+    """One MAD-entropy panel per cell, all seeds' heads together, with their control MADs where all runs have them."""
     if not any(run.final_attention.get("per_head") for group in cells.values() for run in group.runs):
         return Empty("no run has per-head attention statistics")
     names = list(cells)
@@ -90,15 +85,13 @@ def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.F
         if not usable:
             ax.set_title(f"{name}: no attention statistics", fontsize=9)
             continue
-        mad = torch.cat([mad for _, mad, _ in usable], dim=1)
-        entropy = torch.cat([entropy for _, _, entropy in usable], dim=1)
-        units = usable[0][0].stats_units
+        runs = [run for run, _, _ in usable]
+        mad, entropy = (torch.cat([entry[i] for entry in usable], dim=1) for i in (1, 2))
+        units, patch = runs[0].stats_units, patch_pixels(runs[0])
         label = f"{name} ({len(usable)} seed{'s' if len(usable) > 1 else ''})"
-        controls = [per_head_tables(run, ("mad", "mad_control")) for run, _, _ in usable]
-        missing = any(c is None for c in controls)
-        control = None if missing else torch.cat([c["mad_control"] for c in controls], dim=1)  # type: ignore[index]
-        patch = patch_pixels(usable[0][0])
-        band = cell_band([run for run, _, _ in usable], units)
+        controls = [per_head_tables(run, ("mad", "mad_control")) for run in runs]
+        control = None if None in controls else torch.cat([c["mad_control"] for c in controls], dim=1)  # type: ignore[index]
+        band = cell_band(runs, units)
         plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units, patch_size=patch, control=control, band=band)
     fig.suptitle(title, fontsize=10)
     shared_legend_below(fig)
@@ -106,8 +99,7 @@ def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.F
 
 
 def cell_band(runs: list[RunRecord], units: str) -> float | None:
-    """The largest noise band of surround_pref over a panel's runs (unit square), None unless every run records one
-    and the panel is drawn on the unit square."""
+    """The largest noise band over a panel's runs; None unless every run records one and the panel is in `unit`."""
     bands = [recorded_band(run.data) for run in runs]
     return None if units != "unit" or not bands or None in bands else max(b for b in bands if b is not None)
 
@@ -123,8 +115,7 @@ def panels(count: int, width: float, height: float, cols: int = 4) -> tuple[plt.
 
 
 def shared_legend_below(fig: plt.Figure) -> None:
-    """One legend for every panel of `fig`, below them: a legend inside a panel covers the labels of its reference
-    lines (the plane's `uniform` sits where its `lower right` legend goes). Each label once, in the panels' order."""
+    """One legend below every panel of `fig`, each label once, so no legend covers a panel's reference labels."""
     found: dict[str, Any] = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -136,18 +127,15 @@ def shared_legend_below(fig: plt.Figure) -> None:
     fig.tight_layout(rect=(0, 0.07 if found else 0, 1, 1))
 
 
-LAYER_PANELS = [("mad", "min"), ("mad", "mean"), ("entropy", "min"), ("entropy", "mean")]
-
-
 def layer_table(run: RunRecord, notes: list[str]) -> list[dict[str, Any]] | None:
     """The final model's `per_layer` rows when every panel's figure is a number in each; None (noted) otherwise."""
     table = run.final_attention.get("per_layer")
     if not table:
         return None
     keys = [f"{stat}_{reduce}" for stat, reduce in LAYER_PANELS]
-    rows_ok = isinstance(table, list) and all(isinstance(row, dict) for row in table)
-    if rows_ok and all(
-        isinstance(value := row.get(key), int | float) and not isinstance(value, bool) for row in table for key in keys
+    number = lambda value: isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(table, list) and all(
+        isinstance(row, dict) and all(number(row.get(k)) for k in keys) for row in table
     ):
         return table
     _left_out(notes, run, "attention.final.per_layer is malformed", "layers")
@@ -155,8 +143,7 @@ def layer_table(run: RunRecord, notes: list[str]) -> list[dict[str, Any]] | None
 
 
 def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure | Empty:
-    """Per layer: min and mean over heads of MAD and of entropy, averaged over seeds, one line per cell; the legend
-    below the panels, clear of the references' labels. Empty when no run has a usable per-layer table."""
+    """Per layer: min and mean over heads of MAD and of entropy, averaged over seeds, one line per cell."""
     if not any(run.final_attention.get("per_layer") for group in cells.values() for run in group.runs):
         return Empty("no run has per-layer attention statistics")
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
@@ -181,8 +168,7 @@ def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.
         ax.set_title(f"{'MAD' if stat == 'mad' else 'normalised entropy'}: {reduce} over heads", fontsize=9)
         if early:
             ax.axvspan(-0.5, early - 0.5, color="grey", alpha=0.12, lw=0)
-        ax.set_xlabel("layer")
-        ax.set_xticks(range(depth))
+        ax.set(xlabel="layer", xticks=range(depth))
         if stat == "mad" and units is not None:  # what local and uniform look like, in the runs' units
             plots.draw_mad_references(ax, units, horizontal=True, patch_size=patch)
             plots.draw_uniform_line(ax, units)
@@ -198,11 +184,8 @@ def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.
     return plots.plain_tick_labels(fig)
 
 
-ENTROPY_SPAN = 0.1  # the least an entropy axis shows: a tenth of its range, so 0.999 and 0.998 look alike
-
-
 def seeds_drawn(seeds: list[int]) -> str:
-    """What each line of a figure is, from each cell's seed count: a mean only where there is more than one."""
+    """What each line of a figure is, from each cell's seed count."""
     if max(seeds) == 1:
         return "one seed per cell: each line is one run"
     if min(seeds) > 1:
@@ -220,11 +203,10 @@ def early_layers(run: RunRecord) -> int | None:
 
 
 def emergence_series(run: RunRecord, notes: list[str] | None = None) -> dict[int, float]:
-    """Epoch -> minimum MAD over the heads of the run's early layers, read from its attention_stats.csv. Rows that
-    do not parse are left out; `notes` gets one line for a run that had any, or whose file is unreadable."""
+    """Epoch -> minimum early-layer MAD (unit square) from the run's attention_stats.csv; problems go to `notes`."""
     notes = [] if notes is None else notes
     early = early_layers(run)
-    path = run.attention_csv  # read through the bounded reader of run files: a FIFO or a device is refused at once
+    path = run.attention_csv
     try:
         rows = read_csv_rows(path) if path.exists() or path.is_symlink() else []
     except UnreadableFile as error:
@@ -236,7 +218,7 @@ def emergence_series(run: RunRecord, notes: list[str] | None = None) -> dict[int
     if early is None:
         _left_out(notes, run, "attention.final.early_layers is malformed", "emergence")
         return {}
-    scale = csv_scale(run)  # the CSV holds the record's own units; the figure shows the unit square
+    scale = csv_scale(run)
     if not math.isfinite(scale):
         _left_out(notes, run, "its MAD cannot be converted to the unit square", "emergence")
         return {}
@@ -245,14 +227,13 @@ def emergence_series(run: RunRecord, notes: list[str] | None = None) -> dict[int
     for epoch, layer, mad in (point for point in points if point is not None):
         if layer < early:
             series[epoch] = min(series.get(epoch, math.inf), scale * mad)
-    bad = points.count(None)
-    if bad:
+    if bad := points.count(None):
         _left_out(notes, run, f"{bad} of {len(rows)} rows of {ATTENTION_CSV} are unreadable", "emergence", "they are")
     return series
 
 
 def _emergence_point(row: dict[str, Any]) -> tuple[int, int, float] | None:
-    """(epoch, layer, MAD) of one CSV row; None for a row that is not one (short, garbled, negative, not finite)."""
+    """(epoch, layer, MAD) of one CSV row; None for a short, garbled, negative or non-finite one."""
     try:
         epoch, layer, mad = int(row["epoch"]), int(row["layer"]), float(row["mad"])
     except (KeyError, TypeError, ValueError):
@@ -265,9 +246,7 @@ def _left_out(notes: list[str], run: RunRecord, why: str, figure: str, subject: 
 
 
 def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure | Empty:
-    """Minimum early-layer MAD per epoch: mean over seeds, band from the lowest to the highest seed where a cell has
-    two or more (the title says which is drawn); the legend right of the axes, clear of the references' labels.
-    Empty when no run has per-epoch statistics."""
+    """Minimum early-layer MAD per epoch: mean over seeds, with a min-max band where a cell has two or more."""
     found = {
         name: [s for s in (emergence_series(run, notes) for run in group.runs) if s] for name, group in cells.items()
     }
@@ -290,8 +269,7 @@ def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> p
         plots.draw_uniform_line(ax, units)
         ax.set_ylim(top=max(ax.get_ylim()[1], 0.58))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("epoch (0 = initialisation)")
-    ax.set_ylabel(f"minimum early-layer MAD ({units})")
+    ax.set(xlabel="epoch (0 = initialisation)", ylabel=f"minimum early-layer MAD ({units})")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, title="cell (seeds)")
     seeds = [len(series) for series in drawn.values()]  # a band only where a cell has two or more
@@ -308,7 +286,7 @@ def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> p
 
 
 def _uniform(drawn: dict[str, list[dict[int, float]]], cells: dict[str, Group]) -> bool:
-    """Every point drawn within UNIFORM_TOLERANCE of uniform attention's MAD on its run's grid (the claims' test)."""
+    """Every point drawn within UNIFORM_TOLERANCE of uniform attention's MAD on its run's grid."""
     return all(
         abs(value - uniform_mad(grid_side(cells[name].runs[0]))) <= UNIFORM_TOLERANCE
         for name, series in drawn.items()
@@ -321,8 +299,7 @@ FIGURE_KINDS = {"plane": plane_figure, "layers": layers_figure, "emergence": eme
 
 
 def write_figures(agg: Aggregate, out_dir: Path, notes: list[str] | None = None) -> list[Path]:
-    """Every figure for every (data set, model): <kind>_<data>_<model>.png and .pdf; returns the paths. `notes` gets
-    a line for every run a figure had to leave out, and for every figure left out as empty (`Empty`)."""
+    """<kind>_<data>_<model>.png and .pdf for every (data set, model); returns the paths, noting what is left out."""
     notes = [] if notes is None else notes
     paths = []
     for data, model in agg.models():
@@ -333,7 +310,7 @@ def write_figures(agg: Aggregate, out_dir: Path, notes: list[str] | None = None)
 
 
 def save_figure(fig: plt.Figure | Empty, out_dir: Path, stem: str, notes: list[str]) -> list[Path]:
-    """<stem>.png and <stem>.pdf; an Empty figure is left out of the files and the page, with one line in `notes`."""
+    """<stem>.png and <stem>.pdf; an Empty figure only gets a line in `notes`."""
     if isinstance(fig, Empty):
         notes.append(f"figure {stem} left out: {fig.why}")
         return []

@@ -1,7 +1,4 @@
-"""One self-contained HTML page per sweep: every table, figure and instrument, and each cell's central-query
-attention maps of layers 0 and 1. Images are embedded as base64 `data:` URIs and the style sheet is inline, so the
-page needs no server, network or script; the figures also stay beside it as PNG and PDF.
-"""
+"""One self-contained HTML page per sweep (images as `data:` URIs, inline style, no script) with everything on it."""
 
 from __future__ import annotations
 
@@ -35,7 +32,7 @@ footer {{ margin-top: 2em; padding: 0.6em; background: {END_COLOUR}; color: whit
 
 
 def render_page(title: str, source: str, sections: list[tuple[str, str]], notes: list[str]) -> str:
-    """The page: title, where the runs came from, a contents list, the sections of (heading, HTML) and the notes."""
+    """The page: title, source, contents, the sections of (heading, HTML) and the notes."""
     contents = "".join(
         f'<li><a href="#s{i}">{html.escape(heading)}</a></li>' for i, (heading, _) in enumerate(sections)
     )
@@ -67,17 +64,14 @@ def table_html(table: Table) -> str:
 
 
 def image_html(path: Path, caption: str) -> str:
-    """A PNG embedded as a data URI, so the page needs nothing beside it; read through the bounded reader of run
-    files (UnreadableFile for a FIFO, a device or an oversized file in its place)."""
+    """A PNG embedded as a data URI; UnreadableFile for a FIFO, a device or an oversized file."""
     data = base64.b64encode(read_regular_file(path, PICTURE_SIZE_LIMIT)).decode("ascii")
     alt = html.escape(caption, quote=True)
     return f'<figure><img src="data:image/png;base64,{data}" alt="{alt}"><figcaption>{alt}</figcaption></figure>'
 
 
 def central_maps_html(agg: Aggregate, notes: list[str]) -> str:
-    """Per (data set, model) and cell, the per-head mean attention of the central query, layers 0 and 1 (the
-    picture each run saves at its end), for the cell's runs of its lowest seed: one in an ablation, one per setting
-    in a sweep that pools other settings into a cell (a dose sweep)."""
+    """Per (data set, model) and cell, the central-query attention maps each run of the cell's lowest seed saved."""
     parts = []
     for data, model in agg.models():
         parts.append(f"<h3>{html.escape(f'{data}, {model}')}</h3>")
@@ -108,8 +102,7 @@ def build_page(
     box_images: int = BOX_IMAGES,
     name: str | None = None,
 ) -> Path | None:
-    """Tables, figures and instruments of one sweep directory into <out>/<sweep>/ and the page <out>/<sweep>.html;
-    None when the sweep holds no complete run."""
+    """Everything of one sweep into <out>/<sweep>/ and the page <out>/<sweep>.html; None without a complete run."""
     agg = aggregate([sweep_dir], data, model)
     if not agg.groups:
         return None
@@ -117,20 +110,18 @@ def build_page(
     assets = out_dir / name
     runs = sum(len(group.runs) for group in agg.groups.values())
     notes, sections = list(agg.notes), []
-    tables = [protocols_table(agg), *ablation_tables(agg)]
-    for table in tables:
-        table.write(assets)
-    sections.append(("Tables", "".join(table_html(t) for t in tables)))
-    figures = [p for p in write_figures(agg, assets, notes) if p.suffix == ".png"]
-    sections.append(("Figures", "".join(image_html(p, p.stem) for p in figures)))
+
+    def add(heading: str, tables: list[Table], paths: list[Path]) -> None:
+        for table in tables:
+            table.write(assets)
+        pictures = "".join(image_html(p, p.stem) for p in paths if p.suffix == ".png")
+        sections.append((heading, "".join(table_html(t) for t in tables) + pictures))
+
+    add("Tables", [protocols_table(agg), *ablation_tables(agg)], [])
+    add("Figures", [], write_figures(agg, assets, notes))
     for data_name, model_name in agg.models():
         found = measure(agg, data_name, model_name, box_images)
-        found_tables = instrument_tables(found)
-        for table in found_tables:
-            table.write(assets)
-        pictures = [p for p in write_instrument_figures(found, assets) if p.suffix == ".png"]
-        content = "".join(table_html(t) for t in found_tables) + "".join(image_html(p, p.stem) for p in pictures)
-        sections.append((f"Instruments: {found.title}", content))
+        add(f"Instruments: {found.title}", instrument_tables(found), write_instrument_figures(found, assets))
         notes += found.notes
     sections.append(("Central-query attention maps, layers 0 and 1", central_maps_html(agg, notes)))
     notes += [f"skipped {run_dir}: {why}" for run_dir, why in agg.skipped]

@@ -1,6 +1,4 @@
-"""The instruments' figures (docs/instruments.md) for one (data set, model), as PNG and PDF: masses, positions,
-trajectory and dose. A figure with nothing to draw is not written; the notes say why (`figures.Empty`).
-"""
+"""The instruments' figures (docs/instruments.md) for one (data set, model), as PNG and PDF."""
 
 from __future__ import annotations
 
@@ -22,9 +20,7 @@ MASS_LABELS = {"self_mass": "self", "neighbour_mass": "8 neighbours", "far_mass"
 
 
 def masses_figure(found: Instruments) -> plt.Figure | Empty:
-    """Stacked bars, one per head, heads grouped by layer and sorted within a layer from the most self-attending;
-    with several seeds, the mean over seeds of the k-th most self-attending head (head indices do not match across
-    seeds). Empty when no run records per-head masses."""
+    """Stacked self / neighbour / far bars per head, by layer, from the most self-attending (mean over seeds)."""
     if not any(head_masses(run) is not None for group in found.cells.values() for run in group.runs):
         return Empty("no run records per-head locality masses (attention.final.per_head)")
     names = list(found.cells)
@@ -48,9 +44,7 @@ def masses_figure(found: Instruments) -> plt.Figure | Empty:
             ax.bar(x.flatten().tolist(), heights, bottom=base, width=0.9, color=MASS_COLOURS[key])
             bottom += mean[key]
         ax.set_xticks([layer * (heads + 1) + (heads - 1) / 2 for layer in range(depth)], range(depth))
-        ax.set_xlabel("layer (heads sorted by self mass)")
-        ax.set_ylim(0, 1.0)
-        ax.set_ylabel("share of patch-key attention")
+        ax.set(xlabel="layer (heads sorted by self mass)", ylim=(0, 1.0), ylabel="share of patch-key attention")
         ax.set_title(f"{name} ({len(tables)} run{'s' if len(tables) > 1 else ''})", fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=MASS_COLOURS[k]) for k in MASS_KEYS]
     fig.legend(handles, [MASS_LABELS[k] for k in MASS_KEYS], loc="upper right", fontsize=8, ncol=3)
@@ -60,8 +54,7 @@ def masses_figure(found: Instruments) -> plt.Figure | Empty:
 
 
 def positions_figure(found: Instruments) -> plt.Figure | Empty:
-    """Per cell, the first run's similarity mosaic: at each patch's place, its similarity with every patch. Empty
-    when no run has a usable checkpoint."""
+    """Per cell, the first run's position-embedding similarity mosaic."""
     shown = [(name, ms) for name, ms in found.measured.items() if any(m.similarity is not None for m in ms)]
     if not shown:
         return Empty("no run has a usable checkpoints/last.ckpt")
@@ -72,8 +65,7 @@ def positions_figure(found: Instruments) -> plt.Figure | Empty:
         image = ax.imshow(similarity_mosaic(first.similarity).numpy(), cmap="viridis", vmin=-1, vmax=1)
         localities = [m.locality for m in measured if m.similarity is not None]
         ax.set_title(f"{name}: locality {sum(localities) / len(localities):.2f}", fontsize=9)
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set(xticks=[], yticks=[])
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.6, label="cosine similarity")
     fig.suptitle(f"{found.title}: position-embedding similarity (first seed)", fontsize=10)
@@ -81,9 +73,7 @@ def positions_figure(found: Instruments) -> plt.Figure | Empty:
 
 
 def trajectory_figure(found: Instruments) -> plt.Figure | Empty:
-    """Each run's path through (validation top-1 in percent, minimum early-layer MAD), epoch by epoch; the final
-    epoch ringed, the matched accuracy levels of the table as dotted lines, the legend right of the axes. Empty when
-    no run has both per epoch."""
+    """Each run's path through (validation top-1 in percent, minimum early-layer MAD), epoch by epoch."""
     paths = trajectories(found)
     if not paths:
         return Empty("no run has a validation top-1 (data.val_size > 0) and attention statistics for the same epochs")
@@ -99,8 +89,7 @@ def trajectory_figure(found: Instruments) -> plt.Figure | Empty:
         ax.axvline(100 * level, color="grey", ls=":", lw=0.8)
     if units == "unit":  # uniform attention's MAD is known in unit distance only
         ax.axhline(plots.UNIFORM_MAD_8X8, color="grey", ls="--", lw=0.8)
-    ax.set_xlabel("validation top-1 (%)")
-    ax.set_ylabel(f"minimum early-layer MAD ({units})")
+    ax.set(xlabel="validation top-1 (%)", ylabel=f"minimum early-layer MAD ({units})")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     ax.set_title(f"{found.title}: locality against accuracy, epoch by epoch (ring: final)", fontsize=10)
     fig.tight_layout()
@@ -108,9 +97,7 @@ def trajectory_figure(found: Instruments) -> plt.Figure | Empty:
 
 
 def dose_figure(found: Instruments) -> plt.Figure | Empty:
-    """Columns: the knobs the runs sweep (of `AXES`); rows: minimum MAD (dashed: uniform attention) and top-1 in
-    percent; the paper's settings as vertical dotted lines. A knob no run sweeps has no column (the title names it);
-    Empty when no knob is swept."""
+    """One column per swept knob of `AXES`: minimum MAD and top-1 against the dose, the paper's settings dotted."""
     runs = [run for group in found.cells.values() for run in group.runs]
     swept = {axis: curves for axis in AXES if (curves := dose_curves(runs, axis))}
     if not swept:
@@ -145,20 +132,20 @@ def dose_figure(found: Instruments) -> plt.Figure | Empty:
 
 
 def _units(runs: Iterable[RunRecord]) -> str:
-    """The MAD units the runs' records state, for an axis label: one name, or `mixed units` (never a wrong one)."""
+    """The MAD units the runs' records state, for an axis label: one name, or `mixed units`."""
     found = {run.stats_units for run in runs}
     return found.pop() if len(found) == 1 else "mixed units"
 
 
 def write_instrument_figures(found: Instruments, out_dir: Path) -> list[Path]:
-    """<kind>_<data>_<model>.png and .pdf for every instrument with something to draw; returns the paths. A figure
-    with nothing to draw is left out, with one line in the notes saying why."""
-    figures = {
-        "masses": masses_figure(found),
-        "positions": positions_figure(found),
-        "trajectory": trajectory_figure(found),
-        "dose": dose_figure(found),
+    """<kind>_<data>_<model>.png and .pdf for every instrument with something to draw; returns the paths."""
+    makers = {
+        "masses": masses_figure,
+        "positions": positions_figure,
+        "trajectory": trajectory_figure,
+        "dose": dose_figure,
     }
+    figures = {kind: make(found) for kind, make in makers.items()}  # all drawn before any is saved: notes in order
     out_dir.mkdir(parents=True, exist_ok=True)
     return [
         path for kind, fig in figures.items() for path in save_figure(fig, out_dir, f"{kind}_{found.stem}", found.notes)

@@ -1,7 +1,4 @@
-"""The instruments of docs/instruments.md measured on a sweep's runs, as report tables, from the run directories
-alone (results.json, attention_stats.csv, csv/metrics.csv, checkpoints/last.ckpt and the recorded config, which
-rebuilds the probe images). A run that lacks what an instrument needs is left out of it with a note.
-"""
+"""The instruments of docs/instruments.md measured on a sweep's runs, as report tables; what is left out is noted."""
 
 from __future__ import annotations
 
@@ -77,56 +74,51 @@ class Instruments:
 
 
 def measure(agg: Aggregate, data: str, model: str, box_images: int = BOX_IMAGES) -> Instruments:
-    """Load each run's checkpoint once: its position embeddings, and (box_images > 0) the pasted-box probe."""
+    """Load each run's checkpoint once: its position embeddings, and (box_images > 1) the pasted-box probe."""
     found = Instruments(data, model, agg.cells(data, model))
-    images: dict[str, torch.Tensor] = {}  # the probe set depends on the data settings alone: built once per set
+    images: dict[str, torch.Tensor] = {}  # probe images by data settings, built once each
     for name, group in found.cells.items():
         found.measured[name] = [_measure_run(run, box_images, found.notes, images) for run in group.runs]
     return found
 
 
 def _measure_run(run: RunRecord, box_images: int, notes: list[str], cache: dict[str, torch.Tensor]) -> RunInstruments:
-    result = RunInstruments(run)
+    result, left_out = RunInstruments(run), "left out of the position and box instruments"
     try:
         checkpoint = loading.read_checkpoint(run.run_dir)
         if checkpoint is not None:
             result.similarity = position_similarity(loading.position_embedding(checkpoint))
             result.locality = position_locality(result.similarity)
     except UnreadableFile as error:  # a FIFO, a device or an oversized file in its place
-        notes.append(error.skipped("the run is left out of the position and box instruments"))
+        notes.append(error.skipped(f"the run is {left_out}"))
         return result
     except Exception as error:  # a damaged file, or one whose weights lack the position embedding
         why = error.why if isinstance(error, DamagedCheckpoint) else first_line(error)
-        notes.append(
-            f"{run.run_dir}: checkpoints/last.ckpt is unusable ({why}); left out of the position and box instruments"
-        )
+        notes.append(f"{run.run_dir}: checkpoints/last.ckpt is unusable ({why}); {left_out}")
         return result
     if checkpoint is None:
-        notes.append(f"{run.run_dir}: no checkpoints/last.ckpt; left out of the position and box instruments")
+        notes.append(f"{run.run_dir}: no checkpoints/last.ckpt; {left_out}")
         return result
-    if box_images > 1 and run.config is not None:
-        key = json.dumps(run.config.get("data"), sort_keys=True, default=str)
-        try:
-            if key not in cache:
-                cache[key] = loading.probe_images(run.config, box_images)
-            images = cache[key]
-        except Exception as error:  # data not on this machine, or a config the data layer no longer takes
-            notes.append(
-                f"{run.run_dir}: probe images not rebuilt ({first_line(error)}); left out of the box instrument"
-            )
-            return result
-        try:
-            model = loading.model_from_checkpoint(checkpoint)
-        except Exception as error:  # hyper-parameters and weights that do not fit one another
-            notes.append(f"{run.run_dir}: the checkpoint's model does not load ({first_line(error)}); no box")
-            return result
-        result.box = box_locality(model, loading.normalise(images, checkpoint))
+    if box_images <= 1 or run.config is None:
+        return result
+    key = json.dumps(run.config.get("data"), sort_keys=True, default=str)  # the probe images depend on these alone
+    try:
+        if key not in cache:
+            cache[key] = loading.probe_images(run.config, box_images)
+    except Exception as error:  # data not on this machine, or a config the data layer does not take
+        notes.append(f"{run.run_dir}: probe images not rebuilt ({first_line(error)}); left out of the box instrument")
+        return result
+    try:
+        model = loading.model_from_checkpoint(checkpoint)
+    except Exception as error:  # hyper-parameters and weights that do not fit one another
+        notes.append(f"{run.run_dir}: the checkpoint's model does not load ({first_line(error)}); no box")
+        return result
+    result.box = box_locality(model, loading.normalise(cache[key], checkpoint))
     return result
 
 
 def head_masses(run: RunRecord) -> dict[str, torch.Tensor] | None:
-    """The final model's (layers, heads) self / neighbour / far and MAD tables; None for a record without them
-    (statistics off, or not measured per head)."""
+    """The final model's (layers, heads) self / neighbour / far and MAD tables, or None."""
     return per_head_tables(run, (*MASS_KEYS, "mad"), torch.float64)
 
 
@@ -141,8 +133,7 @@ def masses_table(found: Instruments) -> Table:
             if tables is None or early is None:
                 continue
             mad = tables["mad"][:early]
-            flat = int(torch.argmin(mad))
-            layer, head = divmod(flat, mad.shape[1])
+            layer, head = divmod(int(torch.argmin(mad)), mad.shape[1])
             picks.append((float(mad[layer, head]), *(float(tables[k][layer, head]) for k in MASS_KEYS), layer, head))
         if not picks:
             found.notes.append(f"{found.title}/{name}: no run records the locality masses")
@@ -162,9 +153,7 @@ def masses_table(found: Instruments) -> Table:
 
 
 def positions_table(found: Instruments) -> Table:
-    """Per cell: how 2-D local the learned position embeddings are, beside the attention's minimum MAD. Three
-    readings, since one number cannot say both whether similarity falls with distance and how fast: the linear
-    (Pearson) score, the rank (Spearman) score, and the length scale as the mean similarity at 1 step and far."""
+    """Per cell: how 2-D local the learned position embeddings are, beside the attention's minimum MAD."""
     headers = ["cell", "runs", "position locality", "rank locality", "similarity at 1 step"]
     headers += [f"similarity at >= {FAR_STEPS:g} steps", "min MAD", "per run (seed: position locality)"]
     rows, records = [], []
@@ -200,8 +189,7 @@ def positions_table(found: Instruments) -> Table:
 
 
 def box_table(found: Instruments) -> Table:
-    """Per cell and layer: the share of attention a patch inside a pasted box sends across its border, mixed image
-    against the unmixed source, mean over heads and seeds."""
+    """Per cell and layer: the share of attention a pasted box's patches send across its border."""
     headers = ["cell", "layer", "runs", "mixed", "unmixed", "mixed - unmixed", "lowest head, mixed", "uniform"]
     rows, records = [], []
     for name, measured in found.measured.items():
@@ -268,8 +256,7 @@ def trajectories(found: Instruments) -> dict[str, list[tuple[RunRecord, Trajecto
 
 
 def eval_split_of(run: RunRecord) -> str:
-    """The split a run evaluated every epoch: its record's measured_on.eval_split, else `val` when its config held
-    training images out (data.val_size > 0), else `test` (the default, and all an old record can be)."""
+    """The split a run evaluated every epoch: measured_on.eval_split, else `val` if data.val_size > 0, else `test`."""
     split = (run.data.get("measured_on") or {}).get("eval_split")
     if split in ("val", "test"):
         return split
@@ -291,8 +278,7 @@ def matched_table(found: Instruments) -> Table:
     rows, records = [], []
     for name, runs in by_cell.items():
         finals = [t.final for _, t in runs if t.final]
-        epoch = summarise(f[0] for f in finals)
-        acc, mad = summarise(f[1] for f in finals), summarise(f[2] for f in finals)
+        epoch, acc, mad = (summarise(f[i] for f in finals) for i in range(3))
         at = [summarise(t.mad_at_accuracy(level) for _, t in runs) for level in levels]
         row = [name, str(len(runs)), f"{epoch.mean:g}", format_figure(acc, "acc1"), format_stat(mad, 3)]
         rows.append(row + [format_stat(s, 3) for s in at])

@@ -1,12 +1,8 @@
 """Every run brought to one convention before a report reads it: distances as fractions of the image side.
 
-A run written today stores its distances on the unit square and says so (`attention.final.settings.units` =
-`unit`), so it is read as it is. A record written before the one stored unit holds them in its `stats.units` (unit,
-grid, pixels or diagonal); since tables, contrasts, figures, the summary and the claims put runs side by side, each
-such run is converted once, where runs are loaded (`aggregate_runs`, `summary_rows`), from its own record, by the
-inverse of the display factor (`attention.units.display_factor`). A converted record says so (`converted`); a run
-that cannot be converted keeps its accuracy and entropy and loses its distances, with the reason (`unconvertible`),
-so it is never shown beside the others in another unit.
+A record whose `stats.units` is grid, pixels or diagonal is converted once where runs are loaded (`aggregate_runs`,
+`summary_rows`) by the inverse of `attention.units.display_factor`, and says so (`converted`); one that cannot be
+keeps its accuracy and entropy and loses its distances, with the reason (`unconvertible`).
 """
 
 from __future__ import annotations
@@ -31,8 +27,7 @@ _KEPT_WITHOUT_DISTANCES = ("epoch", "mean_entropy_early", "early_layers", "probe
 
 
 def is_distance(key: str) -> bool:
-    """A statistic measured in distance units (so converted): MAD and its spread, and the control columns derived
-    from MAD; masses, entropies and shares are unit-free."""
+    """A statistic in distance units: MAD, its spread and its controls; masses, entropies and shares are unit-free."""
     return key == "mad" or key.startswith("mad_") or "control" in key or key.startswith("surround")
 
 
@@ -77,8 +72,7 @@ def recorded_units(run: RunRecord) -> Any:
 
 
 def unit_factor(run: RunRecord, units: Any) -> tuple[float | None, str | None]:
-    """(what turns the recorded MAD into the unit square's, what was done) or (None, why not): the inverse of the
-    factor that shows a unit-square distance in `units`."""
+    """(the factor from `units` to the unit square, what was done) or (None, why not)."""
     if units is None:
         return None, "the record does not state stats.units"
     if units not in UNITS:
@@ -98,9 +92,7 @@ def unit_factor(run: RunRecord, units: Any) -> tuple[float | None, str | None]:
 
 
 def in_unit_square(run: RunRecord) -> RunRecord:
-    """The run with every distance of its record in the unit square (`attention.final.settings.units` = unit and
-    what was done under `converted`), or without its distances and with the reason under `unconvertible`. A run
-    already in the unit square, or converted before, is returned as it is."""
+    """The run with every distance in the unit square, or without its distances and with the reason why."""
     final = run.final_attention
     if not final or CONVERTED in final or UNCONVERTIBLE in final:
         return run
@@ -109,32 +101,28 @@ def in_unit_square(run: RunRecord) -> RunRecord:
     if units == SHOWN:
         return run
     data = copy.deepcopy(run.data)
-    old = data["attention"]["final"]
+    final = data["attention"]["final"]  # the copy, changed in place
     if factor is None:
-        kept = {key: old[key] for key in _KEPT_WITHOUT_DISTANCES if key in old}
+        kept = {key: final[key] for key in _KEPT_WITHOUT_DISTANCES if key in final}
         data["attention"]["final"] = {**kept, UNCONVERTIBLE: note}
         return RunRecord(run.run_dir, data)
-    new = data["attention"]["final"]
     scaled = lambda row: {key: _scaled(value, factor) if is_distance(key) else value for key, value in row.items()}
-    new["min_mad_early"] = _scaled(old.get("min_mad_early"), factor)
-    if isinstance(old.get("per_head"), dict):
-        new["per_head"] = scaled(old["per_head"])
-    if isinstance(old.get("per_layer"), list):
-        new["per_layer"] = [scaled(row) if isinstance(row, dict) else row for row in old["per_layer"]]
+    final["min_mad_early"] = _scaled(final.get("min_mad_early"), factor)
+    if isinstance(final.get("per_head"), dict):
+        final["per_head"] = scaled(final["per_head"])
+    if isinstance(final.get("per_layer"), list):
+        final["per_layer"] = [scaled(row) if isinstance(row, dict) else row for row in final["per_layer"]]
     initial = data["attention"].get("initial")
     if isinstance(initial, dict) and "min_mad_early" in initial:
         initial["min_mad_early"] = _scaled(initial["min_mad_early"], factor)
-    settings = dict(old.get("settings") or {})
-    settings["units"] = SHOWN
-    new["settings"] = settings
+    final["settings"] = {**(final.get("settings") or {}), "units": SHOWN}
     shown_note = note if units is not None else "the record does not state stats.units: read as unit, the default"
-    new[CONVERTED] = {"from": units, "factor": factor, "note": shown_note}
+    final[CONVERTED] = {"from": units, "factor": factor, "note": shown_note}
     return RunRecord(run.run_dir, data)
 
 
 def csv_scale(run: RunRecord) -> float:
-    """What the distance columns of the run's attention_stats.csv are multiplied by to be in the unit square: the
-    factor its record was converted by (1 when it was not); NaN for a run whose distances could not be converted."""
+    """The factor that brings the run's attention_stats.csv distances to the unit square; NaN when none can."""
     final = run.final_attention
     if UNCONVERTIBLE in final:
         return math.nan
@@ -156,13 +144,9 @@ def conversion_note(run: RunRecord) -> str | None:
 
 def _scaled(value: Any, factor: float) -> Any:
     """A number, or nested lists of numbers, times `factor`; anything else (a damaged entry) as it is."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float):
-        return value * factor
     if isinstance(value, list):
         return [_scaled(item, factor) for item in value]
-    return value
+    return value * factor if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
 def _positive_int(value: Any) -> bool:

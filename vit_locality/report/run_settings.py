@@ -1,6 +1,4 @@
-"""What a run was trained with, as reports compare it: its group key (data, model, protocol and the settings that
-set it apart), canonical values, the quick and debug runs that are no measurement, and the notes on runs of one cell
-that differ."""
+"""What a run was trained with, as reports compare it, and whether it is a quick or debug run."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from vit_locality.store.record import RunRecord
 
 Settings = tuple[tuple[str, str], ...]
 NOT_COMPARED = ("seed", *NOT_IDENTITY)  # may differ between the runs of one group: what cannot change a result
-# Values that mean "the whole run", spelled either way: a full run with one spelling is the same cell as the other.
+# Values of a trainer limit that mean "the whole run", the same as unset.
 WHOLE_RUN = {
     "trainer.limit_train_batches": (1.0,),
     "trainer.limit_val_batches": (1.0,),
@@ -34,8 +32,7 @@ UNSET = "unset"  # a setting one run of a cell lacks
 
 @dataclass(frozen=True)
 class GroupKey:
-    """A group of runs: data set, model, the protocol's grouped fields (TrainingProtocol.group_key) and, where the
-    runs of the cell differ in other settings, this group's values of them (key, value as printed)."""
+    """Data set, model, the protocol's grouped fields and this group's values of the settings that split its cell."""
 
     data: str
     model: str
@@ -58,16 +55,12 @@ def group_key(run: RunRecord, settings: Settings = ()) -> GroupKey:
 
 def _not_a_measurement(run: RunRecord) -> str | None:
     """Why a run is left out of every report before anything else is looked at, or None."""
-    debug = debug_run_note(run)
-    if debug:
-        return debug
     quick = quick_run(run)
-    return f"a quick run ({quick}), not counted" if quick else None
+    return debug_run_note(run) or (f"a quick run ({quick}), not counted" if quick else None)
 
 
 def debug_run_note(run: RunRecord) -> str | None:
-    """The one line every report and the summary give a run of a `debug=...` check, or None for any other run: its
-    config's sweep_name is `debug` (what every conf/debug/*.yaml sets) or it lies below a `debug` directory."""
+    """Why a run of a `debug=...` check (sweep_name `debug`, or below a `debug/` directory) is not counted, or None."""
     if (run.config or {}).get("sweep_name") == DEBUG_SWEEP:
         how = f"sweep_name={DEBUG_SWEEP}"
     elif DEBUG_SWEEP in Path(run.run_dir).parts:
@@ -78,9 +71,7 @@ def debug_run_note(run: RunRecord) -> str | None:
 
 
 def run_settings(run: RunRecord) -> dict[str, str]:
-    """The run's settings that can change a result, as printed (dotted key -> value): its recorded config less
-    NOT_COMPARED in one spelling per value (`0` = `0.0`; a whole-run limit = unset), its label smoothing and `start`
-    (`run_start`); without a recorded config, `config: not recorded` beside those two."""
+    """The run's settings that can change a result (dotted key -> value as printed), one spelling per value."""
     if run.config is None:
         return {CONFIG_KEY: NO_CONFIG, "loss.ls": _shown(_canonical(float(run.protocol.ls))), START_KEY: run_start(run)}
     covered = lambda key: any(key == prefix or key.startswith(prefix + ".") for prefix in NOT_COMPARED)
@@ -91,9 +82,7 @@ def run_settings(run: RunRecord) -> dict[str, str]:
 
 
 def run_start(run: RunRecord) -> str:
-    """Where the run's weights began: `scratch`, `weights <hash>` (ckpt_mode=weights; the file's short content hash,
-    else its path), never a seed of the cell trained from scratch, or `resume <hash>` for a resume from a checkpoint
-    of another identity (a resume of the run's own cell counts as that cell)."""
+    """Where the run's weights began: `scratch`, `weights <hash or path>`, or `resume <hash>` of another identity."""
     start = run.data.get("start")
     if not isinstance(start, dict):
         config = run.config or {}
@@ -102,17 +91,13 @@ def run_start(run: RunRecord) -> str:
     mode = str(start.get("ckpt_mode") or "weights")
     sha = start.get("ckpt_sha256")
     shown = str(sha)[:HASH_CHARS] if isinstance(sha, str) and sha else str(start.get("ckpt_path", "unknown file"))
-    if mode == RESUME_MODE:
-        written_by = start.get("ckpt_identity")
-        continues = written_by in (None, run.identity_hash)
-        return SCRATCH if continues else f"{RESUME_MODE} {shown}"
-    return f"weights {shown}"
+    if mode != RESUME_MODE:
+        return f"weights {shown}"
+    return SCRATCH if start.get("ckpt_identity") in (None, run.identity_hash) else f"{RESUME_MODE} {shown}"
 
 
 def _canonical_identity(run: RunRecord) -> str | None:
-    """The run's cell, seed and settings in one spelling each: two records whose identity hashes differ only in how a
-    value was spelled (`loss.ls=0` against the preset's 0.0, written before the schemas typed it) are one run.
-    None for a run that records no config."""
+    """The run's cell, seed and settings in one spelling each (`loss.ls=0` is 0.0); None without a config."""
     if run.config is None:
         return None
     key = group_key(run)
@@ -121,10 +106,8 @@ def _canonical_identity(run: RunRecord) -> str | None:
 
 
 def _canonical(value: Any) -> Any:
-    """One spelling of a number: an integral float as an int (0.0 -> 0), so `loss.ls=0` and `0.0` are the same."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
+    """One spelling of a number: an integral float as an int (0.0 -> 0)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _whole_run(key: str, value: Any) -> bool:
@@ -135,17 +118,14 @@ def _whole_run(key: str, value: Any) -> bool:
 
 
 def differing_settings(runs: Iterable[RunRecord]) -> list[str]:
-    """The settings (dotted keys, sorted) in which the runs that record a config differ; a key one run lacks counts
-    as `unset`. A run without a config cannot be compared key by key: it is told apart by `config` alone."""
+    """The settings (sorted) in which the runs that record a config differ; a key one run lacks counts as `unset`."""
     all_settings = [run_settings(run) for run in runs if run.config is not None]
     keys = sorted({key for settings in all_settings for key in settings})
     return [key for key in keys if len({settings.get(key, UNSET) for settings in all_settings}) > 1]
 
 
 def split_keys(runs: list[RunRecord]) -> list[str]:
-    """The settings that split the runs of one cell (`differing_settings`), sorted, and `start` when any run did not
-    start from scratch: a cell started from a checkpoint is keyed by its start even when all its runs share it, so
-    no table shows it as trained from scratch."""
+    """The settings that split the runs of one cell, and `start` when any run did not start from scratch."""
     keys = differing_settings(runs)
     if START_KEY not in keys and any(run_start(run) != SCRATCH for run in runs):
         keys = sorted([*keys, START_KEY])
@@ -153,8 +133,7 @@ def split_keys(runs: list[RunRecord]) -> list[str]:
 
 
 def split_by_settings(runs: list[RunRecord]) -> dict[Settings, list[RunRecord]]:
-    """The runs of one cell by their values of the settings that split it (`split_keys`): runs in one part differ
-    in their seed alone; one part, keyed (), when they agree in everything."""
+    """The runs of one cell by their values of `split_keys`, so the runs of one part differ in their seed alone."""
     keys = split_keys(runs)
     parts: dict[Settings, list[RunRecord]] = {}
     for run in runs:
@@ -167,19 +146,17 @@ def split_by_settings(runs: list[RunRecord]) -> dict[Settings, list[RunRecord]]:
 
 
 def quick_run(run: RunRecord) -> str | None:
-    """The trainer settings that make `run` a quick check rather than a measurement (`trainer.limit_train_batches=1`),
-    or None; a run that records no config is not judged quick."""
+    """The trainer settings that make `run` a quick check (`trainer.limit_train_batches=1`), or None."""
     trainer = (run.config or {}).get("trainer")
     if not isinstance(trainer, dict):
         return None
     limits = ("limit_train_batches", "limit_val_batches", "limit_test_batches")
     found = [(key, trainer.get(key)) for key in limits if not _whole_run(f"trainer.{key}", trainer.get(key))]
-    overfit = trainer.get("overfit_batches")
-    if isinstance(overfit, int | float) and not isinstance(overfit, bool) and overfit > 0:
-        found.append(("overfit_batches", overfit))
-    fast = trainer.get("fast_dev_run")
-    if fast is True or (isinstance(fast, int | float) and not isinstance(fast, bool) and fast > 0):
-        found.append(("fast_dev_run", fast))
+    for key in ("overfit_batches", "fast_dev_run"):
+        value = trainer.get(key)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if (number and value > 0) or (key == "fast_dev_run" and value is True):
+            found.append((key, value))
     steps = trainer.get("max_steps")
     if steps is not None and steps != -1:
         found.append(("max_steps", steps))
@@ -199,30 +176,26 @@ def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def setting_notes(label: str, runs: list[RunRecord]) -> list[str]:
-    """One line per setting in which the runs of one cell differ (`differing_settings`), naming each value and the
-    seeds that ran with it: the cell is split into one row per combination. Runs that record no config cannot be
-    compared, which a line says when the cell has others that do (they get a row of their own)."""
+    """One line per setting in which the runs of one cell differ, naming each value and its seeds."""
     notes = []
     unrecorded = sum(run.config is None for run in runs)
     if 0 < unrecorded < len(runs):
         notes.append(f"{label}: {unrecorded} of {len(runs)} runs record no config; they are a row of their own")
-    settings = {id(run): run_settings(run) for run in runs}
-    for key in differing_settings(runs):
+    recorded = [(run.seed, run_settings(run)) for run in runs if run.config is not None]
+    for key in differing_settings(runs):  # each has two or more values among `recorded`
         seeds_by_value: dict[str, list[int]] = {}
-        for run in runs:
-            if run.config is not None:
-                seeds_by_value.setdefault(settings[id(run)].get(key, UNSET), []).append(run.seed)
-        if len(seeds_by_value) > 1:
-            values = "; ".join(
-                f"{value} (seed{'s' if len(seeds) > 1 else ''} {', '.join(str(s) for s in sorted(seeds))})"
-                for value, seeds in sorted(seeds_by_value.items())
-            )
-            notes.append(f"{label} is split by {key}: {values}")
+        for seed, settings in recorded:
+            seeds_by_value.setdefault(settings.get(key, UNSET), []).append(seed)
+        values = "; ".join(
+            f"{value} (seed{'s' if len(seeds) > 1 else ''} {', '.join(str(s) for s in sorted(seeds))})"
+            for value, seeds in sorted(seeds_by_value.items())
+        )
+        notes.append(f"{label} is split by {key}: {values}")
     return notes
 
 
 def _shown(value: Any) -> str:
-    """A setting's value as a note prints it: strings bare, everything else as JSON (true, null, [0.9, 0.999])."""
+    """A setting's value as printed: strings bare, everything else as JSON (true, null, [0.9, 0.999])."""
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 

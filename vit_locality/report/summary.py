@@ -20,42 +20,26 @@ from vit_locality.report.record_units import UNITS_NOTE, conversion_note, in_uni
 from vit_locality.report.run_settings import UNSET, debug_run_note, run_settings, split_keys
 from vit_locality.store.record import RunRecord, scan_records
 
+# Digits a column's numbers are printed with; any other number at 4 (one more than the tables show).
+COLUMN_DIGITS = {"top-1 (%)": 2}
+ARCHITECTURE_KEYS = ("depth", "dim", "heads", "mlp_ratio")
+
 
 def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
-    """One row per run, with a column for each setting in which the runs of some cell differ (`optim.lr`), so a
-    learning-rate sweep reads as three settings, not as three seeds of one cell; and a `start` column when any run
-    began from a checkpoint's weights (`run_start`), so such a row never reads as a cell trained from scratch."""
+    """One row per run, with a column for each setting that splits some cell (`optim.lr`, `start`)."""
     by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
     for run in runs:
         by_cell.setdefault((run.data_name, run.model_name, run.protocol.cell_name), []).append(run)
     keys = sorted({key for cell_runs in by_cell.values() for key in split_keys(cell_runs)})  # what splits some cell
     rows = []
     for run in runs:
-        protocol = run.protocol
-        headline = in_unit_square(run).headline()  # every run's MAD in one convention, from its own record
-        rows.append(
-            {
-                "cell": protocol.cell_name,
-                "AA": int(protocol.autoaug),
-                "CM": int(protocol.cutmix),
-                "LS": f"{protocol.ls:g}",
-                "data": run.data_name,
-                "model": run.model_name,
-                "seed": run.seed,
-                "top-1 (%)": 100 * headline.acc1,
-                "min MAD early": headline.min_mad,
-                "mean entropy early": headline.entropy,
-                **{key: run_settings(run).get(key, UNSET) for key in keys},
-                "run": str(run.run_dir),
-            }
-        )
+        protocol, shown = run.protocol, in_unit_square(run).headline()
+        row = {"cell": protocol.cell_name, "AA": int(protocol.autoaug), "CM": int(protocol.cutmix)}
+        row |= {"LS": f"{protocol.ls:g}", "data": run.data_name, "model": run.model_name, "seed": run.seed}
+        row |= {"top-1 (%)": 100 * shown.acc1, "min MAD early": shown.min_mad, "mean entropy early": shown.entropy}
+        rows.append({**row, **{key: run_settings(run).get(key, UNSET) for key in keys}, "run": str(run.run_dir)})
     order = {name: i for i, name in enumerate(CELL_ORDER)}  # the paper's 8 cells first, any other cell after
     return sorted(rows, key=lambda r: (r["data"], r["model"], order.get(r["cell"], len(order)), r["cell"], r["seed"]))
-
-
-# Digits a column's numbers are printed with: accuracy in percent at the 2 the reports print, distances and entropy
-# at 4 (a tenth of the 3 the tables show, so runs that differ there are told apart); any other number at 4.
-COLUMN_DIGITS = {"top-1 (%)": 2}
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -71,9 +55,6 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(c) for c in cells)])
 
 
-ARCHITECTURE_KEYS = ("depth", "dim", "heads", "mlp_ratio")
-
-
 def sweep_dirs_problem(sweep_dirs: Iterable[Path]) -> str | None:
     """Why the directories named on the command line cannot be searched, or None."""
     for path in sweep_dirs:
@@ -85,8 +66,7 @@ def sweep_dirs_problem(sweep_dirs: Iterable[Path]) -> str | None:
 
 
 def architecture_warnings(runs: Iterable[RunRecord]) -> list[str]:
-    """One line per (data set, model name) whose runs differ in architecture. Tables and figures pool runs by the
-    model's name, so a depth-4 and a depth-8 model both called vit_paper would be averaged as one."""
+    """One line per (data set, model name) whose runs differ in architecture, which the reports would pool."""
     found: dict[tuple[str, str], dict[str, set[str]]] = {}
     for run in runs:
         model = run.data.get("model") or {}
@@ -108,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dirs", nargs="+", type=Path, help="sweep directories (searched recursively)")
     args = parser.parse_args(argv)
-    problem = sweep_dirs_problem(args.sweep_dirs)
-    if problem:
+    if problem := sweep_dirs_problem(args.sweep_dirs):
         print(f"error: {problem}", file=sys.stderr)
         return 2
     runs = scan_records(args.sweep_dirs)
@@ -119,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if listed:
         print(f"min MAD early: {UNITS_NOTE}")
     for run in listed:
-        note = conversion_note(in_unit_square(run))
-        if note:
+        if note := conversion_note(in_unit_square(run)):
             print(f"{run.run_dir}: min MAD {note}")
     for run_dir, why in [*runs.skipped, *debug]:
         print(f"skipped {run_dir}: {why}")

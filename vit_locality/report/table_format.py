@@ -1,5 +1,4 @@
-"""How a report table is held and written: one object with the display strings (Markdown, LaTeX) and the plain
-numbers (CSV), so the three files always say the same thing, and the formatting every table shares."""
+"""A report table held once and written as Markdown, LaTeX and CSV, so the three always agree; shared formatting."""
 
 from __future__ import annotations
 
@@ -40,20 +39,11 @@ class Table:
         return "\n".join(text)
 
     def latex(self) -> str:
-        lines = [
-            "% needs \\usepackage{booktabs}",
-            "\\begin{table}[t]",
-            "\\centering",
-            f"\\caption{{{latex_escape(self.title)}}}",
-            f"\\begin{{tabular}}{{{'l' * len(self.headers)}}}",
-            "\\toprule",
-            " & ".join(latex_escape(h) for h in self.headers) + " \\\\",
-            "\\midrule",
-            *(" & ".join(latex_escape(c) for c in row) + " \\\\" for row in self.rows),
-            "\\bottomrule",
-            "\\end{tabular}",
-            "\\end{table}",
-        ]
+        row = lambda cells: " & ".join(latex_escape(c) for c in cells) + " \\\\"
+        lines = ["% needs \\usepackage{booktabs}", "\\begin{table}[t]", "\\centering"]
+        lines += [f"\\caption{{{latex_escape(self.title)}}}", f"\\begin{{tabular}}{{{'l' * len(self.headers)}}}"]
+        lines += ["\\toprule", row(self.headers), "\\midrule", *map(row, self.rows)]
+        lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
         if self.notes:
             lines += ["\\begin{itemize}", *(f"\\item {latex_escape(n)}" for n in self.notes), "\\end{itemize}"]
         for part in self.parts:
@@ -92,8 +82,7 @@ def format_stat(stat: Stat, digits: int) -> str:
 
 
 def format_difference(figure: str, value: float, low: float, high: float) -> tuple[str, str]:
-    """A signed difference of `figure` and its interval as printed, one decimal more than the figure itself; '-' and
-    'n/a' where there is none."""
+    """A signed difference of `figure` and its interval, one decimal more than the figure; '-' and 'n/a' for none."""
     scale, digits = SHOWN_SCALE[figure], DIGITS[figure] + 1
     shown = MISSING if math.isnan(value) else f"{scale * value:+.{digits}f}"
     interval = "n/a" if math.isnan(low) else f"[{scale * low:+.{digits}f}, {scale * high:+.{digits}f}]"
@@ -117,6 +106,4 @@ def _csv_value(value: Any) -> Any:
     """Full precision for numbers (round trips), an empty field for a missing one."""
     if isinstance(value, float):
         return "" if math.isnan(value) else repr(value)
-    if value is None:
-        return ""
-    return value
+    return "" if value is None else value

@@ -1,8 +1,4 @@
-"""The paper's two tables (protocols, ablation) built from aggregated runs, as Markdown, CSV and LaTeX
-(`table_format.Table`); a missing cell or figure is "-" and an empty CSV field. Claim (b) is judged in the
-protocols table; under each ablation table, claims (a), (c), (d) (claims_table.py), the main effects and each cell
-against Baseline (`contrasts`).
-"""
+"""The paper's two tables, protocols and ablation (with its claims, main effects and contrasts), from runs."""
 
 from __future__ import annotations
 
@@ -24,8 +20,6 @@ from vit_locality.report.run_settings import UNSET, run_settings, slug
 from vit_locality.report.table_format import MISSING, Table, figure_label, format_difference, format_figure
 from vit_locality.store.record import HEADLINE_NAMES
 
-# The minimum-MAD head's control beside its MAD (docs/metrics.md), read against its run's noise band: above it, a
-# preference for each query's surroundings; at or below it, none measured (fixed patches or content alike).
 MIN_HEAD_HEADERS = ["min head: control MAD", "min head: surround pref"]
 BAND_HEADERS = ["noise band", "min head reads"]
 MIN_HEAD_NOTE = (
@@ -50,11 +44,9 @@ INTERVAL_NOTE = (
 
 def protocols_table(agg: Aggregate) -> Table:
     """Rows = (data set, model); Baseline and Modern side by side for each figure, and the paper's reference."""
-    headers = ["data", "model"]
-    for figure in HEADLINE_NAMES:
-        headers += [f"{figure_label(figure)} Baseline", f"{figure_label(figure)} Modern"]
-    headers += [f"Modern more local ({LEVEL_NAMES[per]})" for per in LEVELS]
-    headers += ["paper min MAD (Baseline -> Modern)"]
+    sides = [f"{figure_label(figure)} {name}" for figure in HEADLINE_NAMES for name in ("Baseline", "Modern")]
+    headers = ["data", "model", *sides]
+    headers += [f"Modern more local ({LEVEL_NAMES[per]})" for per in LEVELS] + ["paper min MAD (Baseline -> Modern)"]
     rows, records = [], []
     for data, model in agg.models():
         cells = agg.cells(data, model)
@@ -90,54 +82,34 @@ def protocols_table(agg: Aggregate) -> Table:
 
 
 def ablation_table(agg: Aggregate, data: str, model: str) -> Table:
-    """The 8 cells in the paper's order, their accuracy gap to Baseline, and the claims checked on them.
-
-    A cell whose runs differ in a setting has one row per combination (the cell's counted group first, the one
-    the claims and effects read), with a column for each setting that differs."""
+    """The 8 cells in the paper's order (a row per setting where runs differ), with claims, effects and contrasts."""
     cells = agg.cells(data, model)
     variants = agg.variants(data, model)
     setting_keys = sorted({key for groups in variants.values() for g in groups for key, _ in g.key.settings})
     baseline_acc = _stat(cells.get("Baseline"), "acc1").mean
     headers = ["cell", "AA", "CM", "LS", "runs", "top-1 (%)", "Δ top-1 vs Baseline", "min MAD", "entropy"]
-    headers += MIN_HEAD_HEADERS + BAND_HEADERS
-    headers += setting_keys
+    headers += MIN_HEAD_HEADERS + BAND_HEADERS + setting_keys
     rows, records = [], []
-    rows_of = [(cell, group) for cell in CELL_ORDER for group in variants.get(cell) or [None]]
-    for name, group in rows_of:
+    for name, group in [(cell, group) for cell in CELL_ORDER for group in variants.get(cell) or [None]]:
         aa, cm, ls_on = CELL_FLAGS[name]
         ls = "/".join(f"{v:g}" for v in group.ls_values) if group else (f"{PAPER_LS:g}" if ls_on else "0")
         stats = {figure: _stat(group, figure) for figure in HEADLINE_NAMES}
-        min_head = {key: min_head_stat(group, key) for key in MIN_HEAD_KEYS}
+        min_head = {f"min_head_{key}": min_head_stat(group, key) for key in MIN_HEAD_KEYS}
         band, reading = noise_band_reading(group)
         delta = stats["acc1"].mean - baseline_acc
-        rows.append(
-            [
-                name,
-                str(int(aa)),
-                str(int(cm)),
-                ls,
-                str(len(group.runs)) if group else MISSING,
-                format_figure(stats["acc1"], "acc1"),
-                MISSING if math.isnan(delta) else f"{100 * delta:+.2f}",
-                format_figure(stats["min_mad"], "min_mad"),
-                format_figure(stats["entropy"], "entropy"),
-                *(format_figure(min_head[key], "min_mad") for key in MIN_HEAD_KEYS),
-                MISSING if math.isnan(band) else f"{band:.4f}",
-                reading,
-                *(group_setting(group, key) for key in setting_keys),
-            ]
-        )
+        settings = {key: group_setting(group, key) for key in setting_keys}
+        acc, mad, entropy = (format_figure(stat, figure) for figure, stat in stats.items())
+        row = [name, str(int(aa)), str(int(cm)), ls, str(len(group.runs)) if group else MISSING, acc]
+        row += [MISSING if math.isnan(delta) else f"{100 * delta:+.2f}", mad, entropy]
+        row += [format_figure(stat, "min_mad") for stat in min_head.values()]
+        rows.append([*row, MISSING if math.isnan(band) else f"{band:.4f}", reading, *settings.values()])
         record: dict[str, Any] = {"cell": name, "AA": int(aa), "CM": int(cm)}
         record["LS"] = group.ls_values[0] if group and len(group.ls_values) == 1 else math.nan
         record["runs"] = len(group.runs) if group else 0
-        for figure, stat in stats.items():
-            record.update(_stat_record(figure, stat))
-        for key, stat in min_head.items():
-            record.update(_stat_record(f"min_head_{key}", stat))
-        record["surround_pref_band"], record["min_head_reads"] = band, reading
-        record["acc1_diff_baseline"] = delta
-        record.update({key: group_setting(group, key) for key in setting_keys})
-        records.append(record)
+        for prefix, stat in {**stats, **min_head}.items():
+            record.update(_stat_record(prefix, stat))
+        record.update({"surround_pref_band": band, "min_head_reads": reading, "acc1_diff_baseline": delta})
+        records.append(record | settings)
     notes = [
         f"{group.key.cell} [{group.key.variant}]: its own row, left out of the claims and effects"
         for group in agg.left_out(data, model)
@@ -153,28 +125,22 @@ def ablation_table(agg: Aggregate, data: str, model: str) -> Table:
 
 
 def min_head_stat(group: Group | None, key: str) -> Stat:
-    """Over a group's runs, `key` (mad_control or surround_pref) of each run's minimum-MAD early head; runs recorded
-    before the control existed are left out."""
+    """`key` (mad_control or surround_pref) of each run's minimum-MAD early head, over the runs that record it."""
     found = [min_head_control(run.final_attention) for run in group.runs] if group else []
     return summarise(values[key] for values in found if values is not None)
 
 
 def noise_band_reading(group: Group | None) -> tuple[float, str]:
-    """(the largest recorded noise band over the group's runs, NaN if none; how its runs' minimum heads read against
-    their own bands: one reading, or each with its count of runs)."""
+    """(the largest recorded noise band of the group's runs or NaN, how their minimum heads read against it)."""
     runs = group.runs if group else []
     controls = [(min_head_control(run.final_attention), recorded_band(run.data)) for run in runs]
     found = [(control["surround_pref"], band) for control, band in controls if control is not None]
     bands = [band for _, band in found if band is not None]
     readings = Counter(surround_reading(pref, band) for pref, band in found)
-    if not readings:
-        return (max(bands) if bands else math.nan), MISSING
-    shown = (
-        next(iter(readings))
-        if len(readings) == 1
-        else "; ".join(f"{r} ({n} of {len(found)} runs)" for r, n in sorted(readings.items()))
-    )
-    return (max(bands) if bands else math.nan), shown
+    band = max(bands) if bands else math.nan
+    if len(readings) <= 1:
+        return band, next(iter(readings), MISSING)
+    return band, "; ".join(f"{r} ({n} of {len(found)} runs)" for r, n in sorted(readings.items()))
 
 
 def group_setting(group: Group | None, key: str) -> str:

@@ -1,9 +1,5 @@
-"""What to type so that a cell refused its run directory runs in another one.
-
-A sweep's cells live in `multirun/<sweep_name>/`, so another `sweep_name` moves them; a single run lives in
-`outputs/<run name>` (or where `hydra.run.dir` says), which `sweep_name` does not touch: there the advice is another
-`hydra.run.dir`. Where the sweep's directory is set on the command line, another `hydra.sweep.dir`.
-"""
+"""What to type so that a cell refused its run directory runs in another one: another `hydra.run.dir` for a single
+run, another `hydra.sweep.dir` for a sweep whose directory the command sets, else another `sweep_name`."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """The cell runner: one protocol cell, end to end, into its run directory.
 
-Skip a complete cell with the same identity and data (new tags go to its record and W&B run: labels.py), refuse a
-directory that holds a complete run of another config, set aside an unfinished attempt of another config, resume
-from the furthest checkpoint or start from a user's `ckpt_path` (start.py), record `running`,
-fit, test, record `complete`. Whatever stops the cell (an error, SIGTERM or Ctrl-C at any point) is recorded
-(`failed` with the error, or `interrupted`) before it propagates. Objects come from builders.py; the Trainer's
-callbacks come from the entry point's factory (vit_locality.callbacks), called inside the recorded region so a
-failure there is recorded too; those that implement `RecordSection` add their section to the complete record.
-"""
+Skip a complete cell of the same identity and data (labels.py adds new tags), refuse a directory holding another
+config's complete run, set aside another config's unfinished attempt, start (start.py), record `running`, fit,
+test, record `complete`. Whatever stops the cell is recorded (`failed` or `interrupted`) before it propagates."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
-"""Who handles which signal while a cell runs: one owner each, so that a stop is always recorded and resumable.
+"""Who handles which signal while a cell runs: one owner each, so a stop is always recorded and resumable.
 
-- SIGTERM (`timeout`, `kill -- -PGID`, `scancel`, SLURM preemption and `scontrol requeue`): this module's gate.
-  Inside `Trainer.fit`, Lightning's own handler turns it into a checkpoint at the next step (`interrupted.ckpt`);
-  outside fit (building the data, between fit and test, during test) Python's default action would end the process
-  without a record, so `sigterm_raises()` makes SIGTERM raise Lightning's `SIGTERMException` there, and stays quiet
-  during fit, where Lightning calls it after its own handler (it chains the handler it found).
-- SIGUSR2 (SLURM's warning before the time limit, `--signal=USR2@signal_delay_s`, which submitit asks for): the
-  same gate, the same path as SIGTERM: the batch in progress finishes, `interrupted.ckpt` is written and the cell is
-  recorded interrupted. Only then does the handler that was installed before the cell (submitit's) run, once, in
-  the main process: it requeues the job (at most `max_num_timeout` times), and the requeued job resumes from that
-  checkpoint. Lightning's own SLURM auto-requeue is switched off where the Trainer is built (builders.py).
-- SIGINT (Ctrl-C) raises KeyboardInterrupt wherever it lands, possibly between a batch's optimizer step and the end
-  of that batch: a checkpoint of that state cannot resume exactly. So during fit the first Ctrl-C is handed to the
-  SIGTERM handler in place (Lightning's: stop after the current batch, with `interrupted.ckpt`), remembered as SIGINT
-  (exit 130); a second one raises KeyboardInterrupt at once, and the next run resumes from the last epoch's end.
-- Data workers ignore all three (vit_locality.data.workers.init_data_worker): SLURM and `kill -- -PGID` signal every
-  process of the job, and a worker that died of it would fail the cell. A worker forked before it reset its
-  handlers runs the gate's, which does nothing outside the process that installed it.
-"""
+- SIGTERM (`timeout`, `scancel`, preemption): inside fit Lightning checkpoints at the next step; outside fit the gate
+  raises Lightning's SIGTERMException, so the stop is recorded rather than killing the process.
+- SIGUSR2 (SLURM's time-limit warning): the same path; then submitit's own handler requeues the job, once.
+- SIGINT: the first Ctrl-C during fit stops after the current batch as SIGTERM does (exit 130); a second one raises
+  at once. Data workers ignore all three (data/workers.py)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Labels added to a complete cell without training it again: its record and its W&B run take new tags.
-
-Tags cannot change a result (they are outside the identity, config/identity.py), so a complete cell re-run with
-more `tags=[...]` is not retrained: the new tags are merged into its results.json (written atomically, every
-result untouched, the time they were added noted under `label_updates`) and, with `logger=wandb`, into the tags
-of the cell's W&B run. Tags are only ever added: a re-run with fewer tags removes none.
-"""
+"""Tags added to a complete cell without training it again: tags change no result, so a re-run with more `tags=[...]`
+merges them into its results.json (noted under `label_updates`) and its W&B run. Tags are only ever added."""
 
 from __future__ import annotations
 

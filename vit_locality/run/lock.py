@@ -1,18 +1,9 @@
 """One run per run directory at a time: `with RunLock(run_dir): ...` around everything a cell does there.
 
-Two commands on one directory (the same command started twice, or two configs that map to one directory) would
-otherwise both run, and whichever wrote its record last would win. The lock is filelock's `flock` on
-`<run_dir>/.lock`, held for the whole run: the kernel drops it when the holder exits or is killed, so a crashed run
-never blocks the next one. The holder writes who it is (PID, host, start time) into the file for the refusal, and
-removes the file on release while still holding it; filelock starts again when the file it locked was removed.
-
-Where the file system has no `flock` (network file systems without lock support), filelock's soft lock at the same
-path is the lock: its marker records the holder's PID, host and process start time, so a holder on this host whose
-process has ended, or whose PID now belongs to another process, is taken over; one on another host (whose process
-cannot be checked from here) is refused with the way out. A marker without the start time (PID and host only, as
-older filelock versions write it) is judged by the PID's process start instead (`reused_pid_marker`): a process
-that started after the marker was written cannot be the one that wrote it.
-"""
+The lock is filelock's `flock` on `<run_dir>/.lock` (the kernel drops it when the holder dies); the holder writes
+who it is for the refusal. Where the file system has no `flock`, filelock's soft lock is used: a marker of this
+host whose process has ended, or whose PID was reused since (`reused_pid_marker`), is taken over; another host's is
+refused with the way out."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""What a cell's record says, section by section: built here, written by record.write_record, moved between states
-by the cell runner (run/cell.py).
-
-`record_version` says which layout a record has; a reader meets a record without one as version 1. Bump it when a
-section changes meaning, so a reader can tell the layouts apart instead of guessing from which keys are present.
-"""
+"""What a cell's record says, section by section; run/cell.py writes them. `record_version` names the layout (a
+record without one is version 1): bump it when a section changes meaning."""
 
 from __future__ import annotations
 

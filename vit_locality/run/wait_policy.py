@@ -1,13 +1,6 @@
-"""How torch's OpenMP threads wait for each other on a CPU run: asleep (`OMP_WAIT_POLICY=PASSIVE`), unless the user
-says otherwise.
-
-By default they spin between parallel regions. On a machine whose cores something else also wants (another run,
-a test suite, a neighbour's job) the spinning threads take the cores from the ones with work to do, and an epoch
-takes several times as long (README, "CPU"); on an idle machine sleeping costs a little (the Makefile's demo comment).
-OpenMP reads the variable once, when torch loads it, so the entry point sets it before anything imports torch; a
-value the user set is kept, and a machine with a visible CUDA device is left alone (its cells compute on the GPU).
-Torch-free.
-"""
+"""OpenMP threads sleep while they wait on a CPU run (`OMP_WAIT_POLICY=PASSIVE`) unless the user says otherwise:
+spinning threads take the cores from the ones with work on a shared machine. Set before torch loads; a value the
+user set, or a machine with CUDA, is left alone. Torch-free."""
 
 from __future__ import annotations
 

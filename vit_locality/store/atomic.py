@@ -1,11 +1,5 @@
-"""Files that are whole or absent: the one way this project replaces a file (records, checkpoints, CSVs, verdicts).
-
-A file written in place is half-written when the process is killed (SIGKILL, the OOM killer, a lost node) or the
-disk fills, and a reader then sees a truncated record or checkpoint. Here the new contents go to a temporary file
-beside the target (same directory, so the same file system), are flushed and fsynced, and only then renamed over the
-target in one atomic step; the directory is fsynced so the rename survives a crash. On any failure the temporary file
-is removed and the target is left as it was.
-"""
+"""Files that are whole or absent, so a kill or a full disk never leaves a torn record, checkpoint or CSV: the new
+contents go to a fsynced temporary file beside the target, renamed over it; the directory is fsynced too."""
 
 from __future__ import annotations
 
@@ -24,18 +18,9 @@ TEMPORARY_SUFFIX = ".tmp"
 DIRECTORY_SYNC_UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)
 
 
-def replace_atomically(
-    target: Path,
-    write: Callable[[BinaryIO], None],
-    keep_previous_as: Path | None = None,
-    check: Callable[[Path], None] | None = None,
-) -> None:
-    """Make `target` hold what `write` writes to the stream it is given, or leave it as it was.
-
-    `check(temporary_path)` may raise to refuse the written file (a download that does not match its checksum)
-    before it takes `target`'s place. With `keep_previous_as`, the current `target` is renamed there just before the
-    new file takes its place: between the two renames `target` is briefly absent and its predecessor whole, so a
-    reader must look at both."""
+def replace_atomically(target: Path, write: Callable[[BinaryIO], None], keep_previous_as: Path | None = None) -> None:
+    """Make `target` hold what `write` writes to its stream, or leave it as it was. With `keep_previous_as`, the
+    current `target` is renamed there first: between the two renames `target` is absent and its predecessor whole."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}")
@@ -46,8 +31,6 @@ def replace_atomically(
             write(stream)
             stream.flush()
             os.fsync(stream.fileno())
-        if check is not None:
-            check(temporary)
         if keep_previous_as is not None and target.exists():
             os.replace(target, keep_previous_as)
         os.replace(temporary, target)
@@ -61,21 +44,17 @@ def replace_atomically(
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """`replace_atomically` for UTF-8 text."""
     replace_atomically(path, lambda stream: stream.write(text.encode("utf-8")))
 
 
 def remove_leftovers(target: Path) -> None:
-    """Delete temporary files of earlier writes of `target` that were killed before their rename. Only for a target
-    that one process writes at a time (a run directory's files, under run.lock.RunLock): another writer's temporary
-    file would be deleted under it."""
+    """Delete temporary files of killed writes of `target`; only for a target one process writes (under RunLock)."""
     target = Path(target)
     for leftover in target.parent.glob(f".{glob.escape(target.name)}.*{TEMPORARY_SUFFIX}"):
         leftover.unlink(missing_ok=True)
 
 
 def fsync_directory(directory: Path) -> None:
-    """Make the renames in `directory` durable, so a crash right after a write cannot undo it."""
     descriptor = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(descriptor)

@@ -1,11 +1,5 @@
-"""A full disk, said as such: "no space left on device", with the file being written and where it lies.
-
-A full disk shows up in many costumes: an OSError with ENOSPC (or EDQUOT, a quota) from a plain write, but from
-torch's checkpoint writer a RuntimeError about its zip stream ("unexpected pos 1317504 vs 1317392") that names
-neither. A failed atomic write (atomic.py) therefore asks the file system, before it removes its temporary file,
-whether it is full, and raises DiskFull naming the file; the entry point finds a DiskFull (or an ENOSPC OSError)
-anywhere in the failure's chain and says it in one line. The run resumes from its last checkpoint once space is free.
-"""
+"""A full disk, said as such. It may surface as ENOSPC/EDQUOT or as a torch zip-writer RuntimeError naming neither,
+so a failed atomic write asks the file system whether it is full and raises DiskFull, naming the file."""
 
 from __future__ import annotations
 
@@ -16,13 +10,12 @@ from pathlib import Path
 from vit_locality.errors import VitLocalityError
 
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-# Free bytes under which a file system that just refused a write counts as full (a checkpoint's temporary file is
-# still there when this is asked, so a full disk shows about nothing free).
+# Free bytes under which a file system that just refused a write counts as full (the temporary file still exists).
 FULL_BELOW_BYTES = 1 << 20
 
 
 class DiskFull(VitLocalityError, OSError):
-    """A write failed because the file system holding it is full (or the user's quota is spent)."""
+    """A write failed because its file system is full (or the user's quota is spent)."""
 
     def __init__(self, path: Path | str, free: int | None) -> None:
         where = Path(path)
@@ -36,7 +29,7 @@ class DiskFull(VitLocalityError, OSError):
 
 
 def free_bytes(directory: Path) -> int | None:
-    """Bytes this user may still write on the file system of `directory`, or None where it cannot be asked."""
+    """Bytes this user may still write on `directory`'s file system, or None where it cannot be asked."""
     try:
         stats = os.statvfs(directory)
     except (OSError, AttributeError):
@@ -45,8 +38,7 @@ def free_bytes(directory: Path) -> int | None:
 
 
 def as_disk_full(error: BaseException, path: Path) -> DiskFull | None:
-    """DiskFull for a failed write of `path` that a full file system explains, else None (an interruption, or a
-    failure with space to spare, is what it is)."""
+    """DiskFull for a failed write of `path` that a full file system explains, else None."""
     if isinstance(error, DiskFull) or not isinstance(error, Exception):
         return None
     free = free_bytes(Path(path).parent)
@@ -56,8 +48,7 @@ def as_disk_full(error: BaseException, path: Path) -> DiskFull | None:
 
 
 def disk_full_cause(error: BaseException, run_dir: Path) -> DiskFull | None:
-    """The first full-disk failure in `error`'s chain (the write that failed first: a failed record written after
-    it fails too), an ENOSPC OSError from a plain write included; None when the disk was not the cause."""
+    """The first full-disk failure in `error`'s chain (a plain ENOSPC OSError included), or None."""
     named: DiskFull | None = None  # the deepest DiskFull: it names the file whose write failed first
     plain: OSError | None = None  # else the first ENOSPC from a plain write, named by its file or the run directory
     seen, current = set(), error

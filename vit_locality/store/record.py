@@ -1,14 +1,8 @@
 """The run record, `results.json`: its one writer, its one reader, and the checks that make a record usable.
 
-A run directory counts as finished only when its record says `"status": "complete"`. The record is written to a
-temporary file and renamed, with `"status"` as its last key, so a reader never sees `complete` before the rest.
-Every reader (the cell runner, the reports, `analyze`) goes through `read_record`, so a malformed record (not
-JSON, not a dict, invalid UTF-8, a directory, a missing key, a NaN headline) is recognised here once, with one
-reason, and skipped and listed by every reader alike.
-
-Units in files: accuracy is a fraction in [0, 1] everywhere (results.json, report CSVs), distances are fractions
-of the image side (attention/units.py); only what is printed for people shows percent or `stats.units`. The
-layout of the record is described in docs/design.md ("The run record").
+A run is finished only when its record says `"status": "complete"`. Every reader goes through `read_record`, so a
+malformed record is recognised once, with one reason. Accuracy is stored as a fraction in [0, 1], distances as
+fractions of the image side. Layout: docs/design.md ("The run record").
 """
 
 from __future__ import annotations
@@ -53,7 +47,7 @@ class RecordSection(Protocol):
 
 
 def write_record(run_dir: Path, payload: Mapping[str, Any], status: str) -> Path:
-    """Write `payload` with `status` appended last, so a reader never sees 'complete' before the rest."""
+    """Write `payload` atomically with `status` last, so a reader never sees 'complete' before the rest."""
     if status not in STATUSES:
         raise ValueError(f"status={status!r}: one of {', '.join(STATUSES)}")
     record = {k: v for k, v in payload.items() if k != "status"}
@@ -101,7 +95,7 @@ class RunRecord:
 
     @property
     def record_version(self) -> int:
-        """The record's layout (run/record_sections.py); a record that does not say is version 1."""
+        """The record's layout (run/record_sections.py); 1 when it does not say."""
         value = self.data.get("record_version", 1)
         return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
@@ -111,7 +105,6 @@ class RunRecord:
 
     @property
     def protocol(self) -> TrainingProtocol:
-        """The run's protocol (cell name, flags, grouping), read through the one type every reader uses."""
         return TrainingProtocol.from_record(self.data["protocol"])
 
     @property
@@ -138,13 +131,12 @@ class RunRecord:
 
     @property
     def early_layers(self) -> int:
-        """How many early layers the run's own headline figures used."""
+        """How many early layers the run's headline figures used."""
         return int(self.final_attention.get("early_layers", 2))
 
     @property
     def stats_units(self) -> str:
-        """The units the record's distances are stored in: `unit` for every run written today (its `stats.units` is
-        `display_units`, how its logs showed them); an older record's own `stats.units` until it is converted."""
+        """The units of the record's distances (`attention.final.settings.units`), `unit` where unset."""
         return str((self.final_attention.get("settings") or {}).get("units", "unit"))
 
     @property
@@ -273,9 +265,7 @@ class RunScan:
 
 
 def scan_records(roots: Iterable[Path]) -> RunScan:
-    """Every run directory holding a results.json under `roots` (links to directories followed once).
-
-    Raises FileNotFoundError for a root that does not exist."""
+    """Every run directory holding a results.json under `roots`; FileNotFoundError for a missing root."""
     scan = RunScan([], [])
     seen: set[Path] = set()
     for root in roots:
@@ -292,24 +282,19 @@ def scan_records(roots: Iterable[Path]) -> RunScan:
             except RecordError as error:
                 scan.skipped.append((run_dir, str(error)))
                 continue
-            if record is None:
-                continue
-            if record.complete:
+            if record is not None and record.complete:
                 scan.complete.append(record)
-            else:
+            elif record is not None:
                 scan.skipped.append((run_dir, f"status is {record.status!r}"))
     return scan
 
 
-# Directories never searched for runs: W&B keeps a copy of results.json in wandb/offline-run-*/files/, which
-# would count the run twice.
+# Not searched for runs: W&B keeps a copy of results.json in wandb/offline-run-*/files/.
 NOT_SCANNED = ("wandb",)
 
 
 def _run_dirs(root: Path) -> list[Path]:
-    """Directories under `root` (itself included) that hold a results.json, none below a `wandb` directory.
-    Links to directories are followed (shared sweep layouts link run directories), each real directory once, so a
-    link cycle ends."""
+    """Directories under `root` (itself included) holding a results.json; links followed, each real directory once."""
     found, visited, pending = [], set(), [root]
     while pending:
         directory = pending.pop()

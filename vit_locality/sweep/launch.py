@@ -1,5 +1,5 @@
-"""Where a cell runs: its own process for a DDP cell of a multirun, the DDP children pointed at this one cell, and a
-GPU of its own for cells that parallel launchers run side by side. Entry-point side: it reads Hydra's run state."""
+"""Where a cell runs: a DDP cell of a multirun in its own process, its DDP children on this one cell, and a GPU of
+its own for cells run side by side. Entry-point side: it reads Hydra's run state."""
 
 from __future__ import annotations
 
@@ -16,10 +16,8 @@ log = logging.getLogger("vit_locality")
 
 
 def point_ddp_children_at_this_cell(run_dir: Path) -> list[str]:
-    """Lightning's DDP starts ranks 1..N-1 by re-running this script with sys.argv plus
-    `hydra.run.dir=<hydra.run.dir>`; inside a multirun that re-expands the whole sweep (Lightning PRs 11617,
-    18175). Make the children compose this cell's saved config into this cell's directory instead. Returns the
-    original argv, to restore after the cell."""
+    """Make DDP's ranks 1..N-1, which re-run this script, run this cell's saved config, not the whole sweep (Lightning
+    PRs 11617, 18175). Returns the original argv, to restore."""
     original = list(sys.argv)
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.output_subdir is not None:
@@ -30,9 +28,7 @@ def point_ddp_children_at_this_cell(run_dir: Path) -> list[str]:
 
 
 def run_ddp_cell_in_own_process(run_dir: Path) -> int:
-    """A DDP cell of a multirun runs as a fresh entry point (sys.argv[0], so through its cli and its resolvers) on
-    the cell's saved config: Lightning's DDP can start its worker processes only once per process, and the command
-    line it re-runs must be this one cell's."""
+    """Run the cell's saved config as a fresh entry point: DDP starts its workers only once per process."""
     hydra_cfg = HydraConfig.get()
     saved = run_dir / (hydra_cfg.output_subdir or ".hydra")
     command = [sys.executable, sys.argv[0], "-cp", str(saved), "-cn", "config.yaml"]

@@ -1,10 +1,5 @@
-"""An Optuna search (`hparams_search=...`) that ends in one line when no trial gave a value.
-
-Hydra's Optuna sweeper asks its study for the best trial after the last one; when every trial failed or returned a
-non-finite value (each told to the study as failed, train.failed_trial), Optuna raises "No trials are completed
-yet" and Hydra prints a traceback. `one_line_without_result` wraps the sweeper's public `sweep` so that this case
-is one line, with the exit status of a failed cell (1); each trial's own line above says why it failed.
-"""
+"""An Optuna search (`hparams_search=...`) where no trial gave a finite value ends in one line and exit status 1,
+not Optuna's "No trials are completed yet" under a Hydra traceback."""
 
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ WITHOUT_RESULT = (
 
 
 def one_line_without_result() -> None:
-    """Make the installed Optuna sweeper end a search without a completed trial in one line. Idempotent; nothing
-    to do without the `search` extra."""
+    """Wrap the installed Optuna sweeper's `sweep` (idempotent; nothing to do without the `search` extra)."""
     try:
         from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
     except ImportError:

@@ -1,12 +1,5 @@
-"""Hydra's submitit SLURM launcher, with the sweep's own view of its jobs: one line per cell when it is submitted,
-starts, is requeued (and why: the time limit or a preemption) and ends, each naming the cell and the job id.
-
-The launching process follows the jobs with `squeue` (one call per poll for all of them), not with submitit's
-`sacct` poll: without accounting storage sacct fails on every poll (a warning each time) and a job that ended
-without a result (scancel, a cell that exited with its status) would look unfinished forever. A job that ended is
-done whether or not it left a result: the cell's outcome is its record (verdict.py), which the end line quotes.
-Signals inside the job: vit_locality.run.interrupts. Entry-point side: it imports Hydra.
-"""
+"""Hydra's submitit SLURM launcher, saying one line per cell when its job is submitted, starts, is requeued (and
+why) and ends. Jobs are followed with `squeue`: submitit's `sacct` poll fails without accounting storage."""
 
 from __future__ import annotations
 
@@ -31,8 +24,7 @@ log = logging.getLogger("vit_locality")
 POLL_S = 5.0
 WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESV_DEL_HOLD", "SUSPENDED"}
 PASSING = {"COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
-# A job requeued after its cell was interrupted can show an ended state (FAILED) for a moment before it waits again:
-# such an end is believed once it has stayed for this many polls.
+# A requeued job may show an ended state (FAILED) for a moment before it waits again: believed after this many polls.
 END_CONFIRM_POLLS = 6
 
 
@@ -48,23 +40,21 @@ class TrackedCell:
     starts: int = 0
     ended: bool = False
     seen: bool = False
-    unconfirmed_end: int = 0  # polls in a row that showed an interrupted cell's job ended (END_CONFIRM_POLLS)
-    unconfirmed_state: str = ""  # the ended state those polls showed, said if the job leaves squeue meanwhile
+    unconfirmed_end: int = 0  # polls in a row that showed an interrupted cell's job ended
+    unconfirmed_state: str = ""  # the ended state those polls showed
 
     @property
     def job_id(self) -> str:
         return str(self.job.job_id)
 
     def results_written(self) -> bool:
-        """Every task of the job has written its result (submitit's pickle)."""
+        """Every task of the job has written submitit's result pickle."""
         return all(self.job.task(task).paths.result_pickle.exists() for task in range(self.job.num_tasks))
 
     def record_says(self) -> tuple[str, str]:
         """The cell's recorded status and error ('no record', '' when it has none yet)."""
-        if self.run_dir is None:
-            return "no record", ""
         try:
-            record = read_record(self.run_dir)
+            record = read_record(self.run_dir) if self.run_dir is not None else None
         except RecordError as error:
             return str(error), ""
         if record is None:
@@ -82,8 +72,7 @@ def requeue_reason(error: str) -> str:
 
 
 def squeue_states(job_ids: Sequence[str]) -> dict[str, tuple[str, str, int]] | None:
-    """State, reason and restart count of each of the user's jobs squeue still shows (array tasks one per line);
-    None when squeue itself fails (the next poll tries again)."""
+    """State, reason and restart count of each job squeue still shows; None when squeue fails."""
     command = ["squeue", "-h", "-r", "-t", "all", "-u", getpass.getuser()]
     command += ["-O", "JobArrayID:|,State:|,Reason:|,RestartCnt:|"]
     try:
@@ -114,7 +103,6 @@ def observe(cell: TrackedCell, seen: tuple[str, str, int] | None) -> None:
     """Compare one cell's job with what was last seen of it; log a start, a requeue or the end."""
     if seen is None:  # gone from squeue (MinJobAge passed), or its result is there
         if cell.seen or cell.results_written():
-            # A job seen ended while its end awaited confirmation may leave squeue first (MinJobAge): that state.
             end(cell, "COMPLETED" if cell.results_written() else cell.unconfirmed_state or "gone from squeue")
         return
     state, _, restarts = seen
@@ -155,8 +143,7 @@ def end(cell: TrackedCell, state: str) -> None:
 
 
 def job_return(cell: TrackedCell) -> JobReturn:
-    """The job's own return when it wrote one; otherwise (scancel, an exit status, a requeue refused) an empty
-    one: the cell's record says what happened, and the sweep's verdict reports it."""
+    """The job's own return when it wrote one; otherwise an empty one (the cell's record says what happened)."""
     if cell.results_written():
         try:
             return cell.job.results()[0]
@@ -166,10 +153,7 @@ def job_return(cell: TrackedCell) -> JobReturn:
 
 
 def follow_slurm_jobs(config: DictConfig) -> None:
-    """Under `hydra/launcher=slurm` (Hydra's submitit SLURM launcher), have the launching process follow the jobs
-    with squeue and say each cell's changes (`launch_and_follow`). Hydra takes launchers only from its plugin
-    namespace, so the plugin's class gets this `launch`; what it submits, and what runs in the jobs, is unchanged.
-    Called at the start of the multirun, in the launching process, before the launcher submits anything."""
+    """Under `hydra/launcher=slurm`, give the plugin's class `launch_and_follow` before anything is submitted."""
     if OmegaConf.select(config, "hydra.launcher._target_", default="") == f"{SlurmLauncher.__module__}.SlurmLauncher":
         SlurmLauncher.launch = launch_and_follow
 
@@ -177,7 +161,7 @@ def follow_slurm_jobs(config: DictConfig) -> None:
 def launch_and_follow(
     self: SlurmLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
 ) -> Sequence[JobReturn]:
-    """The plugin's launch (the same executor settings, one array job per batch), then `follow` the jobs."""
+    """The plugin's launch (same executor settings, one array job per batch), then `follow` the jobs."""
     import submitit
 
     assert self.config is not None and self.hydra_context is not None
@@ -208,19 +192,17 @@ _RUN_DIRS: dict[tuple[str, ...], Path] = {}  # each cell's run directory, by `ce
 
 
 def cell_key(overrides: Sequence[str]) -> tuple[str, ...]:
-    """A cell's overrides as both sides list them: sorted, without Hydra's own (the pre-check keeps a choice such
-    as `hydra/launcher=slurm` with the cell; Hydra's sweeper hands the jobs only the task's overrides)."""
+    """A cell's overrides sorted, without Hydra's own, which only the pre-check's side lists."""
     return tuple(sorted(o for o in overrides if not o.split("=", 1)[0].lstrip("+~").startswith(("hydra/", "hydra."))))
 
 
 def note_run_dirs(run_dirs: dict[tuple[str, ...], Path]) -> None:
-    """The run directory of each cell, as the entry point's pre-check named it, for `tracked` (same process)."""
+    """The run directory of each cell as the pre-check named it, for `tracked`."""
     _RUN_DIRS.update({cell_key(cell): run_dir for cell, run_dir in run_dirs.items()})
 
 
 def tracked(job: Any, overrides: list[str]) -> TrackedCell:
-    """The cell's name and run directory, as the pre-check named them (the job composes and names itself the same
-    way); a cell the pre-check could not name (a value only the job resolves) is named by its overrides."""
+    """The cell's name and run directory as the pre-check named them; else named by its overrides."""
     run_dir = _RUN_DIRS.get(cell_key(overrides))
     if run_dir is not None:
         return TrackedCell(run_dir.name, job, run_dir, overrides)

@@ -1,14 +1,9 @@
 """The verdict of a sweep, read from its cells' records once every cell has run, whatever the launcher.
 
-A cell's outcome is what its run directory records, not what the process that ran it remembers: under joblib
-or submitit the cells run in other processes, and a cell can fail before it writes anything. Which cells are this
-command's is what this command launched, not what else is in the sweep directory: the entry point gives the command
-an id (the environment variable COMMAND_ID_ENV, which the launcher's processes inherit), and the `SweepVerdict`
-callback, wherever Hydra starts a job, appends the job's run directory to `<sweep dir>/.cells-<id>`. At the
-end of the multirun, in the launching process, it reads those cells' records, prints one line per cell and writes
-the command's own verdict, `<sweep dir>/.verdict-<id>.json` (and `<sweep dir>/verdict.json`, the latest
-command's, for people). The entry point reads its own verdict once Hydra returns and turns it into its exit status.
-Entry-point side: it imports Hydra.
+The command gets an id (COMMAND_ID_ENV, inherited by the launcher's processes); every job appends its run directory
+to `<sweep dir>/.cells-<id>`. At the end of the multirun the `SweepVerdict` callback reads those cells' records,
+prints one line per cell and writes `<sweep dir>/.verdict-<id>.json` (and `verdict.json`, the latest command's),
+which the entry point turns into its exit status. Entry-point side: it imports Hydra.
 """
 
 from __future__ import annotations
@@ -49,8 +44,7 @@ def command_verdict_file(sweep_dir: Path, command_id: str) -> Path:
 
 
 def note_cell(sweep_dir: Path, command_id: str, run_dir: Path) -> None:
-    """Add a job's run directory to its command's cells. One short line in append mode: concurrent jobs of the
-    command (joblib, submitit) never interleave within a line."""
+    """Add a job's run directory to its command's cells: one short line in append mode, so jobs never interleave."""
     path = cells_file(sweep_dir, command_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
@@ -109,39 +103,28 @@ class Verdict:
     def incomplete(self) -> list[tuple[Path, str]]:
         return [(run_dir, status) for run_dir, status in self.cells if status != "complete"]
 
-    def to_json(self) -> str:
-        cells = [{"run": str(run_dir), "status": status} for run_dir, status in self.cells]
-        return json.dumps({"written": self.written, "cells": cells}, indent=2) + "\n"
 
-    @classmethod
-    def read(cls, path: Path) -> Verdict:
-        """The verdict in `path`; ValueError or OSError when there is none or it is unusable."""
-        data = json.loads(Path(path).read_text())
-        return cls([(Path(cell["run"]), str(cell["status"])) for cell in data["cells"]], float(data["written"]))
-
-
-def write_verdict(sweep_dir: Path, command_id: str, rows: list[dict[str, Any]]) -> Path:
+def write_verdict(sweep_dir: Path, command_id: str, rows: list[dict[str, Any]]) -> None:
     """The command's own verdict, and a copy at `<sweep dir>/verdict.json` (the latest command's, for people)."""
-    text = Verdict([(row["run"], str(row["status"])) for row in rows], time.time()).to_json()
+    cells = [{"run": str(row["run"]), "status": str(row["status"])} for row in rows]
+    text = json.dumps({"written": time.time(), "cells": cells}, indent=2) + "\n"
     path = command_verdict_file(sweep_dir, command_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, text)
     atomic_write_text(Path(sweep_dir) / VERDICT_FILE, text)
-    return path
 
 
 def read_verdict(sweep_dir: Path, command_id: str) -> Verdict | None:
-    """The verdict the multirun command `command_id` wrote; None when it wrote none (Hydra ended before its
-    callbacks, or the command removed the callback)."""
+    """The verdict the multirun command `command_id` wrote; None when it wrote none or it is unusable."""
     try:
-        return Verdict.read(command_verdict_file(sweep_dir, command_id))
+        data = json.loads(command_verdict_file(sweep_dir, command_id).read_text())
+        return Verdict([(Path(cell["run"]), str(cell["status"])) for cell in data["cells"]], float(data["written"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def report_verdict(sweep_dir: Path, command_id: str) -> int:
-    """Say on stderr which cells of the multirun command `command_id` are not complete; the exit status that means:
-    1 if any is not, else 0."""
+    """Say on stderr which cells of the command `command_id` are not complete; 1 if any is not, else 0."""
     verdict = read_verdict(sweep_dir, command_id)
     if verdict is None:
         print(f"warning: the sweep wrote no verdict in {sweep_dir}; check its cells' records", file=sys.stderr)
@@ -157,7 +140,7 @@ _STARTED: list[Path] = []  # the sweep directory of the multirun this process st
 
 
 def started_sweep_dir() -> Path | None:
-    """The sweep directory of this process's multirun (None: it ran none), as Hydra's master config resolved it."""
+    """The sweep directory of this process's multirun as Hydra resolved it; None when it ran none."""
     return _STARTED[-1] if _STARTED else None
 
 
@@ -175,7 +158,7 @@ class SweepVerdict(Callback):
             _STARTED.append(Path(str(sweep_dir)))
         from vit_locality.sweep.slurm_launcher import follow_slurm_jobs
 
-        follow_slurm_jobs(config)  # under hydra/launcher=slurm: one line per cell's submission, start, requeue, end
+        follow_slurm_jobs(config)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         """In the process that runs the job, once Hydra has set up its directory, before the job can fail."""

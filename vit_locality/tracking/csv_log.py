@@ -1,13 +1,5 @@
-"""Lightning's CSV logger, made to survive a resume: rows written before an interruption are kept, not lost or
-doubled, and a crash never leaves a row torn.
-
-Lightning's writer alone does not: it deletes `metrics.csv` when it starts in a non-empty directory (a resumed cell
-lost every row of its earlier attempts), keeps both copies of the steps a resumed run logs again (those between its
-checkpoint and the interruption), rewrites the file in place when a column appears (a kill then loses every row)
-and appends through a buffered stream (a kill between two writes tears a row). Here a row logged again (same step,
-same metric names) replaces the old one, a save appends its rows in one write, and the whole file is replaced
-atomically only when the header changes (the first save, a new column) or a row is replaced: O(1) per save.
-"""
+"""Lightning's CSV logger, made to survive a resume: earlier attempts' rows are kept, a row logged again (same step,
+same metric names) replaces the old one, and a save never tears a row (one append, or an atomic replace)."""
 
 from __future__ import annotations
 
@@ -38,7 +30,7 @@ class ResumableExperimentWriter(csv_experiment_writer_class()):
     def __init__(self, log_dir: str) -> None:
         super().__init__(log_dir)
         self.rows: list[dict[str, Any]] = []  # every row of the file, in order: the earlier attempts' first
-        try:  # the bounded reader of run files: a FIFO or device in its place never blocks the run
+        try:
             text = read_regular_file(Path(self.metrics_file_path), CSV_SIZE_LIMIT).decode("utf-8")
             # A last line without its newline is a save cut short (a crash, a full disk): left out.
             self.rows = list(csv.DictReader(io.StringIO(text[: text.rfind("\n") + 1], newline="")))

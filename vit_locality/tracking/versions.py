@@ -7,16 +7,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = (
-    "torch",
-    "torchvision",
-    "lightning",
-    "hydra-core",
-    "omegaconf",
-    "torchmetrics",
-    "numpy",
-    "vit-locality",
-)
+PACKAGES = ("torch", "torchvision", "lightning", "hydra-core", "omegaconf", "torchmetrics", "numpy", "vit-locality")
 
 
 def _version(package: str) -> str | None:
@@ -37,6 +28,4 @@ def git_commit() -> str | None:
 
 
 def environment_versions() -> dict[str, str | None]:
-    versions = {"python": platform.python_version(), **{p: _version(p) for p in PACKAGES}}
-    versions["git_commit"] = git_commit()
-    return versions
+    return {"python": platform.python_version(), **{p: _version(p) for p in PACKAGES}, "git_commit": git_commit()}

@@ -1,5 +1,5 @@
-"""Which mode a W&B run takes and whether it can: the API key found where wandb itself looks. Light on purpose
-(no wandb, no Lightning): the pre-check asks it before any cell starts."""
+"""Which mode a W&B run takes and whether it can: the API key found where wandb itself looks. Imports neither wandb
+nor Lightning: the pre-check asks it before any cell starts."""
 
 from __future__ import annotations
 
@@ -33,8 +33,7 @@ def _netrc_path(environ: Mapping[str, str]) -> Path:
 
 
 def api_key_source(environ: Mapping[str, str] | None = None) -> str | None:
-    """Where W&B would find an API key (`wandb login` writes ~/.netrc), or None: the same places, in the same order,
-    as wandb itself looks (the environment, the netrc entry of the W&B host, the settings file)."""
+    """Where W&B would find an API key, or None: the environment, the W&B host's netrc entry, the settings file."""
     environ = os.environ if environ is None else environ
     if environ.get("WANDB_API_KEY"):
         return "WANDB_API_KEY"
@@ -51,15 +50,12 @@ def api_key_source(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def resolve_mode(setting: str, environ: Mapping[str, str] | None = None) -> str:
-    """`logger.wandb.mode`: an explicit mode as given; `auto` follows `WANDB_MODE`, then `wandb offline|online`
-    (the settings file), then goes online when a key is found (`api_key_source`), offline otherwise."""
+    """`logger.wandb.mode`: `auto` follows `WANDB_MODE`, then the settings file, then online if a key is found."""
     if setting != "auto":
         return setting
     environ = os.environ if environ is None else environ
-    legacy = {"dryrun": "offline", "run": "online"}
     for chosen in (environ.get("WANDB_MODE"), _settings_file(environ).get("mode")):
-        if chosen:
-            chosen = legacy.get(chosen, chosen)
-            if chosen in ("online", "offline", "disabled"):
-                return chosen
+        chosen = {"dryrun": "offline", "run": "online"}.get(chosen, chosen)
+        if chosen in ("online", "offline", "disabled"):
+            return chosen
     return "online" if api_key_source(environ) else "offline"

@@ -1,9 +1,5 @@
-"""How a cell meets Weights & Biases: the mode `auto` picks, the group and tags that keep the 8 cells apart on a
-dashboard, the run's own files uploaded before it finishes, and W&B's terminal chatter kept out of the logs.
-
-W&B is a dashboard, never the record: every function here is a no-op without a W&B logger, and nothing here is
-read back by the tables. `wandb` itself is imported only when a run exists, so importing this module is cheap.
-"""
+"""How a cell meets Weights & Biases: its logger, group, tags and run id, and its files uploaded at the end. W&B is
+a dashboard, never the record: nothing here is read back, and `wandb` is imported only when a run exists."""
 
 from __future__ import annotations
 
@@ -38,8 +34,7 @@ MAX_TAG = 64  # W&B refuses longer tags
 
 
 class ConfigWandbLogger(WandbLogger):
-    """The run's config is the resolved Hydra config, given to `wandb.init`; Lightning's later call with the
-    module's flat constructor arguments (`lr` beside `optim.lr`) would add a second, differently named copy."""
+    """The run's config is the resolved Hydra config, not also a copy of the module's flat constructor arguments."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -49,14 +44,12 @@ class ConfigWandbLogger(WandbLogger):
             init_arguments.pop("anonymous", None)
 
     def log_hyperparams(self, params: Any) -> None:
-        """Nothing: see the class docstring (the CSV logger keeps its hparams.yaml)."""
+        """Nothing: see the class docstring."""
 
 
 def run_group(settings: RunSettings) -> str:
-    """The cell without its seed, for W&B's grouped charts (they then average the seeds of one cell and keep the 8
-    cells, and any other swept setting, apart): the run name less `_s<seed>` and its `_id-<hex>`, ended by
-    `_cell-<hex>`, the identity with the seed left out (a name cut short to fit still tells its cell apart).
-    `logger.wandb.group` overrides it."""
+    """The cell without its seed, so W&B averages its seeds: the run name less `_s<seed>` and `_id-<hex>`, plus
+    `_cell-<hex>` (the identity without the seed), unless `logger.wandb.group` is set."""
     if settings.logger.wandb.group:
         return str(settings.logger.wandb.group)
     readable = re.sub(rf"_s{settings.seed}(?=_|$)", "", ID_SUFFIX.sub("", str(settings.run_name)), count=1)
@@ -71,7 +64,7 @@ def run_tags(settings: RunSettings) -> list[str]:
 
 
 def wandb_logger(settings: RunSettings, run_dir: Path, run_id: str) -> ConfigWandbLogger:
-    """The cell's W&B logger: one run per cell and directory (`run_id`), grouped by cell, typed by data set."""
+    """The cell's W&B logger: one run per cell and directory, grouped by cell, typed by data set."""
     wandb = settings.logger.wandb
     quiet_wandb()
     return ConfigWandbLogger(
@@ -89,43 +82,32 @@ def wandb_logger(settings: RunSettings, run_dir: Path, run_id: str) -> ConfigWan
     )
 
 
-RUN_ID_ENTRY = "wandb_run_id"  # the record's key for the cell's W&B run id, written from its first start on
-# The directories W&B writes a run's files into: `run-<time>-<id>` online, `offline-run-<time>-<id>` offline.
+RUN_ID_ENTRY = "wandb_run_id"  # the record's key for the cell's W&B run id
+# The directories of a W&B run's files: `run-<time>-<id>` online, `offline-run-<time>-<id>` offline.
 RUN_FILES_DIR = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-([A-Za-z0-9_-]+)$")
 
 
 def first_run_id(identity: str, run_dir: Path) -> str:
-    """The W&B run id a cell takes at its first start: one run per cell and run directory."""
+    """The W&B run id a cell takes at its first start."""
     key = f"{identity}:{Path(run_dir).resolve()}"
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def cell_run_id(identity: str, run_dir: Path, record: Mapping[str, Any] | None = None) -> str:
-    """The cell's W&B run id: the one its record holds (written at its first start, whatever directory it was
-    started in: a copied or moved cell keeps it); for a record written before ids were recorded, the one id its W&B
-    files carry; otherwise the id of a first start here (`first_run_id`)."""
+    """The cell's W&B run id: its record's (kept when copied), else the one id its W&B files carry, else a new one."""
     recorded = (record or {}).get(RUN_ID_ENTRY)
     if isinstance(recorded, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", recorded):
         return recorded
-    found = run_ids_in(run_dir)
-    if len(found) == 1:
-        return found.pop()
-    return first_run_id(identity, run_dir)
-
-
-def run_ids_in(run_dir: Path) -> set[str]:
-    """The ids of the W&B runs whose files lie in the run directory's `wandb/` (links skipped)."""
-    try:
+    try:  # the W&B runs whose files lie in the run directory's `wandb/` (links skipped)
         entries = list(os.scandir(Path(run_dir) / "wandb"))
     except OSError:
-        return set()
-    found = (RUN_FILES_DIR.match(entry.name) for entry in entries if entry.is_dir(follow_symlinks=False))
-    return {match.group(1) for match in found if match}
+        entries = []
+    found = {m.group(1) for e in entries if e.is_dir(follow_symlinks=False) and (m := RUN_FILES_DIR.match(e.name))}
+    return found.pop() if len(found) == 1 else first_run_id(identity, run_dir)
 
 
 def recorded_run_id(settings: RunSettings, run_dir: Path, identity: str) -> dict[str, str]:
-    """The record's W&B section for a cell about to run (`{}` without `logger=wandb`): the id its earlier attempt
-    recorded (an unfinished record of the same identity), else one from `cell_run_id`."""
+    """The record's W&B section for a cell about to run (`{}` without `logger=wandb`), from `cell_run_id`."""
     if not settings.logger.wandb:
         return {}
     try:
@@ -141,8 +123,7 @@ def wandb_loggers(loggers: Iterable[Logger]) -> list[WandbLogger]:
 
 
 def publish_run_files(loggers: Iterable[Logger], run_dir: Path, log_model: bool = False) -> None:
-    """Upload the run's results.json, attention_stats.csv and pictures (and with `log_model` the final checkpoint,
-    as a `model` artifact) to its W&B run. Called after results.json is complete and before the run finishes."""
+    """Upload the run's record, statistics and pictures (and with `log_model` its final checkpoint) to its W&B run."""
     for logger in wandb_loggers(loggers):
         import wandb
 
@@ -166,10 +147,8 @@ def publish_run_files(loggers: Iterable[Logger], run_dir: Path, log_model: bool 
 
 
 def finish_wandb(loggers: Iterable[Logger], failed: bool = False) -> None:
-    """Close the W&B run (so it does not leak into the next cell of a multirun), marked failed when the cell
-    failed; an offline run is named with the command that uploads it, since W&B's own hint is silenced."""
-    chosen = wandb_loggers(loggers)
-    if not chosen:
+    """Close the W&B run before the next cell, marked failed if the cell failed; say where an offline run went."""
+    if not wandb_loggers(loggers):
         return
     import wandb
 
@@ -182,9 +161,7 @@ def finish_wandb(loggers: Iterable[Logger], failed: bool = False) -> None:
 
 
 def retag_wandb_run(settings: RunSettings, run_dir: Path, run_id: str, tags: list[str]) -> str:
-    """Give a finished cell's W&B run (`run_id`, kept under `run_dir`) these tags, without logging anything else:
-    the run is resumed, its tags set, and finished. Offline, the resumed run is a new `offline-run-*` directory
-    with the same id, which `wandb sync` merges into the run. Returns what was done, for the cell's one line."""
+    """Resume a finished cell's W&B run only to set its tags; returns what was done, for the cell's one line."""
     import wandb
 
     chosen_run = settings.logger.wandb
