@@ -27,12 +27,12 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
-from vit_locality.callbacks import build_callbacks
 
 from benchmarks.common import Report, bench_config, self_timed
 from vit_locality.augment.mixing import mix_batch
 from vit_locality.model.optimization import adamw_with_decay_groups, warmup_cosine_schedule
 from vit_locality.run.builders import build_datamodule, build_loggers, build_module, build_trainer
+from vit_locality.train import cell_callbacks
 
 BATCH, WARMUP = 8, 5
 TARGET_MS = 1.0
@@ -79,7 +79,7 @@ def host(report: Report, device: torch.device, steps: int, rounds: int) -> None:
             times.append(CLOCK())
         return _window(times, steps)
 
-    def plain() -> float:
+    def plain_loop() -> float:
         module = build_module(settings, datamodule).to(device).train()
         optim = settings.optim
         optimizer = adamw_with_decay_groups(module.model, optim.lr, optim.weight_decay, tuple(optim.betas))
@@ -98,7 +98,7 @@ def host(report: Report, device: torch.device, steps: int, rounds: int) -> None:
     def fit(run_dir: Path) -> float:
         clock = _Clock()
         module = build_module(settings, datamodule)
-        callbacks = [*build_callbacks(settings, run_dir), clock]
+        callbacks = [*cell_callbacks(settings, run_dir), clock]
         trainer = build_trainer(settings, run_dir, build_loggers(settings, run_dir), callbacks, sanity_check=False)
         trainer.fit(module, datamodule=datamodule)
         return _window(clock.times, steps)
@@ -107,7 +107,7 @@ def host(report: Report, device: torch.device, steps: int, rounds: int) -> None:
     torch.set_num_threads(1)  # every op on the clocked thread
     try:
         with tempfile.TemporaryDirectory(prefix="vit-host-") as run_dir:
-            sides = {"data path": data_path, "plain loop": plain, "Trainer.fit": partial(fit, Path(run_dir))}
+            sides = {"data path": data_path, "plain loop": plain_loop, "Trainer.fit": partial(fit, Path(run_dir))}
             label = f"near-zero model, batch {BATCH}, Modern, on-device"
             times = self_timed("host: per step", label, sides, rounds, 1)
     finally:

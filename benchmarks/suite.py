@@ -167,7 +167,7 @@ def framework_case(report: Report, device: torch.device, label: str, model: str,
         loss_only = LossOnlyClassifier(**module.hparams)
     loss_only.load_state_dict(module.state_dict())
 
-    def plain() -> float:
+    def plain_loop() -> float:
         """The loop a researcher writes by hand: the project's AdamW and warm-up + cosine schedule."""
         clock, optim = StepClock(first, steps), cfg.optim
         module.to(device).train()
@@ -189,7 +189,7 @@ def framework_case(report: Report, device: torch.device, label: str, model: str,
         return clock.per_step()
 
     fit_ = "Trainer.fit"
-    sides = {"plain loop": plain, fit_: partial(fit, module, False)}
+    sides = {"plain loop": plain_loop, fit_: partial(fit, module, False)}
     if label == "tiny":
         sides |= {
             f"{fit_}, bare": partial(fit, module, True),

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,10 +13,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 
 from vit_locality.attention import plots, stats_log
-from vit_locality.attention.noise_band import surround_band
 from vit_locality.attention.probe import ProbeResult, probe_attention
 from vit_locality.config.schema import StatsConfig
-from vit_locality.model.vit import VisionTransformer
 from vit_locality.run.checkpoints import completed_epochs
 from vit_locality.store.record import ATTENTION_CSV
 
@@ -37,15 +34,14 @@ class AttentionStatsCallback(Callback):
         self._probe: torch.Tensor | None = None
         self._last_measured_epoch: int | None = None
         self._resumed_at: int | None = None  # epochs done by the checkpoint the fit resumes from
-        self.band: dict[str, Any] | None = None  # surround_pref's noise band at initialisation (noise_band.py)
+        self.band: dict[str, Any] | None = None  # the noise band for the pictures, where the extras measure it
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         """Called before `on_fit_start` when the fit resumes: the epochs the checkpoint has done."""
         self._resumed_at = completed_epochs(checkpoint)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Measure the noise band, then the initial model (a fresh fit) or keep the rows up to the checkpoint."""
-        self._measure_band(trainer, pl_module)
+        """Measure the initial model (a fresh fit) or keep the rows up to the checkpoint."""
         if self._resumed_at is None:
             self.rows = []
             self.initial = self._measure(trainer, pl_module, epoch=0).headline()
@@ -76,19 +72,6 @@ class AttentionStatsCallback(Callback):
         if self._probe is None:  # taken when first needed: a fit resumed at its last epoch has no train start
             self._probe = trainer.datamodule.probe_images(self.settings.probe_size)
         return pl_module.preprocess(self._probe.to(pl_module.device))
-
-    def _measure_band(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The band on untrained models of the module's `model` hyper-parameter; none for another module or rank."""
-        arch = getattr(pl_module, "hparams", {}).get("model")
-        if not isinstance(arch, dict) or not trainer.is_global_zero:
-            return
-        classes, size = pl_module.hparams["num_classes"], pl_module.hparams["image_size"]
-        build = functools.partial(VisionTransformer, num_classes=classes, image_size=size, **arch)
-        design = (repr(sorted(arch.items())), classes, size)
-        band = self.band = surround_band(build, self._probe_batch(trainer, pl_module), self.settings, design=design)
-        how = "reused from this process's earlier cell" if band["reused"] else f"{band['seconds']:.1f} s"
-        figures = (band["surround_pref"], len(band["seeds"]), band["heads"], how)
-        log.info("surround_pref noise band at initialisation: %.4f (%d seeds x %d heads, %s)", *figures)
 
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> ProbeResult:
         images = self._probe_batch(trainer, pl_module)
@@ -127,4 +110,4 @@ class AttentionStatsCallback(Callback):
         """The record's `attention` section (vit_locality.store.record.RecordSection): final tables, initial pair."""
         if self.final is None:
             return {}
-        return stats_log.attention_section(self.final, self._last_measured_epoch, self.initial, self.band)
+        return stats_log.attention_section(self.final, self._last_measured_epoch, self.initial)

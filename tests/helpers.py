@@ -14,13 +14,13 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
-from vit_locality.callbacks import build_callbacks
 
 from vit_locality.config.settings import RunSettings
 from vit_locality.paths import CONF_DIR
 from vit_locality.precheck.gate import settings_from
 from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.run.cell import run_cell
+from vit_locality.train import cell_callbacks
 
 REPO = Path(__file__).resolve().parents[1]
 # torch threads of the train.py subprocesses: the caller's OMP_NUM_THREADS (make test: 1, one per pytest worker, so
@@ -99,7 +99,7 @@ class InProcessTraining:
         """One cell in this process as train.py runs it: through the gate, with the callbacks train.py gives it
         (checkpoints, reseeding, statistics)."""
         settings = cfg if isinstance(cfg, RunSettings) else settings_from(cfg)
-        return run_cell(settings, run_dir, build_callbacks)
+        return run_cell(settings, run_dir, cell_callbacks)
 
 
 class Spawner:

@@ -282,17 +282,16 @@ def cell_config(overrides: tuple[str, ...], model: str = "vit_tiny") -> list[str
 def count_cell(overrides: tuple[str, ...], run_dir: Path, model: str = "vit_tiny") -> dict[Any, Counter[str]]:
     """Per segment (_Steps), {"op at cause": count} of the real cell's fit: the project's Trainer, callbacks and
     CSV logger, on on-device data, with AutoAugment's GPU grouping (`select`)."""
-    from vit_locality.callbacks import build_callbacks
-
     from vit_locality.precheck.gate import settings_from
     from vit_locality.run.builders import build_loggers, build_trainer
+    from vit_locality.train import cell_callbacks
 
     settings = settings_from(compose_config(cell_config(overrides, model)), machine=False)
     datamodule = build_datamodule(settings)
     module = build_module(settings, datamodule)
     module.hparams.nonfinite_check_every = LOG_EVERY  # the GPU's way: a flag on the device, read at logging steps
     counter = HostSyncCounter()
-    callbacks = [*build_callbacks(settings, run_dir), _Steps(counter)]
+    callbacks = [*cell_callbacks(settings, run_dir), _Steps(counter)]
     trainer = build_trainer(settings, run_dir, build_loggers(settings, run_dir), callbacks, sanity_check=False)
     torch.manual_seed(0)
     gpu_grouping = {"cpu": "select"}  # count the AutoAugment a GPU runs (a CPU groups: its host reads are free)

@@ -1,5 +1,5 @@
-"""`python -m vit_locality.analyze` evaluates a finished run's checkpoint: the run's own test accuracy and statistics by
-default, options applied, written beside the checkpoint and never over the run's files."""
+"""`python -m vit_locality.extras.analyze` evaluates a finished run's checkpoint: the run's own test accuracy and
+statistics by default, options applied, written beside the checkpoint and never over the run's files."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def flat(table: list[list[float]]) -> list[float]:
 
 def run_analyze(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    cmd = [sys.executable, "-m", "vit_locality.analyze", *args]
+    cmd = [sys.executable, "-m", "vit_locality.extras.analyze", *args]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -88,7 +88,7 @@ def test_early_layers_beyond_the_runs_depth(finished_run: Path) -> None:
 def test_the_analysis_plane_reads_the_runs_noise_band(finished_run: Path, tmp_path: Path) -> None:
     """The plane of an analysis joins heads to their controls against the band the run recorded at its start; a
     directory without a record, or with an unreadable one, has none ("band not recorded" on the plane)."""
-    from vit_locality.analyze import recorded_run_band
+    from vit_locality.extras.analyze import recorded_run_band
 
     record = json.loads((finished_run / "results.json").read_text())
     assert recorded_run_band(finished_run) == record["attention"]["noise_band"]["surround_pref"] > 0

@@ -230,8 +230,8 @@ def test_ablation_table_shows_the_min_heads_control(tmp_path) -> None:
 
     from test_report import write_run
 
-    from vit_locality.report.aggregate import aggregate
-    from vit_locality.report.tables import MIN_HEAD_HEADERS, ablation_table
+    from vit_locality.report.load.aggregate import aggregate
+    from vit_locality.report.render.tables import MIN_HEAD_HEADERS, ablation_table
 
     def add_control(run_dir, control: float, scale: float = 1.0) -> None:
         path = run_dir / "results.json"

@@ -16,14 +16,31 @@ import pytest
 import torch
 
 from vit_locality.attention import plots
-from vit_locality.attention.reference import figure_references, measure_reference, plain_number, reference_model
 from vit_locality.config.schema import StatsConfig
+from vit_locality.extras import install
+from vit_locality.extras.references import figure_references, measure_reference, plain_number, reference_model
 from vit_locality.model.vit import VisionTransformer, neighbourhood_attention_mask
-from vit_locality.report.aggregate import Group
-from vit_locality.report.figures import emergence_figure, layers_figure
+from vit_locality.report.load.aggregate import Group
+from vit_locality.report.render.figures import emergence_figure, layers_figure
 from vit_locality.store.record import RunRecord
 
 R2 = math.sqrt(2)
+
+
+@pytest.fixture(autouse=True)
+def references_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The figures draw the extras' references once an entry point installs them (vit_locality.extras.install)."""
+    monkeypatch.setattr(plots, "REFERENCE_SOURCES", [])
+    install()
+
+
+def test_without_the_extras_a_figure_draws_no_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plots, "REFERENCE_SOURCES", [])
+    fig, ax = plots.plt.subplots()
+    assert plots.draw_mad_references(ax, "unit", horizontal=True) == 0.0 and not ax.lines
+    plots.plt.close(fig)
+
+
 HAND_MAD_3X3_STEPS = (36 * (4 + 4 * R2) / 9 + 24 * (3 + 2 * R2) / 6 + 4 * (2 + R2) / 4) / 64
 HAND_MAD_3X3 = HAND_MAD_3X3_STEPS / 8
 HAND_ENTROPY_3X3 = (36 * math.log(9) + 24 * math.log(6) + 4 * math.log(4)) / (64 * math.log(64))

@@ -173,9 +173,9 @@ def test_a_trainer_with_the_plugin_writes_stamped_checkpoints_and_resumes_them(
 def test_a_damaged_checkpoint_is_one_line_for_every_reader(tmp_path, damage, caplog) -> None:
     """resume, `analyze` and the report's instruments read checkpoints through one reader: each says in one line
     which file is damaged and why, instead of a traceback from deep inside torch."""
-    from vit_locality.analyze import load_checkpoint
     from vit_locality.errors import ConfigError, exit_code_of
-    from vit_locality.instruments.loading import read_checkpoint
+    from vit_locality.extras.analyze import load_checkpoint
+    from vit_locality.extras.instruments.loading import read_checkpoint
     from vit_locality.run.checkpoints import DamagedCheckpoint
 
     path = last_checkpoint(tmp_path)

@@ -17,9 +17,9 @@ from test_report import FLAGS, ORDER, write_run
 
 from vit_locality.attention.metrics import mean_attention_distance, patch_distance_matrix
 from vit_locality.attention.units import to_display
-from vit_locality.report.aggregate import aggregate
-from vit_locality.report.claim_units import paper_value
-from vit_locality.report.tables import ablation_table, protocols_table
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.tables import ablation_table, protocols_table
+from vit_locality.report.stats.claim_units import paper_value
 from vit_locality.store.record import RunRecord
 
 CUTMIX = [cell for cell in ORDER if FLAGS[cell][1]]

@@ -15,8 +15,8 @@ import pytest
 from test_claims_precision import PAPER_EXACT, claims, float32, more_local, uniform_heads, write_sweep
 from test_report import ORDER
 
-from vit_locality.report.aggregate import aggregate
-from vit_locality.report.claims import more_local as judge_more_local
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.stats.claims import more_local as judge_more_local
 
 # ---- claim (b): the fixed bounds first, on any number of seeds --------------------------------------------------
 

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from test_report import ORDER, write_run
 
-from vit_locality.report.aggregate import aggregate
-from vit_locality.report.claim_units import uniform_mad
-from vit_locality.report.claims import Bound
-from vit_locality.report.html_page import build_page
-from vit_locality.report.tables import ablation_table, protocols_table
+from vit_locality.extras.html_page import build_page
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.tables import ablation_table, protocols_table
+from vit_locality.report.stats.claim_units import uniform_mad
+from vit_locality.report.stats.claims import Bound
 
 # Unit-square minimum MAD per cell and seed: the paper's figure first, the second seed inside the bounds.
 PAPER_EXACT = {

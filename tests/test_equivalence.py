@@ -12,8 +12,9 @@ import pytest
 from scipy import stats
 from test_report import ORDER, write_run
 
-from vit_locality.report.aggregate import aggregate
-from vit_locality.report.equivalence import (
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.tables import ablation_table
+from vit_locality.report.stats.equivalence import (
     EQUIVALENT,
     NOT_EQUIVALENT,
     UNDETERMINED,
@@ -22,7 +23,6 @@ from vit_locality.report.equivalence import (
     stays_at_baseline,
     welch,
 )
-from vit_locality.report.tables import ablation_table
 
 BASELINE = [0.30, 0.31, 0.32]  # mean 0.31, sample std 0.01: margin max(0.02, 0.02) = 0.02
 CUTMIX = [0.02, 0.03, 0.04]  # shift -0.28, far beyond the margin

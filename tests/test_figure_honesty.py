@@ -12,9 +12,9 @@ import torch
 from test_report import write_run
 
 from vit_locality.attention import plots
-from vit_locality.report.aggregate import aggregate
-from vit_locality.report.claim_units import uniform_mad
-from vit_locality.report.figures import emergence_figure, layers_figure
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.figures import emergence_figure, layers_figure
+from vit_locality.report.stats.claim_units import uniform_mad
 
 UNIFORM = uniform_mad(8)
 

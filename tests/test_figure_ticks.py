@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from vit_locality.attention import plots
-from vit_locality.instruments.trajectory import Trajectory
-from vit_locality.report.aggregate import Group
-from vit_locality.report.figures import layers_figure
-from vit_locality.report.instrument_figures import trajectory_figure
-from vit_locality.report.instrument_tables import Instruments
+from vit_locality.extras.instrument_figures import trajectory_figure
+from vit_locality.extras.instrument_tables import Instruments
+from vit_locality.extras.instruments.trajectory import Trajectory
+from vit_locality.report.load.aggregate import Group
+from vit_locality.report.render.figures import layers_figure
 from vit_locality.store.record import RunRecord
 
 plt = plots.plt

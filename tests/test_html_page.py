@@ -24,9 +24,9 @@ from tests.helpers import QUICK, compose_config
 from vit_locality.attention.probe import probe_attention
 from vit_locality.attention.stats_log import attention_section, probe_rows, save_pictures, write_csv
 from vit_locality.config.schema import StatsConfig
+from vit_locality.extras.html_page import END_COLOUR
 from vit_locality.model.vit import VisionTransformer
 from vit_locality.report.__main__ import main
-from vit_locality.report.html_page import END_COLOUR
 
 # Completed epoch -> (validation top-1, minimum early-layer MAD) per cell, written into the runs' logs.
 TRAJECTORIES = {
@@ -269,7 +269,7 @@ def test_two_sweeps_of_one_name_get_two_pages(sweep: Path, tmp_path: Path) -> No
 
 
 def test_a_page_without_notes_says_none() -> None:
-    from vit_locality.report.html_page import render_page
+    from vit_locality.extras.html_page import render_page
 
     page = render_page("t", "s.", [("Tables", "<p>x</p>")], [])
     assert '<ul class="notes"><li>none</li></ul>' in page and '<a href="#s0">Tables</a>' in page

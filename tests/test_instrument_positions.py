@@ -12,12 +12,12 @@ import pytest
 import torch
 from test_position_embedding import gaussian_bumps
 
-from vit_locality.instruments.position_embedding import (
+from vit_locality.extras.instrument_tables import Instruments, RunInstruments, positions_table
+from vit_locality.extras.instruments.position_embedding import (
     position_locality,
     position_rank_locality,
     position_similarity,
 )
-from vit_locality.report.instrument_tables import Instruments, RunInstruments, positions_table
 from vit_locality.store.record import RunRecord
 
 

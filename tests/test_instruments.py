@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from vit_locality.attention.metrics import cross_border_mass
-from vit_locality.instruments.dose_response import dose_curves
-from vit_locality.instruments.loading import model_from_checkpoint, normalise, position_embedding
-from vit_locality.instruments.pasted_box import Box, box_locality
-from vit_locality.instruments.position_embedding import position_locality, position_similarity, similarity_mosaic
-from vit_locality.instruments.trajectory import Trajectory, matched_levels, val_accuracy_by_epoch
+from vit_locality.extras.instruments.dose_response import dose_curves
+from vit_locality.extras.instruments.loading import model_from_checkpoint, normalise, position_embedding
+from vit_locality.extras.instruments.pasted_box import Box, box_locality
+from vit_locality.extras.instruments.position_embedding import position_locality, position_similarity, similarity_mosaic
+from vit_locality.extras.instruments.trajectory import Trajectory, matched_levels, val_accuracy_by_epoch
 from vit_locality.model.vit import VisionTransformer
 from vit_locality.store.record import RunRecord
 
@@ -247,7 +247,7 @@ def test_per_head_tables_of_one_shape_only() -> None:
     """A per-head table whose shape differs from the others' is malformed: the run is left out, never cut to fit."""
     from types import SimpleNamespace
 
-    from vit_locality.report.figures import per_head_tables
+    from vit_locality.report.render.figures import per_head_tables
 
     def run(**per_head: list) -> SimpleNamespace:
         return SimpleNamespace(final_attention={"per_head": per_head})
@@ -260,7 +260,7 @@ def test_per_head_tables_of_one_shape_only() -> None:
 
 
 def test_matched_table_shows_top1_in_percent() -> None:
-    from vit_locality.report.instrument_tables import Instruments, matched_table
+    from vit_locality.extras.instrument_tables import Instruments, matched_table
 
     path = Trajectory([1, 2, 3], [0.2, 0.4, 0.6], [0.5, 0.3, 0.1])
     found = Instruments("d", "m", {}, _trajectories={"Baseline": [(None, path)]})

@@ -15,7 +15,7 @@ from vit_locality.augment.mixing import mix_batch, mixup_batch
 from vit_locality.catalog import CELL_ORDER
 from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.errors import ConfigError
-from vit_locality.report.aggregate import aggregate_runs
+from vit_locality.report.load.aggregate import aggregate_runs
 from vit_locality.run.builders import build_datamodule, build_module
 from vit_locality.store.record import RunRecord, RunScan
 

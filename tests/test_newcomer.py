@@ -190,8 +190,8 @@ def test_a_saved_sweep_without_m_is_refused_with_the_command_that_runs_it() -> N
 def test_the_quick_starts_run_offline_and_overfit_turns_the_protocol_off() -> None:
     from helpers import compose_config
 
-    readme = (REPO / "README.md").read_text()
-    (limit,) = [line for line in readme.splitlines() if "python train.py debug=limit" in line]
+    docs = "\n".join(path.read_text() for path in [REPO / "README.md", *(REPO / "docs").glob("*.md")])
+    (limit,) = {line.strip() for line in docs.splitlines() if line.strip().startswith("python train.py debug=limit")}
     assert "data=synthetic" in limit
     assert check_command(limit.split("#")[0].split()[2:], CONF_DIR) == []
     cfg = compose_config(["debug=overfit", *TINY])
@@ -230,7 +230,7 @@ def test_a_ctrl_c_is_logged_as_sigint(caplog: pytest.LogCaptureFixture) -> None:
 def test_the_notes_of_runs_evaluated_on_the_test_set_are_one() -> None:
     from types import SimpleNamespace
 
-    from vit_locality.report.instrument_tables import trajectories
+    from vit_locality.extras.instrument_tables import trajectories
 
     runs = [
         SimpleNamespace(run_dir=Path(f"/s/demo/cell{i}"), data={"measured_on": {"eval_split": "test"}})
@@ -256,7 +256,7 @@ def test_the_summary_make_demo_ends_with_prints_the_table_last(tmp_path: Path, s
     line of units."""
     from test_report import ORDER, write_run
 
-    from vit_locality.report.record_units import UNITS_NOTE
+    from vit_locality.report.load.record_units import UNITS_NOTE
 
     recipe = (REPO / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()
     assert recipe[-1].strip() == "@$(PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo"

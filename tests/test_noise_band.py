@@ -14,13 +14,13 @@ from test_report import write_run
 
 from vit_locality.attention import plots
 from vit_locality.attention.metrics import attention_summary
-from vit_locality.attention.noise_band import BAND_SEEDS, surround_band
 from vit_locality.attention.probe import probe_attention
 from vit_locality.attention.stats_log import attention_section
 from vit_locality.config.schema import StatsConfig
+from vit_locality.extras.noise_band import BAND_SEEDS, surround_band
 from vit_locality.model.vit import VisionTransformer
-from vit_locality.report.aggregate import aggregate
-from vit_locality.report.tables import BAND_HEADERS, ablation_table
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.tables import BAND_HEADERS, ablation_table
 
 
 def build() -> VisionTransformer:

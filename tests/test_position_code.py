@@ -12,7 +12,7 @@ from helpers import typed
 from tests.helpers import compose_config
 from vit_locality.config.identity import run_identity
 from vit_locality.errors import ConfigError
-from vit_locality.instruments.position_embedding import (
+from vit_locality.extras.instruments.position_embedding import (
     position_rank_locality,
     position_similarity,
     similarity_at_distances,

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from vit_locality.instruments.position_embedding import (
+from vit_locality.extras.instruments.position_embedding import (
     position_locality,
     position_rank_locality,
     position_similarity,

@@ -183,9 +183,9 @@ def test_the_reports_name_an_erasing_cell_apart_from_its_twin(tmp_path) -> None:
 
     from test_report import write_run
 
-    from vit_locality.report.aggregate import aggregate, scan_records
+    from vit_locality.report.load.aggregate import aggregate, scan_records
+    from vit_locality.report.render.tables import ablation_table
     from vit_locality.report.summary import summary_rows
-    from vit_locality.report.tables import ablation_table
 
     for seed in range(2):
         write_run(tmp_path, "cifar100", "Baseline", seed, 80.0, 0.30 + seed / 100, 0.9)

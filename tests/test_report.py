@@ -19,11 +19,11 @@ from helpers import Spawner
 from scipy import stats
 
 from vit_locality.report.__main__ import main
-from vit_locality.report.aggregate import Aggregate, aggregate
-from vit_locality.report.factorial import main_effects
-from vit_locality.report.figures import emergence_series
-from vit_locality.report.table_format import Table
-from vit_locality.report.tables import ablation_table, protocols_table
+from vit_locality.report.load.aggregate import Aggregate, aggregate
+from vit_locality.report.render.figures import emergence_series
+from vit_locality.report.render.table_format import Table
+from vit_locality.report.render.tables import ablation_table, protocols_table
+from vit_locality.report.stats.factorial import main_effects
 from vit_locality.store.record import read_record
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,10 +17,10 @@ from scipy import stats
 from test_report import ACC100, ENT100, FLAGS, MAD100, ORDER, mean, write_run
 
 from vit_locality.report.__main__ import main
-from vit_locality.report.aggregate import Aggregate, aggregate
-from vit_locality.report.factorial import main_effects
-from vit_locality.report.table_format import Table
-from vit_locality.report.tables import ablation_table, protocols_table
+from vit_locality.report.load.aggregate import Aggregate, aggregate
+from vit_locality.report.render.table_format import Table
+from vit_locality.report.render.tables import ablation_table, protocols_table
+from vit_locality.report.stats.factorial import main_effects
 
 CUTMIX = [cell for cell in ORDER if FLAGS[cell][1]]
 OTHER = [cell for cell in ORDER if not FLAGS[cell][1]]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from test_results import complete_payload
 
-from vit_locality.report.aggregate import aggregate_runs
+from vit_locality.report.load.aggregate import aggregate_runs
 from vit_locality.store.record import scan_records, write_record
 
 

@@ -13,11 +13,11 @@ from test_report import ORDER, write_run
 from test_report_claims import config
 
 from vit_locality.attention import plots
+from vit_locality.extras.instrument_figures import dose_figure, write_instrument_figures
+from vit_locality.extras.instrument_tables import measure
 from vit_locality.report.__main__ import main
-from vit_locality.report.aggregate import aggregate
-from vit_locality.report.figures import emergence_figure, layers_figure, plane_figure, write_figures
-from vit_locality.report.instrument_figures import dose_figure, write_instrument_figures
-from vit_locality.report.instrument_tables import measure
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.figures import emergence_figure, layers_figure, plane_figure, write_figures
 
 plt = plots.plt
 REFERENCE_LABELS = ("3x3 neighbourhood", "self only", "uniform")

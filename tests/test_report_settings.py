@@ -15,9 +15,9 @@ from test_report import ORDER, write_run
 from test_report_claims import config
 
 from vit_locality.report.__main__ import main
-from vit_locality.report.aggregate import aggregate
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.tables import ablation_table
 from vit_locality.report.summary import main as summary_main
-from vit_locality.report.tables import ablation_table
 
 LRS = (0.001, 0.003, 0.01)
 

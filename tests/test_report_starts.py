@@ -19,10 +19,10 @@ from test_report import write_run
 from test_report_claims import config
 from test_report_settings import debug_copy
 
-from vit_locality.report.aggregate import aggregate
+from vit_locality.extras.wandb_publish import scatter_rows
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.tables import ablation_table
 from vit_locality.report.summary import main as summary_main
-from vit_locality.report.tables import ablation_table
-from vit_locality.report.wandb_publish import scatter_rows
 from vit_locality.run.start import start_point
 
 

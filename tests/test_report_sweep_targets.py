@@ -9,9 +9,9 @@ from pathlib import Path
 
 from test_report import write_run
 
-from vit_locality.report.aggregate import aggregate
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.tables import ablation_table
 from vit_locality.report.summary import format_table
-from vit_locality.report.tables import ablation_table
 
 REPO = Path(__file__).resolve().parents[1]
 

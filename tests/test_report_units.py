@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from test_report import ORDER, write_run
 
-from vit_locality.report.aggregate import aggregate
-from vit_locality.report.figures import emergence_series
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.figures import emergence_series
+from vit_locality.report.render.tables import ablation_table, protocols_table
 from vit_locality.report.summary import main as summary_main
 from vit_locality.report.summary import summary_rows
-from vit_locality.report.tables import ablation_table, protocols_table
 from vit_locality.store.record import scan_records
 
 PER_UNIT = {"unit": 1.0, "grid": 8.0, "pixels": 32.0, "diagonal": 1 / math.sqrt(2.0)}  # recorded = unit x this

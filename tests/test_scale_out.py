@@ -13,7 +13,7 @@ import pytest
 from helpers import QUICK, REPO, TRAIN_THREADS, Spawner
 
 from vit_locality.precheck.names import fitted_name
-from vit_locality.report.aggregate import aggregate
+from vit_locality.report.load.aggregate import aggregate
 from vit_locality.store.record import scan_records
 
 DDP = [*[a for a in QUICK if a != "trainer=cpu"], "trainer=ddp_cpu", "stats.probe_size=64", "stats.pictures=false"]
@@ -35,7 +35,7 @@ def test_ddp_cell_splits_the_batch_and_measures_like_one_process(tmp_path: Path,
 
     # The same weights measured by one process (analyze) give the statistics the DDP run recorded.
     env = {**os.environ, "OMP_NUM_THREADS": TRAIN_THREADS}
-    cmd = [sys.executable, "-m", "vit_locality.analyze", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"]
+    cmd = [sys.executable, "-m", "vit_locality.extras.analyze", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"]
     single = subprocess.run([*cmd, "stats.probe_size=64"], cwd=REPO, env=env, capture_output=True, text=True)
     assert single.returncode == 0, single.stderr[-3000:]
     analysis = json.loads((run_dir / "checkpoints" / "last_eval" / "renorm_unit" / "analysis.json").read_text())

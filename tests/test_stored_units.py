@@ -20,9 +20,9 @@ import torch
 from vit_locality.callbacks.attention_stats import AttentionStatsCallback
 
 from vit_locality.attention import stats_log
-from vit_locality.attention.reference import reference_model
 from vit_locality.config.schema import StatsConfig
-from vit_locality.report.record_units import csv_scale, in_unit_square
+from vit_locality.extras.references import reference_model
+from vit_locality.report.load.record_units import csv_scale, in_unit_square
 from vit_locality.store.record import ATTENTION_CSV, read_record, write_record
 
 SQRT2 = math.sqrt(2.0)

@@ -25,7 +25,7 @@ from vit_locality.precheck.gate import settings_from
 from vit_locality.precheck.preflight import check_command
 from vit_locality.precheck.trainer_options import RESERVED, check_trainer_options, trainer_parameters
 from vit_locality.precheck.tree import config_tree_text
-from vit_locality.report.run_settings import quick_run
+from vit_locality.report.load.run_settings import quick_run
 from vit_locality.run.builders import build_trainer
 from vit_locality.store.record import RunRecord
 

@@ -9,7 +9,7 @@ COMMANDS = (
     ("vit-locality-train", "vit_locality.train", "train one cell, or a sweep with -m (in a checkout: python train.py)"),
     ("vit-locality-report", "vit_locality.report", "tables, figures and the HTML page of sweeps"),
     ("vit-locality-summary", "vit_locality.report.summary", "the table of a sweep's finished cells"),
-    ("vit-locality-analyze", "vit_locality.analyze", "attention statistics of a checkpoint"),
+    ("vit-locality-analyze", "vit_locality.extras.analyze", "attention statistics of a checkpoint"),
 )
 
 

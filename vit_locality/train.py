@@ -16,6 +16,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -83,10 +84,25 @@ def name_the_cell_in_each_line(run_name: str) -> None:
             handler.setFormatter(logging.Formatter(cell_fmt, getattr(formatter, "datefmt", None)))
 
 
+def cell_callbacks(settings: Any, run_dir: Path) -> list[Any]:
+    """What a cell's Trainer gets besides loggers: the core's callbacks (callbacks.build_callbacks) and, where the
+    extras package is installed, its own (the noise band) with its references drawn on the pictures."""
+    from vit_locality.callbacks import build_callbacks
+
+    chosen = build_callbacks(settings, run_dir)
+    try:
+        import vit_locality.extras as extras
+    except ModuleNotFoundError as error:
+        if not (error.name or "").startswith("vit_locality.extras"):
+            raise
+        return chosen
+    extras.install()
+    return chosen + extras.run_callbacks(settings, run_dir)
+
+
 @hydra.main(version_base="1.3", config_path=CONF_PATH, config_name="train")
 def main(cfg: DictConfig) -> float | None:
     # Heavy imports only after Hydra has parsed the command line (so --help and typos answer at once).
-    from vit_locality.callbacks import build_callbacks
     from vit_locality.precheck.gate import settings_from
     from vit_locality.precheck.tree import config_tree_text
     from vit_locality.run.advice import remove_refused_run_dir
@@ -119,7 +135,7 @@ def main(cfg: DictConfig) -> float | None:
         settings = settings_from(cfg)  # the job's own cell through the gate: on a SLURM node, the node's machine
         if cfg.startup.print_config and not child:
             print(config_tree_text(cfg), flush=True)
-        record = run_cell(settings, run_dir, build_callbacks)
+        record = run_cell(settings, run_dir, cell_callbacks)
     except CellInterrupted as stop:
         log.error("%s", stop)
         sys.exit(stop.exit_code)

@@ -1,4 +1,4 @@
-"""Bad input to the entry points other than train.py: `python -m vit_locality.analyze`, `python -m
+"""Bad input to the entry points other than train.py: `python -m vit_locality.extras.analyze`, `python -m
 vit_locality.report` and `python -m vit_locality.report.summary`. Each is run as a user runs it, in a subprocess:
 the documented exit status, one line on stderr naming the file or key and what is allowed, never a traceback."""
 
@@ -32,7 +32,7 @@ def error_line(proc: subprocess.CompletedProcess, status: int) -> str:
     return lines[0]
 
 
-# ---- python -m vit_locality.analyze -------------------------------------------------------------------------------
+# ---- python -m vit_locality.extras.analyze --------------------------------------------------------------------------
 
 
 def ours_looking_checkpoint(run_dir: Path) -> Path:
@@ -46,7 +46,7 @@ def ours_looking_checkpoint(run_dir: Path) -> Path:
 
 
 def test_analyze_without_a_checkpoint(spawns: Spawner) -> None:
-    line = error_line(run_module("vit_locality.analyze", []), 2)
+    line = error_line(run_module("vit_locality.extras.analyze", []), 2)
     assert line.startswith("error: ckpt_path is not set: pass ckpt_path=")
 
 
@@ -61,14 +61,14 @@ def test_analyze_without_a_checkpoint(spawns: Spawner) -> None:
 )
 def test_analyze_checkpoint_that_is_no_file(tmp_path: Path, make, message: str, spawns: Spawner) -> None:
     checkpoint = make(tmp_path)
-    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
+    line = error_line(run_module("vit_locality.extras.analyze", [f"ckpt_path={checkpoint}"]), 2)
     assert line == f"error: ckpt_path={str(checkpoint)!r} is not allowed: a .ckpt file written by train.py {message}"
 
 
 def test_analyze_checkpoint_of_random_bytes(tmp_path: Path, spawns: Spawner) -> None:
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(os.urandom(4096))
-    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
+    line = error_line(run_module("vit_locality.extras.analyze", [f"ckpt_path={checkpoint}"]), 2)
     assert line.startswith(f"error: ckpt_path='{checkpoint}' is not allowed: a checkpoint written by train.py")
     assert "torch cannot read it" in line
 
@@ -78,14 +78,14 @@ def test_analyze_foreign_checkpoint(tmp_path: Path, spawns: Spawner) -> None:
 
     checkpoint = tmp_path / "other.ckpt"
     torch.save({"a": 1}, checkpoint)
-    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
+    line = error_line(run_module("vit_locality.extras.analyze", [f"ckpt_path={checkpoint}"]), 2)
     assert line.endswith("a checkpoint written by train.py (it holds no state_dict or hyper_parameters)")
 
 
 def test_analyze_run_directory_whose_record_is_a_list(tmp_path: Path, spawns: Spawner) -> None:
     checkpoint = ours_looking_checkpoint(tmp_path / "run")
     (tmp_path / "run" / "results.json").write_text("[]")
-    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}"]), 2)
+    line = error_line(run_module("vit_locality.extras.analyze", [f"ckpt_path={checkpoint}"]), 2)
     assert line == f"error: {tmp_path / 'run'}: results.json is malformed: holds a JSON list, not an object"
 
 
@@ -101,7 +101,7 @@ def test_analyze_run_directory_whose_record_is_a_list(tmp_path: Path, spawns: Sp
 def test_analyze_bad_settings(tmp_path: Path, setting: str, message: str, spawns: Spawner) -> None:
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(b"never read: the settings are checked first")
-    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}", setting]), 2)
+    line = error_line(run_module("vit_locality.extras.analyze", [f"ckpt_path={checkpoint}", setting]), 2)
     assert line.startswith(f"error: {message}")
 
 
@@ -109,7 +109,7 @@ def test_analyze_out_dir_below_a_file(tmp_path: Path, spawns: Spawner) -> None:
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(b"x")
     out_dir = checkpoint / "analysis"
-    line = error_line(run_module("vit_locality.analyze", [f"ckpt_path={checkpoint}", f"out_dir={out_dir}"]), 2)
+    line = error_line(run_module("vit_locality.extras.analyze", [f"ckpt_path={checkpoint}", f"out_dir={out_dir}"]), 2)
     assert line.endswith(f"a directory this user can create and write ({checkpoint} is a file)")
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import QUICK, Spawner, wait_for_step
 
-from vit_locality.instruments.loading import model_from_checkpoint
+from vit_locality.extras.instruments.loading import model_from_checkpoint
 from vit_locality.run.interrupts import SigtermGate
 
 STEPS_PER_EPOCH, EPOCHS = 8, 3

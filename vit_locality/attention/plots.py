@@ -12,12 +12,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.ticker import ScalarFormatter  # noqa: E402
 
-from vit_locality.attention.reference import figure_references  # noqa: E402
-
 UNIFORM_MAD_8X8 = 0.5171  # MAD of uniform attention over the 8 x 8 grid, in unit-square distance
 CHAR_WIDTH_EM = 0.6  # a generous average glyph width of the default sans-serif font, in ems
 REFERENCE_COLOURS = {"3x3 neighbourhood": "tab:red", "self only": "tab:purple"}
 REFERENCE_MARKERS = {"3x3 neighbourhood": "P", "self only": "X"}
+# Where the reference lines a picture draws come from: functions of (units, patch size) giving objects with `label`,
+# `mad_value`, `entropy_value` and `legend()`. Empty in the core; vit_locality.extras.install adds its known-answer
+# references, so a picture without the extras package simply draws none.
+REFERENCE_SOURCES: list = []
 
 
 def plain_tick_labels(fig: plt.Figure) -> plt.Figure:
@@ -34,7 +36,7 @@ def plain_tick_labels(fig: plt.Figure) -> plt.Figure:
 def draw_mad_references(ax: plt.Axes, units: str, horizontal: bool, patch_size: int | None = None) -> float:
     """Lines at the references' MAD in `units` (vertical ones with a point at the entropy); the largest value, or 0."""
     largest = 0.0
-    for ref in figure_references(units, patch_size):
+    for ref in (ref for source in REFERENCE_SOURCES for ref in source(units, patch_size)):
         colour, value = REFERENCE_COLOURS[ref.label], ref.mad_value
         largest = max(largest, value)
         style = {"color": colour, "fontsize": 6.5}

@@ -36,8 +36,8 @@ def outside_identity(hint: Any) -> Any:
 
 
 class NeutralAt:
-    """Marks a setting added after runs were recorded: at this value it changes nothing the code computed before it
-    existed, so the identity leaves it out there and every earlier cell keeps its identity (model.drop_path=0.0)."""
+    """Marks the value at which a setting changes nothing (model.drop_path=0.0): the identity leaves it out there,
+    so cells recorded without the setting keep their identity."""
 
     def __init__(self, value: Any) -> None:
         self.value = value

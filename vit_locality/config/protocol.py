@@ -42,7 +42,7 @@ class AugConfig(BaseModel):
     cutmix_prob: Number("a number in [0, 1]", ge=0, le=1) = Field(1.0, **applies_when("cutmix"))
     mixup: Flag() = False
     mixup_alpha: Number(ALPHA_RULE, gt=0) = Field(1.0, **applies_when("mixup"))
-    # Random Erasing, CutMix's box without its label mixing: left out of the identity while off, as before it existed.
+    # Random Erasing, CutMix's box without its label mixing; while off, left out of the identity (NeutralAt).
     erasing: Annotated[Flag(), NeutralAt(False)] = False
     erasing_prob: Annotated[Number("a number in [0, 1]", ge=0, le=1), NeutralAt(0.5)] = Field(
         0.5, **applies_when("erasing")

@@ -15,7 +15,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from vit_locality.precheck.override_values import check_unread_settings, may_create_keys, new_keys, plain
+from vit_locality.precheck.override_values import check_unread_settings, may_create_keys, new_keys, unresolved_tree
 
 COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, AssertionError)  # OmegaConf asserts on a null parent
 Cell = tuple[str, ...]  # one override string per axis of the sweep
@@ -71,7 +71,7 @@ class Composer:
             return
         added_texts = {text for text, _ in adding}
         try:
-            before = plain(self._compose(text for text in cell if text not in added_texts)[0])
+            before = unresolved_tree(self._compose(text for text in cell if text not in added_texts)[0])
         except COMPOSITION_ERRORS:  # the cell fails without its additions too: that error is the one to tell
             return
         created = [key for _, o in adding for key in new_keys(before, o.key_or_group, o.value())]

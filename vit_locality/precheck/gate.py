@@ -125,7 +125,7 @@ def validate_stats(stats: DictConfig, depth: int | None) -> StatsConfig:
 
 
 def validate_analysis(cfg: DictConfig) -> None:
-    """The settings of `python -m vit_locality.analyze` that can be checked without loading the checkpoint."""
+    """The settings of `python -m vit_locality.extras.analyze` that can be checked without loading the checkpoint."""
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise ConfigError("ckpt_path is not set: pass ckpt_path=<run dir>/checkpoints/last.ckpt (from train.py)")
     checkpoint = cfg.ckpt_path

@@ -19,7 +19,7 @@ MAX_LISTED = 24  # keys of a section a refusal lists when none is close to the o
 _ABSENT = object()
 
 
-def plain(cfg: DictConfig) -> dict[str, Any]:
+def unresolved_tree(cfg: DictConfig) -> dict[str, Any]:
     """The config as nested dicts, unresolved: every key it has, null sections and `???` values included."""
     return OmegaConf.to_container(cfg, resolve=False)
 

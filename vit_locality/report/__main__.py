@@ -15,14 +15,16 @@ exist or holds no complete run, or --out is not a directory this user can write.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from vit_locality.errors import ConfigError, run_as_command
 from vit_locality.precheck.file_access import check_directory
-from vit_locality.report.aggregate import Aggregate, aggregate
+from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.render.tables import ablation_tables, protocols_table
 from vit_locality.report.summary import architecture_warnings, sweep_dirs_problem
-from vit_locality.report.tables import ablation_tables, protocols_table
 
 WHAT = ("ablation", "protocols", "figures", "instruments", "page", "all")
 
@@ -49,8 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
 
+    if (args.what in ("page", "instruments") or args.wandb) and extras() is None:
+        print(f"error: {args.what if args.what != 'all' else '--wandb'} needs vit_locality.extras, not installed")
+        return 2
     if args.what == "page":
-        return write_pages(args)
+        return extras().write_pages(args.sweep_dirs, args.out, _names(args.data), _names(args.model), args.box_images)
     agg = aggregate(args.sweep_dirs, _names(args.data), _names(args.model))
     for warning in architecture_warnings(run for group in agg.groups.values() for run in group.runs):
         print(f"warning: {warning}", file=sys.stderr)
@@ -74,17 +79,17 @@ def main(argv: list[str] | None = None) -> int:
         print(table.markdown(), end="\n\n")
         written += table.write(args.out)
     if args.what in ("figures", "all"):
-        from vit_locality.report.figures import write_figures
+        from vit_locality.report.render.figures import write_figures
 
         written += write_figures(agg, args.out, agg.notes)
-    if args.what in ("instruments", "all"):
-        written += write_instruments(agg, args.out, args.box_images)
+    if args.what in ("instruments", "all") and extras() is not None:
+        written += extras().write_instruments(agg, args.out, args.box_images)
+    elif args.what == "all":
+        agg.notes.append("the instruments need vit_locality.extras, which is not installed: left out")
     print(f"wrote {len(written)} files into {args.out}: {', '.join(p.name for p in written)}")
     if args.wandb:
-        from vit_locality.report.wandb_publish import publish
-
         pictures = [path for path in written if path.suffix == ".png"]
-        print(f"W&B report run: {publish(agg, tables, pictures, args.sweep_dirs, args.out)}")
+        print(f"W&B report run: {extras().publish(agg, tables, pictures, args.sweep_dirs, args.out)}")
     for note in agg.notes:
         print(f"note: {note}")
     for run_dir, why in agg.skipped:
@@ -92,36 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write_instruments(agg: Aggregate, out: Path, box_images: int) -> list[Path]:
-    """Every instrument's tables (printed too) and figures for each (data set, model)."""
-    from vit_locality.report.instrument_figures import write_instrument_figures
-    from vit_locality.report.instrument_tables import instrument_tables, measure
-
-    written: list[Path] = []
-    for data, model in agg.models():
-        found = measure(agg, data, model, box_images)
-        for table in instrument_tables(found):
-            print(table.markdown(), end="\n\n")
-            written += table.write(out)
-        written += write_instrument_figures(found, out)
-        agg.notes.extend(found.notes)
-    return written
-
-
-def write_pages(args: argparse.Namespace) -> int:
-    """One HTML page per sweep directory; 1 when none of them holds a complete run."""
-    from vit_locality.report.html_page import build_page, page_name
-
-    pages, used = [], set()
-    for sweep_dir in args.sweep_dirs:
-        name, n = page_name(sweep_dir), 2
-        while name in used:  # two sweeps of one name (a/main, b/main): main.html and main_2.html
-            name, n = f"{page_name(sweep_dir)}_{n}", n + 1
-        used.add(name)
-        page = build_page(sweep_dir, args.out, _names(args.data), _names(args.model), args.box_images, name)
-        print(f"{sweep_dir}: {page if page else 'no complete run, no page'}")
-        pages += [page] if page else []
-    return 0 if pages else 1
+def extras() -> ModuleType | None:
+    """The extras' report commands (instruments, the page, W&B), loaded when asked for; None where the package is
+    absent, and the known-answer references drawn on the figures once it is there."""
+    try:
+        module = importlib.import_module("vit_locality.extras.report_commands")
+    except ModuleNotFoundError as error:
+        if not (error.name or "").startswith("vit_locality.extras"):
+            raise
+        return None
+    importlib.import_module("vit_locality.extras").install()
+    return module
 
 
 def out_problem(out: Path) -> str | None:

@@ -16,12 +16,12 @@ from typing import Any
 
 from vit_locality.catalog import CELL_ORDER
 from vit_locality.errors import run_as_command
-from vit_locality.report.record_units import UNITS_NOTE, conversion_note, in_unit_square
-from vit_locality.report.run_settings import UNSET, debug_run_note, run_settings, split_keys
+from vit_locality.report.load.record_units import UNITS_NOTE, conversion_note, in_unit_square
+from vit_locality.report.load.run_settings import UNSET, debug_run_note, run_settings, split_keys
+from vit_locality.report.render.table_format import format_table
 from vit_locality.store.record import RunRecord, scan_records
 
 # Digits a column's numbers are printed with; any other number at 4 (one more than the tables show).
-COLUMN_DIGITS = {"top-1 (%)": 2}
 ARCHITECTURE_KEYS = ("depth", "dim", "heads", "mlp_ratio")
 
 
@@ -40,19 +40,6 @@ def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
         rows.append({**row, **{key: run_settings(run).get(key, UNSET) for key in keys}, "run": str(run.run_dir)})
     order = {name: i for i, name in enumerate(CELL_ORDER)}  # the paper's 8 cells first, any other cell after
     return sorted(rows, key=lambda r: (r["data"], r["model"], order.get(r["cell"], len(order)), r["cell"], r["seed"]))
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    """A plain fixed-width table (Markdown-compatible); numbers to COLUMN_DIGITS, else 4 decimals."""
-    if not rows:
-        return "(no complete runs)"
-    headers = list(rows[0])
-    cells = [
-        [f"{v:.{COLUMN_DIGITS.get(k, 4)}f}" if isinstance(v, float) else str(v) for k, v in row.items()] for row in rows
-    ]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    line = lambda values: "| " + " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)) + " |"
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(c) for c in cells)])
 
 
 def sweep_dirs_problem(sweep_dirs: Iterable[Path]) -> str | None:

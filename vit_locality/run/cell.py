@@ -235,8 +235,10 @@ def _train_and_test(
         test_metrics = {k: float(v) for k, v in test_metrics.items()}
         record.update(result_sections(settings, trainer, datamodule, val_metrics, test_metrics, timings))
         for callback in trainer.callbacks:
-            if isinstance(callback, RecordSection):
-                record.update(callback.record_section())
+            if isinstance(callback, RecordSection):  # sections of one key merge (attention and its noise band)
+                for key, section in callback.record_section().items():
+                    merged = isinstance(section, dict) and isinstance(record.get(key), dict)
+                    record[key] = {**record[key], **section} if merged else section
         if trainer.is_global_zero:
             path = write_record(run_dir, record, status="complete")
             discard_interrupted(run_dir)  # superseded by the finished run

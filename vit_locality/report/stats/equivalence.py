@@ -14,7 +14,7 @@ from statistics import fmean, variance
 
 from scipy import stats
 
-from vit_locality.report.aggregate import summarise
+from vit_locality.report.load.aggregate import summarise
 
 MARGIN_FLOOR = 0.02  # the fixed part of the margin, in min MAD
 SPREAD_FACTOR = 2.0  # times Baseline's seed standard deviation

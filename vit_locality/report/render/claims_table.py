@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from vit_locality.report.aggregate import LEVELS, Group
-from vit_locality.report.claim_units import DIAGONAL, GRID_SIDE, conversion_notes
-from vit_locality.report.claims import NOT_INFORMATIVE, ONE_SEED, ablation_claims, measured, shown_verdict
-from vit_locality.report.table_format import Table
+from vit_locality.report.load.aggregate import LEVELS, Group
+from vit_locality.report.render.table_format import Table
+from vit_locality.report.stats.claim_units import DIAGONAL, GRID_SIDE, conversion_notes
+from vit_locality.report.stats.claims import NOT_INFORMATIVE, ONE_SEED, ablation_claims, measured, shown_verdict
 
 LEVEL_NAMES = {"run": "per run", "mean": "per cell mean"}
 CLAIM_NOTES = (

@@ -16,12 +16,14 @@ from dataclasses import dataclass, replace
 from decimal import ROUND_HALF_UP, Decimal
 
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
-from vit_locality.report.aggregate import LEVELS, Group, Level, summarise
-from vit_locality.report.claim_units import CONVENTIONS, DIAGONAL, GRID_SIDE, paper_value, still_uniform
-from vit_locality.report.equivalence import EQUIVALENT, stays_at_baseline
-from vit_locality.report.equivalence import UNDETERMINED as NOT_DECIDED
-from vit_locality.report.table_format import DIGITS, SHOWN_SCALE
+from vit_locality.report.load.aggregate import LEVELS, Group, Level, summarise
+from vit_locality.report.stats.claim_units import CONVENTIONS, DIAGONAL, GRID_SIDE, paper_value, still_uniform
+from vit_locality.report.stats.equivalence import EQUIVALENT, stays_at_baseline
+from vit_locality.report.stats.equivalence import UNDETERMINED as NOT_DECIDED
 
+DIGITS = {"acc1": 2, "min_mad": 3, "entropy": 3}
+# Printed tables show accuracy in percent, the paper's unit; the CSVs keep the record's fraction.
+SHOWN_SCALE = {"acc1": 100.0, "min_mad": 1.0, "entropy": 1.0}
 HOLDS, FAILS, NOT_ENOUGH = "holds", "fails", "not enough runs"
 UNDETERMINED, NOT_COMPARABLE = "undetermined", "not comparable"
 ONE_SEED = "one seed: no verdict"

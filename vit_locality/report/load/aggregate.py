@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Literal
 
 from vit_locality.catalog import CELL_ORDER
-from vit_locality.report.record_units import conversion_note, in_unit_square
-from vit_locality.report.run_settings import (
+from vit_locality.report.load.record_units import conversion_note, in_unit_square
+from vit_locality.report.load.run_settings import (
     GroupKey,
     _canonical_identity,
     _not_a_measurement,

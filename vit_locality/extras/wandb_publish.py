@@ -7,9 +7,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from vit_locality.report.aggregate import Aggregate, summarise
-from vit_locality.report.figures import layer_table
-from vit_locality.report.table_format import Table
+from vit_locality.report.load.aggregate import Aggregate, summarise
+from vit_locality.report.render.figures import layer_table
+from vit_locality.report.render.table_format import Table
 from vit_locality.store.file_read import PICTURE_SIZE_LIMIT, UnreadableFile, read_regular_file
 from vit_locality.tracking.quiet import quiet_wandb
 from vit_locality.tracking.wandb_mode import resolve_mode

@@ -9,15 +9,15 @@ from typing import Any
 
 from vit_locality.attention.min_head import MIN_HEAD_KEYS, min_head_control, recorded_band, surround_reading
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
-from vit_locality.report.aggregate import LEVELS, Aggregate, Group, Stat, summarise
-from vit_locality.report.claim_units import DIAGONAL
-from vit_locality.report.claims import PAPER_MIN_MAD, more_local, more_local_shown
-from vit_locality.report.claims_table import LEVEL_NAMES, claims_table
-from vit_locality.report.contrasts import contrasts_table
-from vit_locality.report.factorial import main_effects
-from vit_locality.report.record_units import UNITS_NOTE
-from vit_locality.report.run_settings import UNSET, run_settings, slug
-from vit_locality.report.table_format import MISSING, Table, figure_label, format_difference, format_figure
+from vit_locality.report.load.aggregate import LEVELS, Aggregate, Group, Stat, summarise
+from vit_locality.report.load.record_units import UNITS_NOTE
+from vit_locality.report.load.run_settings import UNSET, run_settings, slug
+from vit_locality.report.render.claims_table import LEVEL_NAMES, claims_table
+from vit_locality.report.render.table_format import MISSING, Table, figure_label, format_difference, format_figure
+from vit_locality.report.stats.claim_units import DIAGONAL
+from vit_locality.report.stats.claims import PAPER_MIN_MAD, more_local, more_local_shown
+from vit_locality.report.stats.contrasts import LEVEL, contrasts
+from vit_locality.report.stats.factorial import main_effects
 from vit_locality.store.record import HEADLINE_NAMES
 
 MIN_HEAD_HEADERS = ["min head: control MAD", "min head: surround pref"]
@@ -38,7 +38,8 @@ BAND_NOTE = (
 PAPER_LS = 0.1  # the paper's label smoothing where a cell has it on: what a cell without runs shows
 INTERVAL_NOTE = (
     "each effect is a contrast of cell means (every cell weighs 1/4, whatever its seeds); 95% intervals: paired t"
-    " by seed when every seed ran all 8 cells, else Welch from the cells' variances (vit_locality/report/factorial.py)"
+    " by seed when every seed ran all 8 cells, else Welch from the cells' variances"
+    " (vit_locality/report/stats/factorial.py)"
 )
 
 
@@ -180,3 +181,23 @@ def _stat(group: Group | None, figure: str) -> Stat:
 
 def _stat_record(prefix: str, stat: Stat) -> dict[str, Any]:
     return {f"{prefix}_mean": stat.mean, f"{prefix}_std": stat.std, f"{prefix}_n": stat.n}
+
+
+def contrasts_table(agg: Aggregate, data: str, model: str, stem: str) -> Table:
+    headers = ["cell", "figure", "runs (cell / Baseline)", "difference", f"{LEVEL:.0%} interval", "verdict"]
+    rows, records = [], []
+    for item in contrasts(agg, data, model):
+        shown, interval = format_difference(item.figure, item.difference, item.low, item.high)
+        runs = f"{item.runs} / {item.baseline_runs}"
+        rows.append([item.cell, figure_label(item.figure), runs, shown, interval, item.verdict])
+        records.append(asdict(item))
+    title = "Each cell against Baseline (mean difference, Welch interval over seeds; accuracy in points)"
+    cells = agg.cells(data, model)
+    empty = "(no Baseline cell in this sweep)" if "Baseline" not in cells else "(no cell besides Baseline)"
+    notes = [
+        "lower / higher: the 95% interval of the cell's mean minus Baseline's excludes 0; n/a: fewer than 2 runs in"
+        " the cell or in Baseline (one seed gives no spread); cells beyond the paper's 8 (e.g. Baseline+MU) are"
+        " compared here only",
+        UNITS_NOTE,
+    ]
+    return Table(stem, title, headers, rows, records, notes, empty=empty)

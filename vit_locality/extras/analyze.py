@@ -1,6 +1,6 @@
 """Evaluate any checkpoint (test top-1/top-5, attention statistics and pictures) into a folder beside it:
 
-    python -m vit_locality.analyze ckpt_path=multirun/demo/<cell>/checkpoints/last.ckpt stats.units=pixels
+    python -m vit_locality.extras.analyze ckpt_path=multirun/demo/<cell>/checkpoints/last.ckpt stats.units=pixels
 
 Exit status: 0 written; 2 bad settings, checkpoint, run directory or data (one line on stderr); 1 anything else.
 """
@@ -182,7 +182,7 @@ def main(cfg: DictConfig) -> None:
 
 
 def cli() -> None:
-    """`python -m vit_locality.analyze` and the installed `vit-locality-analyze`."""
+    """`python -m vit_locality.extras.analyze` and the installed `vit-locality-analyze`."""
     from vit_locality.precheck.preflight import check_command
 
     register_resolvers()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from vit_locality.report.record_units import (
+from vit_locality.report.load.record_units import (
     CONVERTED,
     UNCONVERTIBLE,
     grid_side,

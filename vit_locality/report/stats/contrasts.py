@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from vit_locality.catalog import CELL_ORDER
-from vit_locality.report.aggregate import Aggregate, Group
-from vit_locality.report.equivalence import MIN_RUNS, welch
-from vit_locality.report.record_units import UNITS_NOTE
-from vit_locality.report.table_format import Table, figure_label, format_difference
+from vit_locality.report.load.aggregate import Aggregate, Group
+from vit_locality.report.stats.equivalence import MIN_RUNS, welch
 
 CONTRASTED = ("min_mad", "acc1")
 LEVEL = 0.95
@@ -55,23 +53,3 @@ def contrasts(agg: Aggregate, data: str, model: str) -> list[Contrast]:
         for name, group in groups.items():
             found.append(contrast(name, figure, [value for _, value in group.values(figure)], reference))
     return found
-
-
-def contrasts_table(agg: Aggregate, data: str, model: str, stem: str) -> Table:
-    headers = ["cell", "figure", "runs (cell / Baseline)", "difference", f"{LEVEL:.0%} interval", "verdict"]
-    rows, records = [], []
-    for item in contrasts(agg, data, model):
-        shown, interval = format_difference(item.figure, item.difference, item.low, item.high)
-        runs = f"{item.runs} / {item.baseline_runs}"
-        rows.append([item.cell, figure_label(item.figure), runs, shown, interval, item.verdict])
-        records.append(asdict(item))
-    title = "Each cell against Baseline (mean difference, Welch interval over seeds; accuracy in points)"
-    cells = agg.cells(data, model)
-    empty = "(no Baseline cell in this sweep)" if "Baseline" not in cells else "(no cell besides Baseline)"
-    notes = [
-        "lower / higher: the 95% interval of the cell's mean minus Baseline's excludes 0; n/a: fewer than 2 runs in"
-        " the cell or in Baseline (one seed gives no spread); cells beyond the paper's 8 (e.g. Baseline+MU) are"
-        " compared here only",
-        UNITS_NOTE,
-    ]
-    return Table(stem, title, headers, rows, records, notes, empty=empty)

@@ -13,10 +13,10 @@ import torch
 
 from vit_locality.catalog import GRID_SIZE
 from vit_locality.errors import first_line
-from vit_locality.instruments import loading
-from vit_locality.instruments.dose_response import AXES, dose_curves
-from vit_locality.instruments.pasted_box import BoxResult, box_locality
-from vit_locality.instruments.position_embedding import (
+from vit_locality.extras.instruments import loading
+from vit_locality.extras.instruments.dose_response import AXES, dose_curves
+from vit_locality.extras.instruments.pasted_box import BoxResult, box_locality
+from vit_locality.extras.instruments.position_embedding import (
     FAR_STEPS,
     NEAR_STEPS,
     position_locality,
@@ -24,17 +24,17 @@ from vit_locality.instruments.position_embedding import (
     position_similarity,
     similarity_at_distances,
 )
-from vit_locality.instruments.trajectory import (
+from vit_locality.extras.instruments.trajectory import (
     METRICS_CSV,
     TEST_SET_REFUSAL,
     Trajectory,
     matched_levels,
     val_accuracy_by_epoch,
 )
-from vit_locality.report.aggregate import Aggregate, Group, summarise
-from vit_locality.report.figures import early_layers, emergence_series, per_head_tables
-from vit_locality.report.run_settings import slug
-from vit_locality.report.table_format import MISSING, Table, format_figure, format_stat
+from vit_locality.report.load.aggregate import Aggregate, Group, summarise
+from vit_locality.report.load.run_settings import slug
+from vit_locality.report.render.figures import early_layers, emergence_series, per_head_tables
+from vit_locality.report.render.table_format import MISSING, Table, format_figure, format_stat
 from vit_locality.run.checkpoints import DamagedCheckpoint
 from vit_locality.store.file_read import UnreadableFile
 from vit_locality.store.record import RunRecord

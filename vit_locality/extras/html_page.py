@@ -8,13 +8,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from vit_locality.attention.stats_log import MAPS_PNG
-from vit_locality.report.aggregate import Aggregate, aggregate
-from vit_locality.report.figures import write_figures
-from vit_locality.report.instrument_figures import write_instrument_figures
-from vit_locality.report.instrument_tables import BOX_IMAGES, instrument_tables, measure
-from vit_locality.report.run_settings import slug
-from vit_locality.report.table_format import Table
-from vit_locality.report.tables import ablation_tables, protocols_table
+from vit_locality.extras.instrument_figures import write_instrument_figures
+from vit_locality.extras.instrument_tables import BOX_IMAGES, instrument_tables, measure
+from vit_locality.report.load.aggregate import Aggregate, aggregate
+from vit_locality.report.load.run_settings import slug
+from vit_locality.report.render.figures import write_figures
+from vit_locality.report.render.table_format import Table
+from vit_locality.report.render.tables import ablation_tables, protocols_table
 from vit_locality.store.file_read import PICTURE_SIZE_LIMIT, UnreadableFile, read_regular_file
 
 END_COLOUR = "#2a9d8f"  # the footer's bar: a reader (or a test) that sees it has seen the whole page

@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 
 from vit_locality.attention import plots
-from vit_locality.instruments.dose_response import AXES, AXIS_LABELS, PAPER_SETTINGS, dose_curves
-from vit_locality.instruments.position_embedding import similarity_mosaic
-from vit_locality.report.figures import Empty, cell_style, panels, save_figure
-from vit_locality.report.instrument_tables import MASS_KEYS, Instruments, accuracy_levels, head_masses, trajectories
+from vit_locality.extras.instrument_tables import MASS_KEYS, Instruments, accuracy_levels, head_masses, trajectories
+from vit_locality.extras.instruments.dose_response import AXES, AXIS_LABELS, PAPER_SETTINGS, dose_curves
+from vit_locality.extras.instruments.position_embedding import similarity_mosaic
+from vit_locality.report.render.figures import Empty, cell_style, panels, save_figure
 from vit_locality.store.record import RunRecord
 
 plt = plots.plt

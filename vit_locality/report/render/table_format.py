@@ -8,13 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vit_locality.report.aggregate import Stat
-from vit_locality.report.summary import format_table
+from vit_locality.report.load.aggregate import Stat
+from vit_locality.report.stats.claims import DIGITS, SHOWN_SCALE
 
-DIGITS = {"acc1": 2, "min_mad": 3, "entropy": 3}
-# Printed tables show accuracy in percent, the paper's unit; the CSVs keep the record's fraction.
-SHOWN_SCALE = {"acc1": 100.0, "min_mad": 1.0, "entropy": 1.0}
 MISSING = "-"
+COLUMN_DIGITS = {"top-1 (%)": 2}
 
 
 @dataclass
@@ -107,3 +105,16 @@ def _csv_value(value: Any) -> Any:
     if isinstance(value, float):
         return "" if math.isnan(value) else repr(value)
     return "" if value is None else value
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A plain fixed-width table (Markdown-compatible); numbers to COLUMN_DIGITS, else 4 decimals."""
+    if not rows:
+        return "(no complete runs)"
+    headers = list(rows[0])
+    cells = [
+        [f"{v:.{COLUMN_DIGITS.get(k, 4)}f}" if isinstance(v, float) else str(v) for k, v in row.items()] for row in rows
+    ]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    line = lambda values: "| " + " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)) + " |"
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(c) for c in cells)])

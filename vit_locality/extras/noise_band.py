@@ -3,17 +3,23 @@ seeds in a forked random state (every cell of a design gets the same band; the r
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import lightning as L
 import torch
+from lightning.pytorch.callbacks import Callback
 
 from vit_locality.attention.probe import probe_attention
+from vit_locality.callbacks.attention_stats import AttentionStatsCallback
 from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
 
+log = logging.getLogger("vit_locality")
 BAND_SEEDS = (9001, 9002, 9003, 9004)  # initialisations measured; fixed so that every cell of a design shares them
 BAND_RULE = "max |surround_pref| over every head of every layer, at initialisation, one model per seed"
 _MEASURED: dict[Hashable, dict[str, Any]] = {}  # this process's bands by what determines them
@@ -55,3 +61,32 @@ def surround_band(
             _MEASURED.pop(next(iter(_MEASURED)))
         _MEASURED[key] = dict(band)
     return band
+
+
+class NoiseBandCallback(Callback):
+    """Measures the band at fit start (rank 0) on untrained models of the module's architecture and the run's probe
+    images; hands it to the statistics callback for its pictures and adds it to the record (`attention.noise_band`)."""
+
+    def __init__(self, settings: StatsConfig) -> None:
+        self.settings = settings
+        self.band: dict[str, Any] | None = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        arch = getattr(pl_module, "hparams", {}).get("model")
+        if not isinstance(arch, dict) or not trainer.is_global_zero:
+            return
+        classes, size = pl_module.hparams["num_classes"], pl_module.hparams["image_size"]
+        build = functools.partial(VisionTransformer, num_classes=classes, image_size=size, **arch)
+        probe = trainer.datamodule.probe_images(self.settings.probe_size).to(pl_module.device)
+        design = (repr(sorted(arch.items())), classes, size)
+        band = self.band = surround_band(build, pl_module.preprocess(probe), self.settings, design=design)
+        for callback in trainer.callbacks:
+            if isinstance(callback, AttentionStatsCallback):
+                callback.band = band
+        how = "reused from this process's earlier cell" if band["reused"] else f"{band['seconds']:.1f} s"
+        figures = (band["surround_pref"], len(band["seeds"]), band["heads"], how)
+        log.info("surround_pref noise band at initialisation: %.4f (%d seeds x %d heads, %s)", *figures)
+
+    def record_section(self) -> dict[str, Any]:
+        """The record's `attention.noise_band` (merged into the statistics' section)."""
+        return {} if self.band is None else {"attention": {"noise_band": dict(self.band)}}

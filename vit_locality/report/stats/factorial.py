@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from scipy import stats
 
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
-from vit_locality.report.aggregate import Group, summarise
+from vit_locality.report.load.aggregate import Group, summarise
 
 FACTORS = ("AA", "CM", "LS")
 

@@ -16,10 +16,10 @@ from matplotlib.ticker import MaxNLocator
 from vit_locality.attention import plots
 from vit_locality.attention.min_head import recorded_band
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
-from vit_locality.report.aggregate import Aggregate, Group, summarise
-from vit_locality.report.claim_units import UNIFORM_TOLERANCE, uniform_mad
-from vit_locality.report.record_units import csv_scale, grid_side, patch_pixels
-from vit_locality.report.run_settings import slug
+from vit_locality.report.load.aggregate import Aggregate, Group, summarise
+from vit_locality.report.load.record_units import csv_scale, grid_side, patch_pixels
+from vit_locality.report.load.run_settings import slug
+from vit_locality.report.stats.claim_units import UNIFORM_TOLERANCE, uniform_mad
 from vit_locality.store.file_read import UnreadableFile, read_csv_rows
 from vit_locality.store.record import ATTENTION_CSV, RunRecord
 

@@ -1,0 +1,1 @@
+"""Render: the tables (Markdown, LaTeX, CSV) and figures of the load and statistics layers."""
