@@ -6,6 +6,7 @@ slow tier."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -119,6 +120,15 @@ class Spawner:
             text=True,
             timeout=timeout,
         )
+
+    @staticmethod
+    def make_dry_run(*args: str) -> list[list[str]]:
+        """The commands `make -n` prints for a target, each split into its arguments, so whitespace and quoting
+        do not matter to a test."""
+        done = subprocess.run(["make", "-n", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        lines = [line for line in done.stdout.splitlines() if line.strip() and not line.startswith("make")]
+        return [shlex.split(line) for line in lines]
 
     @staticmethod
     def start_train(args: list[str], cwd: Path, log: Path, own_group: bool = False) -> subprocess.Popen:

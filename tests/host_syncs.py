@@ -21,7 +21,7 @@ made from Python values with no device named, and whatever is computed from host
 and default progress line, bf16 autocast, on-device data, validation every epoch and the attention statistics at
 their schedule (`Trainer.fit`: the counter sees on a CPU what would stall a GPU). AutoAugment runs sync-free
 (`select`), as on a GPU: a CPU run groups by default, its host reads being free. Left out: `model.compile` (its
-graphs are tested in test_compile_graph.py).
+graphs are tested in tests/model/test_compile_graph.py).
 
 A step's segment runs from one `on_train_batch_start` to the next, so it holds the step itself, its hooks and the
 fetch of the next batch (Lightning fetches one ahead; the on-device loader augments there); the first step's also
@@ -67,6 +67,7 @@ _INDEX_OPS = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.defa
 _PATCHED = ("tolist", "cpu", "numpy")
 _MADE_FROM_VALUES = ("tensor", "as_tensor")  # torch.tensor(values, device=...): the values copied to the device
 _TORCH_DIR = str(Path(torch.__file__).parent) + "/"
+_REPO = Path(__file__).resolve().parents[1]  # causes in the checkout read as repository paths
 _HERE = __file__
 
 
@@ -93,8 +94,8 @@ def _cause(skip: int = 2) -> str:
     while frame is not None:
         name = frame.f_code.co_filename
         if not name.startswith(_TORCH_DIR) and name != _HERE:
-            parts = Path(name).parts
-            short = "/".join(parts[-3:]) if "vit_locality" in parts else "/".join(parts[-2:])
+            path = Path(name)
+            short = path.relative_to(_REPO) if path.is_relative_to(_REPO) else Path(*path.parts[-2:])
             return f"{short}:{frame.f_lineno} {frame.f_code.co_name}"
         frame = frame.f_back
     return "unknown"

@@ -1,6 +1,7 @@
-"""A varied set of cells whose identity hashes and run directory names are saved in tests/saved_names_expected.py, so
-that a change to how either is computed shows up as a test failure (tests/test_saved_names.py). Each row also keeps
-`old_name`, the name the cell had before names held the identity hash: such a directory must still be found.
+"""A varied set of cells whose identity hashes and run directory names are saved in tests/saved_names_expected.py,
+so that a change to how either is computed shows up as a test failure (tests/config/test_saved_names.py). Each row
+also keeps `old_name`, the name the cell had before names held the identity hash: such a directory must still be
+found.
 
 `python tests/saved_names.py` rewrites the file from the current code (then `ruff format` it): only when a change of
 names is intended.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-# (installed command, the same as a module, what it does); pyproject.toml's [project.scripts] (tests/test_package.py)
+# (installed command, the same as a module, what it does); pyproject.toml's [project.scripts]
+# (tests/project/test_package.py)
 COMMANDS = (
     ("vit-locality-train", "vit_locality.train", "train one cell, or a sweep with -m (in a checkout: python train.py)"),
     ("vit-locality-report", "vit_locality.report", "tables, figures and the HTML page of sweeps"),

@@ -101,7 +101,7 @@ def test_sigterm_before_the_trainer_exists_leaves_a_record(
 
 def test_no_training_batches_is_refused_before_anything_is_recorded(tmp_path: Path, trains: InProcessTraining) -> None:
     """`trainer.limit_train_batches=0` trains nothing: such a cell would record the untrained model's test figures as
-    complete. Refused (the pre-check says so too, tests/test_trainer_options.py), nothing written."""
+    complete. Refused (the pre-check says so too, tests/precheck/test_trainer_options.py), nothing written."""
     run_dir = tmp_path / "run"
     with pytest.raises(ConfigError, match=r"^trainer\.limit_train_batches=0 is not allowed: .*\(0 trains nothing"):
         trains.run_cell_as_train(compose_config([*CELL, "trainer.limit_train_batches=0"]), run_dir)

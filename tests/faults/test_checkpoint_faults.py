@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_fakes import IDENTITY, lightning_checkpoint, resume_point, saved_step, write_checkpoints
 from helpers import REPO, Spawner
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from test_checkpoint_io import IDENTITY, lightning_checkpoint, resume_point, saved_step, write_checkpoints
 
 from vit_locality.run.checkpoints import (
     AtomicCheckpointIO,
@@ -32,7 +32,7 @@ from vit_locality.run.checkpoints import (
 KILLED_MID_WRITE = """
 import io, os, signal, sys
 import torch
-from test_checkpoint_io import lightning_checkpoint
+from checkpoint_fakes import lightning_checkpoint
 from vit_locality.run.checkpoints import AtomicCheckpointIO
 
 real_save = torch.save

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from checkpoint_fakes import IDENTITY, resume_point, write_checkpoints
 from helpers import QUICK, Spawner
-from test_checkpoint_io import IDENTITY, resume_point, write_checkpoints
 
 from vit_locality.errors import exit_code_of
 from vit_locality.run.checkpoints import (

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, Spawner
-from test_results import BAD_RECORDS, complete_payload
+from record_fakes import BAD_RECORDS, complete_payload
 
 from vit_locality.store.record import write_record
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import QUICK, Spawner
 from omegaconf import OmegaConf
-from test_results import complete_payload
+from record_fakes import complete_payload
 
 from vit_locality.precheck.names import ID_SUFFIX, fitted_name
 from vit_locality.store.record import write_record

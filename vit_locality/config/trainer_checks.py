@@ -13,7 +13,7 @@ from vit_locality.config.fields import check, is_int
 
 # Names the trainer takes, from Lightning's own registries (AcceleratorRegistry plus the connector's `auto` and `gpu`,
 # StrategyRegistry plus `auto`, and the `_PRECISION_INPUT` literal plus this project's `auto`). Written out so the
-# check needs no Lightning import (2 s); tests/test_config.py compares them with the installed Lightning.
+# check needs no Lightning import (2 s); tests/config/test_config.py compares them with the installed Lightning.
 ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps", "tpu")
 _DDP = ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
 _DEEPSPEED = ("stage_1", "stage_2", "stage_2_offload", "stage_3", "stage_3_offload", "stage_3_offload_nvme")
