@@ -100,7 +100,7 @@ bench-gpu: ## the GPU bench (one call of at most 8 minutes on one GPU; run `make
 		--benchmarks BENCHMARKS.md
 
 # No `install` prerequisite either. Each step runs under its own timeout; logs and summary.json in $(REPORTS)/gpu_check.
-GPU_CHECK_ARGS ?=   # e.g. --dry-run (the same steps on a CPU, tiny sizes, about 2 minutes) or --budget-s 300
+GPU_CHECK_ARGS ?=   # e.g. --dry-run (the same steps on a CPU, tiny sizes, about 2 to 3 minutes) or --budget-s 300
 gpu-check: ## first thing on a new GPU machine (at most 10 minutes): install, CUDA, each CUDA path, host syncs, one epoch, bench
 	$(PY) -m benchmarks.gpu_check --out $(REPORTS)/gpu_check $(GPU_CHECK_ARGS)
 

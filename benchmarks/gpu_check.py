@@ -16,11 +16,14 @@ debug runs that no report counts):
 - paper_epoch: one epoch of the paper cell (real CIFAR-100 when it is in data.root, else the synthetic set in its
   shape: 100 classes, 50,000 + 10,000 images, which the key line says), its time and the recompiles
   (TORCH_LOGS=recompiles).
+- modern_eager, modern_compiled: one epoch of the Modern cell of the paper model (on the same synthetic shape)
+  eager and with the whole training step compiled (`model.compile=true`): the mode the run chose, its epoch time,
+  the graphs dynamo compiled, the graph breaks and the recompiles (dry run: a near-zero model, CPU inductor).
 - bench: what fits of `make bench-gpu` in the time left (`--budget-s`, which bounds its whole call).
 
 A failing or timed-out step does not stop the next; the summary table (step, status, seconds, key line) is printed
 and written to summary.json; the exit status is 1 when a step that counts failed or timed out. `--dry-run` runs the
-same steps on the CPU with tiny sizes (vit_tiny, a small synthetic set) in under about 2 minutes, the CUDA-only ones
+same steps on the CPU with tiny sizes (vit_tiny, a small synthetic set) in about 2 to 3 minutes, the CUDA-only ones
 marked "skipped: no CUDA", so the script has run before the first GPU session does.
 """
 
@@ -47,6 +50,8 @@ STOP_GRACE_S = 10.0  # a timed-out step's process group gets this long after SIG
 BENCH_MIN_S = {False: 20.0, True: 10.0}  # the bench is skipped with less left (by mode): its start takes seconds
 DRY_BENCH = "autoaugment,projection"  # the dry run's bench sections: seconds on a CPU (tests run the rest)
 PAPER = {"train": 50_000, "test": 10_000, "classes": 100}  # CIFAR-100's shape, for the synthetic stand-in
+PAPER_SHAPE = [f"data.num_classes={PAPER['classes']}", f"data.train_size={PAPER['train']}",
+               f"data.test_size={PAPER['test']}"]  # fmt: skip
 
 # Tiny sizes of the dry run (as the tests' QUICK runs): seconds per train.py run on 2 CPU cores.
 DRY_TRAIN = ["data=synthetic", "model=vit_tiny", "trainer=cpu", "data.train_size=256", "data.test_size=64",
@@ -116,6 +121,26 @@ ViTClassifier.on_train_end = on_train_end
 from vit_locality.train import cli
 cli()
 """
+
+# train.py with dynamo's counters read at the end of training: the graphs compiled, the graph breaks and the
+# recompiles (TORCH_LOGS=recompiles lists them in the log too), after the run's own `compile:` line.
+COMPILE_COUNT = """
+import torch._dynamo as dynamo
+from vit_locality.model.classifier import ViTClassifier
+train_end = ViTClassifier.on_train_end
+def on_train_end(self):
+    train_end(self)
+    counters = dynamo.utils.counters
+    graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+    print(f"GRAPHS {graphs} graphs, {breaks} graph breaks", flush=True)
+ViTClassifier.on_train_end = on_train_end
+from vit_locality.train import cli
+cli()
+"""
+MODERN = ["aug.autoaug=true", "aug.cutmix=true", "loss.ls=0.1"]
+# The dry run's compiled cell: a near-zero model on on-device data, so the CPU's inductor compile takes seconds.
+DRY_COMPILE = ["model.depth=1", "model.dim=16", "model.heads=2", "stats.early_layers=1", "data.on_device=true",
+               "data.image_size=16", "data.num_workers=0", "data.batch_size=32"]  # fmt: skip
 
 
 @dataclass
@@ -201,6 +226,30 @@ def sync_count(ctx: Context, name: str) -> list[str] | str:
     return [sys.executable, "-c", SYNC_COUNT, *command[2:]]
 
 
+def modern_epoch(compiled: bool) -> Callable[[Context, str], list[str] | str]:
+    """One epoch of the Modern cell of the paper model, eager or with the whole step compiled (COMPILE_COUNT)."""
+
+    def command(ctx: Context, name: str) -> list[str] | str:
+        flags = [*MODERN, f"model.compile={str(compiled).lower()}", "trainer.max_epochs=1"]
+        shape = DRY_COMPILE if ctx.dry else PAPER_SHAPE
+        found = train(ctx, name, [*shape, *flags])
+        return found if isinstance(found, str) else [sys.executable, "-c", COMPILE_COUNT, *found[2:]]
+
+    return command
+
+
+def modern_key(text: str, ctx: Context) -> str:
+    """The epoch's time as the run logged it, the compile mode the run chose, graphs, breaks and recompiles."""
+    timed = re.findall(r"epoch 1/1(?:, step \d+/\d+)? \(([0-9.]+) s\)", text)
+    graphs = re.findall(r"^GRAPHS (.*)$", text, flags=re.MULTILINE)
+    mode = re.findall(r"compile: the whole training step as one graph, (mode=\S+ \([^)]*\))", text)
+    if not timed or not graphs:
+        return last_line(text)
+    recompiles = len(re.findall(r"Recompiling function", text))
+    compiled = f"{mode[-1]}, " if mode else "eager, "
+    return f"{compiled}1 epoch in {timed[-1]} s (as the run logged it), {graphs[-1]}, {recompiles} recompiles"
+
+
 def sync_key(text: str, ctx: Context) -> str:
     found = re.findall(r"^SYNCS (.*)$", text, flags=re.MULTILINE)
     return found[-1] if found else last_line(text)
@@ -223,9 +272,7 @@ def paper_epoch(ctx: Context, name: str) -> list[str] | str:
         return train(ctx, name, ["trainer.max_epochs=1"])
     if real_cifar100() is not None:
         return train(ctx, name, ["data=cifar100", "data.download=false", "trainer.max_epochs=1"])
-    shape = [f"data.num_classes={PAPER['classes']}", f"data.train_size={PAPER['train']}",
-             f"data.test_size={PAPER['test']}"]  # fmt: skip
-    return train(ctx, name, [*shape, "trainer.max_epochs=1"])
+    return train(ctx, name, [*PAPER_SHAPE, "trainer.max_epochs=1"])
 
 
 def epoch_key(text: str, ctx: Context) -> str:
@@ -296,6 +343,10 @@ def steps(dry: bool) -> list[Step]:
         Step("sync_count", "host syncs in training steps (set_sync_debug_mode warn)", t + 30, sync_count, sync_key),
         Step("paper_epoch", "one epoch of the paper cell, time and recompiles", 90 if dry else 240, paper_epoch,
              epoch_key, env={"TORCH_LOGS": "recompiles"}),
+        Step("modern_eager", "one Modern epoch of the paper model, eager", 90 if dry else 200, modern_epoch(False),
+             modern_key, env={"TORCH_LOGS": "recompiles"}),
+        Step("modern_compiled", "the same epoch, the whole step compiled (mode, graphs, recompiles)",
+             150 if dry else 240, modern_epoch(True), modern_key, env={"TORCH_LOGS": "recompiles"}),
         Step("bench", "what fits of make bench-gpu in the time left", 0, lambda ctx, name: "", bench_key),
     ]  # fmt: skip
 
@@ -401,7 +452,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--budget-s",
         type=float,
         default=None,
-        help="the whole check's seconds (default 560; dry run 130); the bench gets what is left",
+        help="the whole check's seconds (default 560; dry run 240); the bench gets what is left",
     )
     parser.add_argument("--steps", default=",".join(STEP_NAMES), help="run only these (the rest: skipped)")
     parser.add_argument(
@@ -429,7 +480,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.args = {k: shlex.split(v) for k, v in key_values(args.args, "--args").items()}
     except ValueError as error:
         parser.error(str(error))
-    args.budget_s = args.budget_s if args.budget_s is not None else (130.0 if args.dry_run else 560.0)
+    args.budget_s = args.budget_s if args.budget_s is not None else (240.0 if args.dry_run else 560.0)
     return args
 
 

@@ -1,9 +1,8 @@
 """One compiled graph for the training step: the model, the protocol's batch mixing (CutMix or MixUp, drawn on the
 device) and the label-smoothed loss trace with no graph break, compile once with CPU inductor (fullgraph, static
-shapes) and give eager's loss and gradients over three epochs of batches without a recompilation. The on-device
-augmentation (crop, flip, AutoAugment) stays eager: it draws from a `torch.Generator`, which dynamo cannot trace,
-and calls torchvision's ops; it makes no host read (tests/run/test_host_syncs.py), so a GPU queues it all the same.
-Every training batch has one size on both data paths (the last partial batch is dropped)."""
+shapes) and give eager's loss and gradients over three epochs of batches without a recompilation. The whole step
+with the on-device augmentation in it, in a real cell: tests/model/test_compiled_step.py. Every training batch has
+one size on both data paths (the last partial batch is dropped)."""
 
 from __future__ import annotations
 

@@ -39,11 +39,14 @@ def test_quick_suite_prints_and_writes_every_section(tmp_path, capsys, trains: I
     for name, value in record["figures"].items():
         assert isinstance(value, float) and math.isfinite(value) and value > 0, (name, value)
     # one judged row per target: ours/timm, tiny ms and paper %, two headrooms, probe in steps and per epoch, FLOPs,
-    # the host time of the data path and of Trainer + project
+    # the host time of the data path, of Trainer + project and of the compiled Modern step over the plain loop
     judged = [row for row in record["rows"] if row["target"]]
-    assert len(judged) == 10 and all(row["status"] in ("met", "NOT met") for row in judged)
+    assert len(judged) == 11 and all(row["status"] in ("met", "NOT met") for row in judged)
     host = {r["quantity"] for r in record["rows"] if r["section"] == "host"}
-    assert {"host: data path ms/batch", "host: Trainer + project over the plain loop, ms/step"} <= host
+    compiled = "host: compiled Modern over the plain -AA loop, ms/step"
+    assert {"host: data path ms/batch", "host: Trainer + project over the plain loop, ms/step", compiled} <= host
+    assert any(q.startswith("host: compiled Modern: aten ops dispatched a step") for q in host)
+    assert any("self time of Lightning: hook dispatch" in q for q in host)
     assert all(row["status"] == "" for row in record["rows"] if not row["target"])
     (cause,) = [r["value"] for r in record["rows"] if r["quantity"] == "tiny: added ms per step, by cause"]
     assert cause.startswith("loop ") and "module logging/metrics" in cause and "bar+logger" in cause

@@ -57,6 +57,10 @@ def test_dry_run_runs_every_step_it_can_on_the_cpu(tmp_path, spawns: Spawner) ->
     assert "test acc1" in steps["fdr_workers"]["line"] and "data.on_device=false" in steps["fdr_workers"]["command"]
     assert "host-sync warnings in 5 training steps" in steps["sync_count"]["line"]
     assert "1 epoch in" in steps["paper_epoch"]["line"] and "0 recompiles" in steps["paper_epoch"]["line"]
+    assert steps["modern_eager"]["line"].startswith("eager, 1 epoch in"), steps["modern_eager"]["line"]
+    compiled = steps["modern_compiled"]["line"]  # the whole step and the evaluation forward: two graphs
+    assert compiled.startswith("mode=default (CUDA graphs need a CUDA device"), compiled
+    assert "1 epoch in" in compiled and "2 graphs, 0 graph breaks, 0 recompiles" in compiled, compiled
     for name in gpu_check.STEP_NAMES:  # the printed table names every step
         assert f"\n{name} " in done.stdout, name
     assert "gpu-check passed" in done.stdout

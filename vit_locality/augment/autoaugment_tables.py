@@ -4,9 +4,11 @@ geometric ops, 256-entry maps of the pointwise ops) and copied once per device."
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +22,22 @@ GEOMETRIC = frozenset({"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
 POINTWISE = frozenset({"Brightness", "Solarize", "Posterize", "Invert"})
 BLENDS = frozenset({"Color", "Contrast", "Sharpness"})  # blend with grey, its mean, the blurred image
 Entry = tuple[str, int | None, bool]  # op name, magnitude bin, negative
+Built = TypeVar("Built")
+
+
+def built_once(build: Callable[..., Built]) -> Callable[..., Built]:
+    """functools.cache for per-device tables, as a plain dict: torch.compile traces a hit as a lookup, where it
+    traces through functools.cache's wrapper and would rebuild the table inside the graph (host reads included)."""
+    built: dict[tuple, Built] = {}
+
+    @functools.wraps(build)
+    def lookup(*key: Any) -> Built:
+        if key not in built:
+            built[key] = build(*key)
+        return built[key]
+
+    lookup.cache_clear = built.clear  # type: ignore[attr-defined]  # functools.cache's name for it
+    return lookup
 
 
 @cache
@@ -169,7 +187,7 @@ def _moved(tables: Any, device: torch.device) -> Any:
     return replace(tables, **moved)
 
 
-@cache
+@built_once
 def pixel_tables(policy: str, device: str, height: int, width: int) -> PixelTables:
     """The tables on `device`: one copy per policy, device and image size."""
     return _moved(_host_tables(policy, height, width), torch.device(device))

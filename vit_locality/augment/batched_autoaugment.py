@@ -10,13 +10,12 @@ in that order, so `draw(1)` after `torch.manual_seed(s)` on the CPU makes `v2.Au
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 import torch
 from torchvision.transforms import v2
 
 from vit_locality.augment.autoaugment_ops import apply_slots
-from vit_locality.augment.autoaugment_tables import NUM_OPS, _magnitude, pixel_tables
+from vit_locality.augment.autoaugment_tables import NUM_OPS, _magnitude, built_once, pixel_tables
 from vit_locality.upstream import apply_autoaugment_op, autoaugment_space, autoaugment_sub_policies
 
 __all__ = ["AutoAugmentDraws", "BatchedAutoAugment", "apply", "draw"]
@@ -67,7 +66,7 @@ class _Table:
         return apply_autoaugment_op(self.augment, images, name, magnitude)
 
 
-@cache
+@built_once
 def _table(policy: str, device: str) -> _Table:
     """Built once per policy and device from torchvision's own sub-policy list and augmentation space."""
     augment = v2.AutoAugment(v2.AutoAugmentPolicy(policy))

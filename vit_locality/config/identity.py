@@ -127,9 +127,11 @@ def _content_hash(path: str, *_status: int) -> str:
 
 
 def identity_hash(cfg: RunSettings | Mapping[str, Any]) -> str:
-    """The cell's identity: its settings, its process count, the random streams' version and, for a cell started
-    from a checkpoint's weights, that checkpoint's content hash."""
+    """The cell's identity: its settings, its process count, the random streams' version (a compiled step's
+    stream apart) and, for a cell started from a checkpoint's weights, that checkpoint's content hash."""
     identity = {"settings": run_identity(cfg), "processes": processes(cfg), "random_stream": RANDOM_STREAM_VERSION}
+    if isinstance(cfg, RunSettings) and cfg.compiles:  # inductor's draws: the same distributions, another stream
+        identity["random_stream"] = f"{RANDOM_STREAM_VERSION}-compiled-step"
     start = start_checkpoint(cfg)
     if start is not None:
         identity["start_weights"] = file_content_hash(start)

@@ -151,7 +151,8 @@ class ModelConfig(BaseModel):
     mlp_ratio: Number("> 0, finite", gt=0)
     # Stochastic depth's rate at the last block (DeiT, timm); 0 is the paper's ViT, and leaves the identity as it was.
     drop_path: Annotated[Number("a number in [0, 1)", ge=0, lt=1), NeutralAt(0.0)]
-    compile: outside_identity(OneOf(ON_OFF_AUTO, "auto, true or false"))  # the same maths either way
+    # Outside the settings hashed: a compiled step marks its own random stream instead (identity.identity_hash).
+    compile: outside_identity(OneOf(ON_OFF_AUTO, "auto, true or false"))
 
     def architecture(self) -> dict[str, Any]:
         """The network's keyword arguments (VisionTransformer's): every field but the name and compile."""

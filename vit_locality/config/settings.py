@@ -198,7 +198,7 @@ class RunSettings(BaseModel):
 
     @property
     def compiles(self) -> bool:
-        """`model.compile=auto`: on for CUDA, off on CPU (where it gained about 4% after a 47 s compile)."""
+        """`model.compile`: the training step compiled as one graph (model/step_graph.py); auto: on for CUDA."""
         setting = self.model.compile
         return uses_cuda(self.trainer.accelerator) if setting == "auto" else bool(setting)
 

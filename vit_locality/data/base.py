@@ -121,6 +121,7 @@ class ImageDataModule(L.LightningDataModule):
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.train_transform = train_transform
         self.batch_augment: BatchAugment | None = None
+        self.step_augment: BatchAugment | None = None  # a compiled step's on-device augmentation (run/builders.py)
         self._device_arrays: DeviceArrays | None = None
         self.start_epoch = 0  # the epoch a resumed fit's first training loader draws (load_state_dict)
         self.start_batches = 0  # the batches of start_epoch a stopped fit trained already (load_state_dict)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
 
 import torch
 from torch.utils.data import SequentialSampler
 
 from vit_locality.augment.autoaugment_ops import grey_levels
+from vit_locality.augment.autoaugment_tables import built_once
 from vit_locality.augment.batched_autoaugment import apply as apply_autoaugment
 from vit_locality.augment.batched_autoaugment import draw as draw_autoaugment
 from vit_locality.augment.batched_autoaugment import prepare as prepare_autoaugment
@@ -24,6 +24,12 @@ from vit_locality.data.sampling import ResumableEpoch
 from vit_locality.seeding import sample_seed
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+Device = torch.device | str | None
+
+
+def draw_device(generator: torch.Generator | None, device: Device) -> torch.device:
+    """Where draws are made: the generator's device, or without one (torch's default generator) `device`."""
+    return generator.device if generator is not None else torch.device(device or "cpu")
 
 
 @dataclass(frozen=True)
@@ -34,10 +40,11 @@ class CropFlipDraws:
     flip: torch.Tensor  # (B,) bool
 
 
-def draw_crop_flip(batch: int, padding: int, generator: torch.Generator) -> CropFlipDraws:
+def draw_crop_flip(batch: int, padding: int, generator: torch.Generator | None, device: Device = None) -> CropFlipDraws:
     """Uniform corners over 2p + 1 positions per axis and fair flips, as RandomCrop and RandomHorizontalFlip."""
-    offsets = torch.randint(2 * padding + 1, (batch, 2), generator=generator, device=generator.device)
-    flip = torch.rand(batch, generator=generator, device=generator.device) < 0.5
+    device = draw_device(generator, device)
+    offsets = torch.randint(2 * padding + 1, (batch, 2), generator=generator, device=device)
+    flip = torch.rand(batch, generator=generator, device=device) < 0.5
     return CropFlipDraws(offsets, flip)
 
 
@@ -52,7 +59,7 @@ def crop_flip(images: torch.Tensor, draws: CropFlipDraws, padding: int) -> torch
     return padded.view(batch, channels, -1).gather(2, index).view(batch, channels, height, width)
 
 
-@cache
+@built_once
 def _crop_tables(height: int, width: int, padding: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Row part per top, (top + y) x padded width; column part per left x 2 + flipped, left + x or left + W - 1 - x."""
     corners = torch.arange(2 * padding + 1).view(-1, 1)
@@ -71,10 +78,10 @@ class ColorJitterDraws:
 
 
 def draw_color_jitter(
-    batch: int, generator: torch.Generator, strength: float = COLORJITTER_STRENGTH
+    batch: int, generator: torch.Generator | None, strength: float = COLORJITTER_STRENGTH, device: Device = None
 ) -> ColorJitterDraws:
     """A uniformly random order (argsort of uniforms) and independent float32 uniform factors."""
-    device = generator.device
+    device = draw_device(generator, device)
     order = torch.rand(batch, 3, generator=generator, device=device).argsort(dim=1)
     factors = torch.empty(batch, 3, device=device).uniform_(1 - strength, 1 + strength, generator=generator)
     return ColorJitterDraws(order, factors)
@@ -112,11 +119,17 @@ ERASING_TRIES = 10  # torchvision's tries at a box that fits
 
 
 def draw_erasing(
-    batch: int, height: int, width: int, prob: float, scale: tuple[float, float], generator: torch.Generator
+    batch: int,
+    height: int,
+    width: int,
+    prob: float,
+    scale: tuple[float, float],
+    generator: torch.Generator | None,
+    device: Device = None,
 ) -> torch.Tensor:
     """torchvision's RandomErasing draws as (B, 4) top, left, height, width (all 0: none): the first of ten
     boxes that fits, at a uniform corner."""
-    device = generator.device
+    device = draw_device(generator, device)
     erased = torch.rand(batch, generator=generator, device=device) < prob
     share = torch.empty(batch, ERASING_TRIES, device=device).uniform_(*scale, generator=generator)
     log_low, log_high = math.log(ERASING_RATIO[0]), math.log(ERASING_RATIO[1])
@@ -151,21 +164,26 @@ class BatchAugment:
         self.erasing = (protocol.erasing_prob, protocol.erasing_scale) if protocol.erasing else None
         self.grouping = grouping  # AutoAugment's (batched_autoaugment.apply); None: the device's default
 
-    def __call__(self, images: torch.Tensor, generator: torch.Generator, world: int = 1, rank: int = 0) -> torch.Tensor:
-        """Draw for the global batch and augment this process's rows: rank, rank + world, ..."""
+    def __call__(
+        self, images: torch.Tensor, generator: torch.Generator | None, world: int = 1, rank: int = 0
+    ) -> torch.Tensor:
+        """Draw for the global batch and augment this process's rows: rank, rank + world, ... Without a generator
+        the draws come from torch's default one on the images' device (inside a compiled step)."""
+        device = draw_device(generator, images.device)
         total = len(images) * world
-        rows = torch.arange(len(images), device=generator.device) * world + rank if world > 1 else None
+        rows = torch.arange(len(images), device=device) * world + rank if world > 1 else None
         mine = (lambda drawn: drawn) if rows is None else (lambda drawn: drawn[rows])
-        crop = draw_crop_flip(total, self.padding, generator)
+        crop = draw_crop_flip(total, self.padding, generator, device)
         images = crop_flip(images, CropFlipDraws(mine(crop.offsets), mine(crop.flip)), self.padding)
         if self.policy == COLORJITTER:
-            jitter = draw_color_jitter(total, generator)
+            jitter = draw_color_jitter(total, generator, device=device)
             images = color_jitter(images, ColorJitterDraws(mine(jitter.order), mine(jitter.factors)))
         elif self.policy is not None:
-            drawn = draw_autoaugment(total, generator, policy=self.policy)
+            drawn = draw_autoaugment(total, generator, device, policy=self.policy)
             images = apply_autoaugment(images, drawn if rows is None else drawn.rows(rows), self.grouping)
         if self.erasing is not None:
-            images = erase(images, mine(draw_erasing(total, *images.shape[-2:], *self.erasing, generator)))
+            boxes = draw_erasing(total, *images.shape[-2:], *self.erasing, generator, device)
+            images = erase(images, mine(boxes))
         return images
 
     def prepare(self, device: torch.device, height: int, width: int) -> None:

@@ -17,6 +17,7 @@ from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.config.schema import OptimConfig
 from vit_locality.errors import VitLocalityError
 from vit_locality.model.optimization import adamw_with_decay_groups, warmup_cosine_schedule
+from vit_locality.model.step_graph import CompileChoice, StepAugment, StepFunction, compile_choice, compiled
 from vit_locality.model.vit import VisionTransformer
 
 TRAIN_SUMS_ENTRY = "train_running_sums"  # the checkpoint's entry of the epoch's (loss x images, correct) so far
@@ -47,6 +48,7 @@ class ViTClassifier(L.LightningModule):
         optim: Mapping[str, Any] | None = None,
         nonfinite_check_every: int = 1,
         compile_model: bool = False,
+        batch_augment: StepAugment | None = None,
     ) -> None:
         super().__init__()
         given = protocol or {}
@@ -67,8 +69,10 @@ class ViTClassifier(L.LightningModule):
             from vit_locality.augment.batched_autoaugment import BatchedAutoAugment
 
             self.device_autoaugment = BatchedAutoAugment(self.protocol.policy)
-        if compile_model:  # __call__ only: the explicit attention path stays eager; one train and one eval shape
-            self.model.compile(dynamic=False)
+        # On-device data with a compiled step: the loader's augmentation, run inside the step's graph instead.
+        self.batch_augment = batch_augment
+        self._train_graph: StepFunction | None = None  # compile_step: the whole training step, one graph
+        self._eval_graph: StepFunction | None = None  # and the evaluation forward, one shape
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1) * 255.0, persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1) * 255.0, persistent=False)
 
@@ -79,14 +83,47 @@ class ViTClassifier(L.LightningModule):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(self.preprocess(images))
 
+    def compile_step(self, choice: CompileChoice | None = None) -> CompileChoice:
+        """Compile the training step and the evaluation forward (`model.compile`); the mode by default from the
+        device and the process count (step_graph.compile_choice). The explicit attention path stays eager."""
+        if choice is None:
+            world = self._trainer.world_size if self._trainer is not None else 1
+            choice = compile_choice(self.device.type, world)
+        self._train_graph = compiled(self.augmented_loss, choice)
+        self._eval_graph = compiled(self.forward, choice)
+        return choice
+
+    def on_fit_start(self) -> None:
+        """Build the step's per-device tables before the first step, so the compiled step looks them up."""
+        size = int(self.hparams.image_size)
+        if self.batch_augment is not None:
+            self.batch_augment.prepare(self.device, size, size)
+        if self.device_autoaugment is not None:
+            from vit_locality.augment.batched_autoaugment import prepare
+
+            prepare(self.protocol.policy, self.device, size, size)
+
     def training_loss(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(loss, logits, labels for accuracy: a mixed batch's dominant ones) of the protocol on one uint8 batch."""
         trainer = self._trainer
         if fixed_batches(trainer):  # Lightning overfits: the same images every epoch, neither augmented nor mixed
             logits = self(images)
             return F.cross_entropy(logits, labels, label_smoothing=self.protocol.ls), logits, labels
-        if self.device_autoaugment is not None:  # under DDP each rank takes its rows of the global batch's draws
-            world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        # under DDP each rank takes its rows of the global batch's draws
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        if self.hparams.get("compile_model", False) and self._train_graph is None:
+            self.compile_step()
+        step = self._train_graph or self.augmented_loss
+        return step(images, labels, world, rank)
+
+    def augmented_loss(
+        self, images: torch.Tensor, labels: torch.Tensor, world: int = 1, rank: int = 0
+    ) -> tuple[torch.Tensor, ...]:
+        """The step's arithmetic, no host read: augmentation on the device, mixing, the model and the smoothed loss;
+        its draws from torch's default generator (the cell reseeds it every batch)."""
+        if self.batch_augment is not None:
+            images = self.batch_augment(images, None, world, rank)
+        if self.device_autoaugment is not None:
             images = self.device_autoaugment(images, world, rank)
         images, targets, reference = mix_batch(images, labels, self.num_classes, self.protocol)
         logits = self(images)
@@ -179,10 +216,13 @@ class ViTClassifier(L.LightningModule):
         """Evaluation logits; a compiled model pads a short batch with zero images to its one shape (no recompile)."""
         rows = len(images)
         self._eval_rows = max(self._eval_rows, rows)
+        if self.hparams.get("compile_model", False) and self._eval_graph is None:
+            self.compile_step()
+        forward = self._eval_graph or self
         if not self.hparams.get("compile_model", False) or rows == self._eval_rows:
-            return self(images)
+            return forward(images)
         padding = images.new_zeros((self._eval_rows - rows, *images.shape[1:]))
-        return self(torch.cat([images, padding]))[:rows]
+        return forward(torch.cat([images, padding]))[:rows]
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         """Figures under `val` when the datamodule holds out training images, else under `test_epoch`."""

@@ -45,6 +45,9 @@ def build_datamodule(settings: RunSettings) -> ImageDataModule:
     datamodule = datamodule_class(settings.data.name)(**arguments, seed=settings.seed)
     datamodule.train_transform = build_train_transform(datamodule.image_size, protocol)
     datamodule.batch_augment = BatchAugment(datamodule.image_size, protocol)
+    if settings.compiles and settings.data_on_device:  # the compiled step augments: the loader yields plain batches
+        datamodule.step_augment, datamodule.batch_augment = datamodule.batch_augment, None
+        datamodule.step_augment.grouping = "select"  # AutoAugment without host reads, one graph
     return datamodule
 
 
@@ -62,6 +65,7 @@ def build_module(settings: RunSettings, datamodule: ImageDataModule) -> ViTClass
         # which read the loss anyway (and at every epoch's end, before a checkpoint).
         nonfinite_check_every=settings.trainer.log_every_n_steps if uses_cuda(settings.trainer.accelerator) else 1,
         compile_model=settings.compiles,
+        batch_augment=datamodule.step_augment,
     )
 
 

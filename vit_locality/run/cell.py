@@ -22,9 +22,10 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from vit_locality.config.identity import identity_hash
-from vit_locality.config.settings import RunSettings
+from vit_locality.config.settings import RunSettings, uses_cuda
 from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError, VitLocalityError
+from vit_locality.model.step_graph import compile_choice
 from vit_locality.run.advice import another_directory
 from vit_locality.run.builders import (
     build_datamodule,
@@ -204,6 +205,9 @@ def _train_and_test(
     log.info("model %s: %s parameters, patch %d", settings.model.name, parameters, module.model.patch_size)
 
     world_size = trainer_world_size(settings)
+    if settings.compiles:
+        device_type = "cuda" if uses_cuda(settings.trainer.accelerator) else "cpu"
+        log.info("%s", module.compile_step(compile_choice(device_type, world_size)).line())
     global_batch = datamodule.batch_size
     split_global_batch(datamodule, world_size)
     record["batch"] = {"global": global_batch, "per_device": datamodule.batch_size, "world_size": world_size}
