@@ -209,3 +209,28 @@ def test_a_time_limit_submitit_will_not_requeue_ends_the_cell_interrupted(monkey
         signal.signal(signal.SIGUSR2, previous)
     assert refused == [signal.SIGUSR2]
     assert stop.value.exit_code == 140 and "SIGUSR2 (time limit)); run the same command to resume" in str(stop.value)
+
+
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [
+        ({"status": "running", "previous_stop": "SIGTERM"}, "preempted or requeued by SLURM (SIGTERM): checkpointed"),
+        ({"status": "interrupted", "error": "SIGTERM"}, "preempted or requeued by SLURM (SIGTERM): checkpointed"),
+        ({"status": "running"}, "requeued by SLURM (the cell recorded no reason)"),
+        ({"status": "failed", "previous_stop": "SIGTERM"}, "requeued by SLURM (the cell recorded no reason)"),
+    ],
+)
+def test_a_requeue_seen_after_the_next_attempt_started_still_says_why(
+    tmp_path: Path, caplog, record: dict, said: str
+) -> None:
+    """Between two polls the job was requeued and its next attempt started (seen under load on the real cluster):
+    the new attempt's record keeps why the last one stopped, and the launcher reads it while that one runs."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(json.dumps(record))
+    cell = TrackedCell("cellD", fake_job(tmp_path), run_dir, [])
+    with caplog.at_level(logging.INFO, logger="vit_locality"):
+        for restarts in (0, 1):  # RUNNING at both polls: the requeue shows only as a new start
+            observe(cell, ("RUNNING", "None", restarts))
+    (requeued,) = [r.getMessage() for r in caplog.records if "requeued" in r.getMessage()]
+    assert requeued == f"cellD: job 7_1 requeued: {said} (its record: {record['status']})"

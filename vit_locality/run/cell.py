@@ -42,7 +42,15 @@ from vit_locality.run.lock import RunLock
 from vit_locality.run.record_sections import data_change, identity_sections, result_sections, setup_sections
 from vit_locality.run.start import StartFile, StartPoint, load_start_weights, pinned_start, read_start_file, start_point
 from vit_locality.run.threads import apply_thread_count
-from vit_locality.store.record import RESULTS_FILE, RecordError, RecordSection, RunRecord, read_record, write_record
+from vit_locality.store.record import (
+    PREVIOUS_STOP,
+    RESULTS_FILE,
+    RecordError,
+    RecordSection,
+    RunRecord,
+    read_record,
+    write_record,
+)
 from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, finish_wandb, publish_run_files, recorded_run_id
 
 log = logging.getLogger("vit_locality")
@@ -91,6 +99,18 @@ def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
     return None
 
 
+def previous_stop(run_dir: Path, identity: str) -> dict[str, str]:
+    """Why this cell's last attempt stopped (`previous_stop`), kept in the new attempt's record: a launcher that
+    polls after the next attempt has started still reads why the job went back to the queue."""
+    try:
+        record = read_record(run_dir)
+    except RecordError:
+        return {}
+    if record is None or record.identity_hash != identity or record.complete or not record.data.get("error"):
+        return {}
+    return {PREVIOUS_STOP: str(record.data["error"])}
+
+
 def is_rank_zero() -> bool:
     return rank_zero_only.rank == 0
 
@@ -129,7 +149,7 @@ def _run_locked(
     start_file: StartFile | None = None,
 ) -> dict[str, Any]:
     candidate = existing_record(run_dir, identity)
-    record = identity_sections(settings, identity)
+    record = identity_sections(settings, identity) | previous_stop(run_dir, identity)
     record.update(recorded_run_id(settings, run_dir, identity))  # the W&B run id, kept from the cell's first start on
     L.seed_everything(settings.seed, workers=True, verbose=False)
     datamodule = build_datamodule(settings)

@@ -29,6 +29,7 @@ CHECKPOINT_DIR = "checkpoints"  # last.ckpt at epoch ends, interrupted.ckpt afte
 LAST_CHECKPOINT = "last.ckpt"
 INTERRUPTED_CHECKPOINT = "interrupted.ckpt"
 STATUSES = ("running", "interrupted", "failed", "complete")
+PREVIOUS_STOP = "previous_stop"  # a new attempt's record: why the cell's last attempt stopped (its `error`)
 # A record is a few kilobytes; anything this large is not one, and reading it whole could exhaust memory.
 RECORD_SIZE_LIMIT = 64 * 2**20
 

@@ -18,7 +18,7 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import DictConfig, OmegaConf
 
-from vit_locality.store.record import RecordError, read_record
+from vit_locality.store.record import PREVIOUS_STOP, RecordError, read_record
 
 log = logging.getLogger("vit_locality")
 POLL_S = 5.0
@@ -59,7 +59,9 @@ class TrackedCell:
             return str(error), ""
         if record is None:
             return "no record", ""
-        return record.status, str(record.data.get("error") or "")
+        # A new attempt already running keeps why the last one stopped (run/cell.py's previous_stop).
+        error = record.data.get("error") or (record.data.get(PREVIOUS_STOP) if record.status == "running" else "")
+        return record.status, str(error or "")
 
 
 def requeue_reason(error: str) -> str:
