@@ -147,3 +147,38 @@ def test_a_compiled_cell_is_its_own_random_stream_in_the_identity() -> None:
 
     eager, auto, compiled = (typed([*CELL[:-1], f"model.compile={value}"]) for value in ("false", "auto", "true"))
     assert identity_hash(eager) == identity_hash(auto) != identity_hash(compiled)
+
+
+CELLS = {  # (protocol, loader's augmentation in the step, world, rank)
+    "Modern on the device": (dict(autoaug=True, policy="cifar10", cutmix=True, ls=0.1), True, 1, 0),
+    "Modern, rank 1 of 2": (dict(autoaug=True, policy="cifar10", cutmix=True, ls=0.1), True, 2, 1),
+    "ColorJitter on the device": (dict(autoaug=True, policy="colorjitter", cutmix=True), True, 1, 0),
+    "workers + AutoAugment batched (aug.device=gpu)": (
+        dict(autoaug=True, policy="cifar10", autoaug_device="gpu"),
+        False,
+        1,
+        0,
+    ),
+    "CutMix half the batches, Random Erasing": (dict(cutmix=True, cutmix_prob=0.5, erasing=True), True, 1, 0),
+    "MixUp": (dict(mixup=True, ls=0.1), True, 1, 0),
+    "Baseline": (dict(), True, 1, 0),
+}
+
+
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_every_cells_step_traces_as_one_graph(cell: str) -> None:
+    """The step of each kind of cell, as compile_step prepares it (AutoAugment's select path on every device), has
+    no graph break: no host read, no untraceable generator."""
+    from vit_locality.config.protocol import TrainingProtocol
+    from vit_locality.data.on_device import BatchAugment
+
+    fields, in_step, world, rank = CELLS[cell]
+    protocol = TrainingProtocol(**{"autoaug_device": "data_on_device", **fields})
+    augment = BatchAugment(16, protocol, grouping="select") if in_step else None
+    module = ViTClassifier(10, 16, [0.5] * 3, [0.25] * 3, dict(depth=1, dim=16, heads=2, mlp_ratio=1.0),
+                           protocol=protocol, batch_augment=augment)  # fmt: skip
+    module.on_fit_start()
+    module.compile_step()  # sets the graph up; nothing compiles until it is called
+    images, labels = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8), torch.randint(0, 10, (8,))
+    explained = dynamo.explain(module.augmented_loss)(images, labels, world, rank)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

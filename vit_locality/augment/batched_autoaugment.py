@@ -163,16 +163,17 @@ def apply(images: torch.Tensor, draws: AutoAugmentDraws, grouping: str | None = 
 class BatchedAutoAugment(torch.nn.Module):
     """`v2.AutoAugment(policy)` applied per sample, but to a whole batch on its device in one pass (`apply`)."""
 
-    def __init__(self, policy: str = "cifar10") -> None:
+    def __init__(self, policy: str = "cifar10", grouping: str | None = None) -> None:
         super().__init__()
         self.policy = policy
+        self.grouping = grouping  # apply's; None: the device's default (a compiled step sets select)
 
     def forward(self, images: torch.Tensor, world: int = 1, rank: int = 0) -> torch.Tensor:
         """Augment a uint8 batch; under DDP draw for the global batch and keep rows rank, rank + world, ..."""
         drawn = draw(len(images) * world, device=images.device, policy=self.policy)
         if world > 1:
             drawn = drawn.rows(torch.arange(len(images), device=images.device) * world + rank)
-        return apply(images, drawn)
+        return apply(images, drawn, self.grouping)
 
     def extra_repr(self) -> str:
         return f"policy={self.policy!r}"

@@ -89,6 +89,8 @@ class ViTClassifier(L.LightningModule):
         if choice is None:
             world = self._trainer.world_size if self._trainer is not None else 1
             choice = compile_choice(self.device.type, world)
+        if self.device_autoaugment is not None:
+            self.device_autoaugment.grouping = "select"  # no host read: the step stays one graph
         self._train_graph = compiled(self.augmented_loss, choice)
         self._eval_graph = compiled(self.forward, choice)
         return choice
