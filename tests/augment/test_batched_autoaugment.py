@@ -230,9 +230,9 @@ def _recording_apply(monkeypatch: pytest.MonkeyPatch) -> list[AutoAugmentDraws]:
     recorded: list[AutoAugmentDraws] = []
     real_apply = batched.apply
 
-    def recording(images: torch.Tensor, draws: AutoAugmentDraws) -> torch.Tensor:
+    def recording(images: torch.Tensor, draws: AutoAugmentDraws, grouping: str | None = None) -> torch.Tensor:
         recorded.append(draws)
-        return real_apply(images, draws)
+        return real_apply(images, draws, grouping)
 
     monkeypatch.setattr(batched, "apply", recording)
     return recorded

@@ -155,7 +155,12 @@ def test_autoaugment_on_the_device_moves_it_out_of_the_workers(monkeypatch: pyte
 
     recorded: list[batched.AutoAugmentDraws] = []
     real_apply = batched.apply
-    monkeypatch.setattr(batched, "apply", lambda images, draws: (recorded.append(draws), real_apply(images, draws))[1])
+
+    def recording(images: torch.Tensor, draws: batched.AutoAugmentDraws, grouping: str | None = None) -> torch.Tensor:
+        recorded.append(draws)
+        return real_apply(images, draws, grouping)
+
+    monkeypatch.setattr(batched, "apply", recording)
     seen: list[torch.Tensor] = []
     monkeypatch.setattr(module.model, "forward", lambda x: (seen.append(x), torch.zeros(len(x), 10))[1])
     image = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
