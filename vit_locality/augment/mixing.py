@@ -22,11 +22,15 @@ def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     return _constant(("eye", num_classes), str(labels.device)).index_select(0, labels)
 
 
-@cache
 def _constant(what: tuple, device: str) -> torch.Tensor:
-    """A batch's constant, made once per device: ("concentration", alpha): (2,) float32; ("eye", n): the float32
-    identity; ("halves", H, W): [H / 2, W / 2] float64; ("limits", H, W): [H, W] int64; ("pixels", H, W): (H, W, 2)
-    every pixel's (y, x)."""
+    """A batch's constant: made once per device when eager; built in the graph when compiled (dynamo traces through
+    a cache anyway, and warns that it does)."""
+    return _make_constant(what, device) if torch.compiler.is_compiling() else _cached_constant(what, device)
+
+
+def _make_constant(what: tuple, device: str) -> torch.Tensor:
+    """The constant `what` names: ("concentration", alpha): (2,) float32; ("eye", n): the float32 identity;
+    ("halves", H, W): [H / 2, W / 2] float64; ("limits", H, W): [H, W] int64; ("pixels", H, W): every pixel's (y, x)."""
     kind, *args = what
     if kind == "concentration":
         return torch.full((2,), args[0], device=device)
@@ -39,6 +43,9 @@ def _constant(what: tuple, device: str) -> torch.Tensor:
     if kind == "halves":
         return torch.tensor([height / 2, width / 2], dtype=torch.float64).to(device)
     return torch.tensor(args, dtype=torch.int64).to(device)
+
+
+_cached_constant = cache(_make_constant)
 
 
 @dataclass
