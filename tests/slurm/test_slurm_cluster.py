@@ -4,7 +4,7 @@ run of the same cell outside SLURM: the grid as an array job, a preemption (`sco
 a real reason. Who handles which signal: vit_locality/run/interrupts.py.
 
 SLURM holds a requeued job for two minutes before it may start again (its begin time); the tests move that begin
-time to now (`scontrol update StartTime=now`), which changes nothing else about the requeue.
+time to now (`scontrol update StartTime=now`) after a few seconds, which changes nothing else about the requeue.
 Each job asks for one CPU; the node advertises this machine's cores. The unbroken runs (one per cell, shared) train
 while the time-limit test's first attempt sleeps, which is why that test comes first; `make test` runs this file on
 one worker (--dist loadfile), so each is trained once. Measured on 2 cores shared with other test runs (load 8-14):
@@ -32,6 +32,7 @@ from helpers import QUICK, REPO
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
 STEPS_PER_EPOCH = 8
+REQUEUE_SETTLE_S = 5.0  # seconds a requeued job waits on its begin time before the tests move it to now
 ON_SLURM = [  # after the launcher's choice (hydra/launcher=slurm unless the args choose slurm_node)
     "hydra.launcher.partition=debug",
     "hydra.launcher.gpus_per_node=0",
@@ -105,24 +106,31 @@ def job_ids(log: Path) -> list[str]:
     return re.findall(r"submitted as job (\S+)", log.read_text()) if log.exists() else []
 
 
-def hurry_requeued(ids: list[str]) -> None:
-    """A requeued job of `ids` that waits for its begin time may start now."""
+def hurry_requeued(ids: list[str], waiting_since: dict[str, float]) -> None:
+    """A requeued job of `ids` that has waited for its begin time a few seconds may start now. Not at once: slurmd
+    refuses a start whose credential is dated no later than the requeue's revocation of the old one (same second),
+    and kills the job ('Job credential revoked'); SLURM's own two-minute hold exists for that reason."""
     listed = subprocess.run(["squeue", "-h", "-r", "-t", "PD", "-o", "%i %r"], capture_output=True, text=True).stdout
+    now, held = time.monotonic(), set()
     for line in listed.splitlines():
         job, _, reason = line.partition(" ")
         if job in ids and reason.strip() == "BeginTime":
-            subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True)
+            held.add(job)
+            if now - waiting_since.setdefault(job, now) >= REQUEUE_SETTLE_S:
+                subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True)
+    for job in set(waiting_since) - held:
+        del waiting_since[job]
 
 
 def finish(proc: subprocess.Popen, log: Path, timeout: float = 600) -> str:
-    """Wait for the sweep, letting its requeued jobs start at once; its output."""
-    deadline = time.monotonic() + timeout
+    """Wait for the sweep, letting its requeued jobs start soon; its output."""
+    deadline, waiting_since = time.monotonic() + timeout, {}
     while proc.poll() is None:
         if time.monotonic() > deadline:
             proc.kill()
             raise AssertionError("the sweep did not end in time:\n" + log.read_text()[-3000:])
-        hurry_requeued(job_ids(log))
-        time.sleep(2)
+        hurry_requeued(job_ids(log), waiting_since)
+        time.sleep(1)
     return log.read_text()
 
 
