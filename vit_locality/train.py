@@ -36,7 +36,6 @@ from vit_locality.sweep.launch import (
     run_ddp_cell_in_own_process,
 )
 from vit_locality.sweep.progress import announce_sweep_size, cell_start_line, finished_durations, sweep_cells
-from vit_locality.sweep.search import one_line_without_result
 
 log = logging.getLogger("vit_locality")
 
@@ -177,7 +176,6 @@ def cli() -> None:
 
     command_id = os.environ[COMMAND_ID_ENV] = new_command_id()  # this command's cells and verdict, no other's
     announce_sweep_size(counted[0] if counted else None)  # each cell logs "cell k of N" with the sweep's time left
-    one_line_without_result()  # a search whose every trial failed ends in one line
     main()
     sweep_dir = started_sweep_dir()  # where Hydra's multirun wrote (None: a single run)
     if sweep_dir is not None and (status := report_verdict(sweep_dir, command_id)):

@@ -106,6 +106,8 @@ def test_wheel_ships_configs_entry_points_and_license(wheel: Path) -> None:
     assert not any(name.startswith(("benchmarks/", "vit_locality/bench/")) for name in names)
     assert "vit_locality/callbacks/__init__.py" in names
     assert not any(name.startswith("callbacks/") for name in names)  # no generic top-level package
+    assert "hydra_plugins/vit_locality/slurm.py" in names  # where Hydra accepts a launcher from
+    assert not any(name.startswith("vit_locality/sweep/plugins") for name in names)
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "License-Expression: MIT" in meta
     assert any(name.endswith("licenses/LICENSE") for name in names)
@@ -119,8 +121,10 @@ def test_package_list_covers_every_package_folder() -> None:
     checkout, the installed command fails); so would a config group folder's yaml files."""
     import tomllib
 
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "vit_locality").rglob("__init__.py")}
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, installed_as = set(setuptools["packages"]), {v: k for k, v in setuptools["package-dir"].items()}
+    folders = [p.parent.relative_to(REPO).as_posix() for p in (REPO / "vit_locality").rglob("__init__.py")]
+    found = {installed_as.get(folder, folder.replace("/", ".")) for folder in folders}
     groups = [p for p in (REPO / "conf").rglob("*") if p.is_dir() and p.name != "__pycache__"]
     found |= {".".join(("vit_locality", *p.relative_to(REPO).parts)) for p in groups}
     found |= {"vit_locality.conf", "vit_locality.callbacks"}
@@ -141,6 +145,16 @@ def test_installed_package_has_no_top_level_conf_or_callbacks(fresh_venv: Path, 
     )
     done = subprocess.run([fresh_venv / "bin" / "python", "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert done.stdout.split() == ["None", "None", "True", "vit_locality.callbacks"], done.stderr
+
+
+def test_installed_launcher_and_sweeper_import_as_hydra_plugins(fresh_venv: Path, tmp_path: Path) -> None:
+    code = (
+        "from hydra_plugins.vit_locality.slurm import FollowingSlurmLauncher as cls; "
+        "from hydra_plugins.vit_locality.search import OneLineOptunaSweeper as search; "
+        "print(cls.__mro__[1].__name__, search.__mro__[1].__name__)"
+    )
+    done = subprocess.run([fresh_venv / "bin" / "python", "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert done.stdout.split() == ["SlurmLauncher", "OptunaSweeper"], done.stderr
 
 
 def test_installed_train_runs_a_cell_from_any_directory(fresh_venv: Path, tmp_path: Path) -> None:

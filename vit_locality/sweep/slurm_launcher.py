@@ -15,8 +15,8 @@ from typing import Any
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
-from omegaconf import DictConfig, OmegaConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+from omegaconf import OmegaConf
 
 from vit_locality.store.record import PREVIOUS_STOP, RecordError, read_record
 
@@ -154,14 +154,8 @@ def job_return(cell: TrackedCell) -> JobReturn:
     return JobReturn(overrides=cell.overrides, status=JobStatus.COMPLETED, _return_value=None)
 
 
-def follow_slurm_jobs(config: DictConfig) -> None:
-    """Under `hydra/launcher=slurm`, give the plugin's class `launch_and_follow` before anything is submitted."""
-    if OmegaConf.select(config, "hydra.launcher._target_", default="") == f"{SlurmLauncher.__module__}.SlurmLauncher":
-        SlurmLauncher.launch = launch_and_follow
-
-
 def launch_and_follow(
-    self: SlurmLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    self: BaseSubmititLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
 ) -> Sequence[JobReturn]:
     """The plugin's launch (same executor settings, one array job per batch), then `follow` the jobs."""
     import submitit

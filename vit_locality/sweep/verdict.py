@@ -156,9 +156,9 @@ class SweepVerdict(Callback):
         sweep_dir = OmegaConf.select(config, "hydra.sweep.dir", default=None)
         if sweep_dir is not None:
             _STARTED.append(Path(str(sweep_dir)))
-        from vit_locality.sweep.slurm_launcher import follow_slurm_jobs
+        from hydra_plugins.vit_locality import register_chosen
 
-        follow_slurm_jobs(config)
+        register_chosen(config)  # before Hydra instantiates the sweeper and its launcher
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         """In the process that runs the job, once Hydra has set up its directory, before the job can fail."""
