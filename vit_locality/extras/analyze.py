@@ -17,9 +17,10 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from vit_locality.config.schema import StatsConfig
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
-from vit_locality.precheck.gate import validate_analysis, validate_stats
+from vit_locality.precheck.gate import AnalysisRequest, validate_analysis
 from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.store.atomic import atomic_write_text
 from vit_locality.store.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
@@ -29,24 +30,25 @@ log = logging.getLogger("vit_locality")
 CHECKPOINT_KEYS = ("state_dict", "hyper_parameters")  # what every checkpoint train.py writes holds
 
 
-def run_config(run_dir: Path) -> DictConfig:
-    """The config the run was trained with: from its record, else from Hydra's saved copy."""
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """The config the run was trained with, as plain data: from its record, else from Hydra's saved copy."""
     try:
         record = read_record(run_dir)
     except RecordError as error:
         raise ConfigError(f"{run_dir}: {error}") from None
     if record is not None and record.config is not None:
-        return OmegaConf.create(record.config)
+        return record.config
     hydra_cfg = run_dir / ".hydra" / "config.yaml"
     if hydra_cfg.exists():
         try:
-            return OmegaConf.load(hydra_cfg)
+            saved = OmegaConf.load(hydra_cfg)
         except Exception as error:  # YAML syntax, not UTF-8, a directory: the file is unusable whatever the cause
             raise ConfigError(f"{hydra_cfg} is unreadable: {first_line(error)}") from None
+        return OmegaConf.to_container(saved, resolve=True)  # type: ignore[return-value]
     raise ConfigError(f"checkpoint's run directory {run_dir} has neither {RESULTS_FILE} nor .hydra/config.yaml")
 
 
-def default_out_dir(checkpoint: Path, stats: DictConfig) -> Path:
+def default_out_dir(checkpoint: Path, stats: StatsConfig) -> Path:
     """Beside the checkpoint, one folder per checkpoint and statistics convention."""
     return checkpoint.parent / f"{checkpoint.stem}_eval" / f"{'renorm' if stats.renormalize else 'raw'}_{stats.units}"
 
@@ -120,31 +122,30 @@ def recorded_run_band(run_dir: Path) -> float | None:
     return None if record is None else recorded_band(record.data)
 
 
-def analyze(cfg: DictConfig) -> dict[str, Any]:
+def analyze(request: AnalysisRequest) -> dict[str, Any]:
     """Load, test, probe, record; returns the record written to analysis.json."""
     from vit_locality.attention.probe import probe_attention
     from vit_locality.attention.stats_log import probe_rows, probe_summary, save_pictures, write_csv
     from vit_locality.attention.units import shown
-    from vit_locality.config.settings import RunSettings
+    from vit_locality.config.settings import RunSettings, early_layers_rule
     from vit_locality.run.builders import build_datamodule
     from vit_locality.run.checkpoints import completed_epochs
 
-    validate_analysis(cfg)
-    checkpoint = Path(cfg.ckpt_path)
+    checkpoint, settings = request.ckpt_path, request.stats
     meta = load_checkpoint(checkpoint)
     # <run dir>/checkpoints/<file>; a checkpoint elsewhere is its own run directory
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
     run_cfg = run_config(run_dir)
-    depth = OmegaConf.select(run_cfg, "model.depth")
-    settings = validate_stats(cfg.stats, depth if isinstance(depth, int) else None)  # early_layers <= the run's depth
-    out_dir = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(checkpoint, cfg.stats)
-    if (out_dir / "analysis.json").exists() and not cfg.overwrite:
+    depth = (run_cfg.get("model") or {}).get("depth")
+    early_layers_rule(settings.early_layers, depth if isinstance(depth, int) else None)  # <= the run's depth
+    out_dir = request.out_dir or default_out_dir(checkpoint, settings)
+    if (out_dir / "analysis.json").exists() and not request.overwrite:
         raise ConfigError(f"{out_dir} holds an analysis already; pass overwrite=true to replace it")
-    if cfg.data_root:
-        run_cfg.data.root = cfg.data_root
-    run_cfg.data.num_workers = 0
-    module = load_module(checkpoint, meta, analysis_device(cfg.device))
-    datamodule = build_datamodule(RunSettings.from_record(OmegaConf.to_container(run_cfg, resolve=True)))
+    if request.data_root:
+        run_cfg["data"]["root"] = request.data_root
+    run_cfg["data"]["num_workers"] = 0
+    module = load_module(checkpoint, meta, analysis_device(request.device))
+    datamodule = build_datamodule(RunSettings.from_record(run_cfg))
     datamodule.setup("test")
     metrics = test_accuracy(module, datamodule)
     images = module.preprocess(datamodule.probe_images(settings.probe_size).to(module.device))
@@ -173,7 +174,7 @@ def fail(message: str, code: int) -> None:
 def main(cfg: DictConfig) -> None:
     quiet_library_noise()
     try:
-        analyze(cfg)
+        analyze(validate_analysis(cfg))  # the Hydra config stops here
     except Exception as error:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" and exit_code_of(error) == 1:
             raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,14 +125,26 @@ def validate_stats(stats: DictConfig, depth: int | None) -> StatsConfig:
     return typed
 
 
-def validate_analysis(cfg: DictConfig) -> None:
-    """The settings of `python -m vit_locality.extras.analyze` that can be checked without loading the checkpoint."""
+@dataclass(frozen=True)
+class AnalysisRequest:
+    """What `analyze` is asked to do, checked: the checkpoint, how to measure, where to write."""
+
+    ckpt_path: Path
+    stats: StatsConfig
+    device: str
+    overwrite: bool
+    out_dir: Path | None
+    data_root: str | None
+
+
+def validate_analysis(cfg: DictConfig) -> AnalysisRequest:
+    """The analysis command's settings that can be checked without loading the checkpoint."""
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise ConfigError("ckpt_path is not set: pass ckpt_path=<run dir>/checkpoints/last.ckpt (from train.py)")
     checkpoint = cfg.ckpt_path
     problem = file_problem(Path(str(checkpoint))) if checkpoint not in (None, "") else "empty"
     check(problem is None, "ckpt_path", checkpoint, f"a .ckpt file written by train.py ({problem})")
-    validate_stats(cfg.stats, None)
+    stats = validate_stats(cfg.stats, None)
     device = cfg.device
     check(device in ANALYSIS_DEVICES, "device", device, f"one of {', '.join(ANALYSIS_DEVICES)}")
     check(isinstance(cfg.overwrite, bool), "overwrite", cfg.overwrite, "true or false")
@@ -139,6 +152,8 @@ def validate_analysis(cfg: DictConfig) -> None:
         check(cfg[key] is None or isinstance(cfg[key], str), key, cfg[key], "a directory path, or null")
     if cfg.out_dir:
         check_directory("out_dir", cfg.out_dir, Path(cfg.out_dir))
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else None
+    return AnalysisRequest(Path(str(checkpoint)), stats, device, cfg.overwrite, out_dir, cfg.data_root or None)
 
 
 def available_devices(accelerator: str) -> tuple[int, str]:

@@ -50,7 +50,7 @@ def _check_train(cfg: DictConfig, remote: bool) -> RunSettings:
 
 
 # What each entry point's config must satisfy; `remote` (a SLURM submission) skips comparing devices with this host.
-CHECKS: dict[str, Callable[[DictConfig, bool], RunSettings | None]] = {
+CHECKS: dict[str, Callable[[DictConfig, bool], object]] = {  # a cell's RunSettings, or what another entry checks
     "train": _check_train,
     "analyze": lambda cfg, remote: validate_analysis(cfg),
 }
@@ -214,7 +214,7 @@ class Plan:
         try:
             cfg, hydra_cfg = self.composer.cell(cell)
             settings = check(cfg, self.remote) if check else None
-            named = self._name(tuple(cell), settings, cfg, hydra_cfg) if settings is not None else None
+            named = self._name(tuple(cell), settings, cfg, hydra_cfg) if isinstance(settings, RunSettings) else None
             run_dir = None if cfg.get("ckpt_path") else self.run_dirs.get(tuple(cell))  # a start's: the cell checks
             if taken := occupied_problem(run_dir, named and named[1], self.multirun, self.dirs):
                 return taken
