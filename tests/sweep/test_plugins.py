@@ -26,9 +26,10 @@ def instantiated(config: DictConfig, kind: str) -> object:
 
     register_chosen(config)
     context = HydraContext(config_loader=None, callbacks=None)  # type: ignore[arg-type]  # only kept, not used
-    if kind == "launcher":
-        return Plugins.instance().instantiate_launcher(hydra_context=context, task_function=print, config=config)
-    return Plugins.instance()._instantiate(config.hydra.sweeper)  # the sweeper as instantiate_sweeper makes it
+    instantiate = (
+        Plugins.instance().instantiate_launcher if kind == "launcher" else Plugins.instance().instantiate_sweeper
+    )
+    return instantiate(hydra_context=context, task_function=print, config=config)
 
 
 def test_the_slurm_launcher_is_a_plugin_of_its_own() -> None:

@@ -17,8 +17,8 @@ CHAR_WIDTH_EM = 0.6  # a generous average glyph width of the default sans-serif 
 REFERENCE_COLOURS = {"3x3 neighbourhood": "tab:red", "self only": "tab:purple"}
 REFERENCE_MARKERS = {"3x3 neighbourhood": "P", "self only": "X"}
 # Where the reference lines a picture draws come from: functions of (units, patch size) giving objects with `label`,
-# `mad_value`, `entropy_value` and `legend()`. Empty in the core; vit_locality.extras.install adds its known-answer
-# references, so a picture without the extras package simply draws none.
+# `mad_value`, `entropy_value` and `legend()`. Empty here: a package with known-answer references appends its
+# source when an entry point loads it, so a picture without one simply draws none.
 REFERENCE_SOURCES: list = []
 
 

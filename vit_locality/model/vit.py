@@ -132,7 +132,7 @@ class VisionTransformer(nn.Module):
         self._init_weights()
 
     def restrict_attention(self, radius: int | None) -> None:
-        """Restrict attention to `radius` steps (None lifts it) on both paths, for extras/references.py only."""
+        """Restrict attention to `radius` steps (None lifts it) on both paths: the known-answer references use it."""
         mask = None if radius is None else neighbourhood_attention_mask(self.grid_size, radius, self.pos_embed.device)
         for block in self.blocks:
             block.attn.attn_mask = mask
