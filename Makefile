@@ -45,10 +45,10 @@ test: install ## run the whole CPU test suite (pytest, two workers)
 test-fast: install ## the fast tier: no training loop, no subprocess (the tests using neither `trains` nor `spawns`)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" $(TEST_ARGS)
 
-# The demo's numbers are the README's on any x86-64 machine with AVX2 when these are fixed (each can be overridden):
+# The demo's numbers repeat on one CPU when these are fixed (each can be overridden; another CPU: docs/demo.md):
 # - the vector instructions of torch's kernels: an AVX-512 machine otherwise picks kernels that round differently,
 #   and 10 epochs later prints another table (measured: Baseline 83.1% against the README's 81.2%); pinned to AVX2
-#   it prints the README's. Recorded as `cpu_capability` in each results.json.
+#   it prints the README's on the machine that measured it. Recorded as `cpu_capability` in each results.json.
 # - OMP_WAIT_POLICY=PASSIVE: torch's threads sleep instead of spinning while they wait for each other; the same
 #   numbers, a step 1.2 to 1.7 times slower on an idle machine and 1.7 to 6 times faster on a busy one (measured
 #   with the demo's model at 2 threads: 56-72 against 39-49 ms a step idle; 68 against 116 ms with one other busy
