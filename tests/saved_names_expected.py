@@ -209,8 +209,8 @@ SAVED = [
             "data.clutter=2",
             "stats.early_layers=1",
         ],
-        "identity_hash": "10ff7e5c5c348b9e",
-        "name": "glyphs_vit_tiny_sincos_aa1_cm1_ls0.1_s0_data.clutter-2_model.pos_init-learned_stats.early_layers-1_id-10ff7e5c",
+        "identity_hash": "c3070a882718d711",
+        "name": "glyphs_vit_tiny_sincos_aa1_cm1_ls0.1_s0_data.clutter-2_model.pos_init-learned_id-c3070a88",
         "old_name": "glyphs_vit_tiny_sincos_aa1_cm1_ls0.1_s0_data.clutter-2_model.pos_init-learned_stats.early_layers-1",
     },
 ]

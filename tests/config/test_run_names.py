@@ -160,7 +160,7 @@ def test_the_process_count_reaches_the_name() -> None:
     """Two processes mix their own halves of a batch: another cell, so another directory."""
     one = job_name(["data=synthetic", "model=vit_tiny", *SHORT])
     two = job_name(["data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=2"])
-    assert id_of(one) != id_of(two) and one.endswith(f"_stats.probe_size-64_trainer.max_steps-2_id-{id_of(one)}")
+    assert id_of(one) != id_of(two) and one.endswith(f"_s0_trainer.max_steps-2_id-{id_of(one)}")
     assert identity_hash(typed(["data=synthetic", "model=vit_tiny", *SHORT, "trainer.devices=2"])) != (
         identity_hash(typed(["data=synthetic", "model=vit_tiny", *SHORT]))
     )

@@ -1,8 +1,11 @@
 """What makes two cells the same cell: the run identity, hashed from the validated config.
 
-The identity is the whole config minus the settings marked as unable to change a result (schema.py), so a new
-setting is part of it unless someone decides otherwise; the data actually read is the data's fingerprint
-(data/fingerprint.py), and a run directory's name is the pre-check's (precheck/names.py).
+The identity is what can change a cell's weights: the whole config minus the settings marked as unable to change a
+result (schema.py), minus how the cell is measured (the `stats` section: the statistics probe reads the weights and
+never moves them, since every batch reseeds from (seed, epoch, batch)) and minus a setting that cannot act under the
+others (`aug.cutmix_alpha` while `aug.cutmix=false`: `applies_when` in its declaration). A new setting is part of it
+unless someone decides otherwise; the data actually read is the data's fingerprint (data/fingerprint.py), and a run
+directory's name is the pre-check's (precheck/names.py). docs/runs.md says, key by key, why.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from enum import Enum
 from typing import Any
 
-from vit_locality.config.settings import RESUME_MODE, RunSettings, identity_marks
+from vit_locality.config.protocol import AugConfig
+from vit_locality.config.schema import StatsConfig
+from vit_locality.config.settings import RESUME_MODE, RunSettings, applies_when_marks, identity_marks
 
 # Dotted keys that cannot change what a cell computes (a key covers everything below it), and keys left out at a
 # neutral value (NeutralAt).
@@ -31,6 +36,8 @@ ID_SUFFIX = re.compile(rf"_{ID_NAME}-([0-9a-f]{{{ID_CHARS}}})$")
 # The code's random streams: CutMix, MixUp and on-device augmentation draw from (seed, epoch, batch). Part of the
 # hash, so a checkpoint or record of another stream is never resumed or skipped as if it were this one.
 RANDOM_STREAM_VERSION = 2
+MEASUREMENT_SECTION = "stats"  # how a cell is measured, never what it trains
+APPLIES_WHEN = applies_when_marks()  # a setting -> the flag it acts under
 
 
 def covered_by_not_identity(key: str) -> bool:
@@ -47,9 +54,30 @@ def _config_of(cfg: RunSettings | Mapping[str, Any]) -> Mapping[str, Any]:
     return cfg if isinstance(cfg, Mapping) else cfg.as_record()
 
 
-def run_identity(cfg: RunSettings | Mapping[str, Any]) -> dict[str, Any]:
-    """The settings that define the cell (dotted key -> value, as validated). `stats.units` only chooses how
-    distances are shown (records store the unit square), so the identity holds the stored unit."""
+def inert_keys(cfg: RunSettings | Mapping[str, Any]) -> list[str]:
+    """The settings that cannot act under the config's other values: each `applies_when` setting whose flag is off
+    (`aug.cutmix_alpha` with `aug.cutmix=false`)."""
+    config = _config_of(cfg)
+
+    def value(key: str) -> Any:
+        node: Any = config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        return node
+
+    return [key for key, flag in APPLIES_WHEN.items() if value(flag) is False]
+
+
+def outside_training(key: str, inert: Iterable[str] = ()) -> bool:
+    """Whether the dotted `key` leaves the identity: it cannot change a result, it says how the cell is measured, or
+    it is one of the `inert` settings of this config."""
+    return _covered(key, (*NOT_IDENTITY, MEASUREMENT_SECTION, *inert))
+
+
+def run_identity(cfg: RunSettings | Mapping[str, Any], previous_release: bool = False) -> dict[str, Any]:
+    """The settings that define the cell (dotted key -> value, as validated): what can change its weights.
+    `previous_release`: as the previous release counted them, with the `stats` section and the settings that cannot
+    act (`stats.units` as the stored unit): the identity its records and checkpoints carry."""
     flat: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -60,9 +88,12 @@ def run_identity(cfg: RunSettings | Mapping[str, Any]) -> dict[str, Any]:
             flat[prefix] = node
 
     walk({k: v for k, v in _config_of(cfg).items() if k not in ("hydra", "run_name")}, "")
-    if "stats.units" in flat:
-        flat["stats.units"] = "unit"
-    return flat
+    if previous_release:
+        if "stats.units" in flat:
+            flat["stats.units"] = "unit"
+        return flat
+    inert = inert_keys(cfg)
+    return {key: value for key, value in flat.items() if not outside_training(key, inert)}
 
 
 def processes(cfg: RunSettings | Mapping[str, Any]) -> int | str:
@@ -126,10 +157,30 @@ def _content_hash(path: str, *_status: int) -> str:
     return digest.hexdigest()[:CONTENT_HASH_CHARS]
 
 
-def identity_hash(cfg: RunSettings | Mapping[str, Any]) -> str:
+def _held_values() -> dict[str, Any]:
+    """The values the previous release hashed, for a cell at the defaults, under the keys that have left the identity
+    since: hashed at these values whatever the cell says, they keep every such cell's hash (and so its directory,
+    checkpoints and record) what it was. Keys at a NeutralAt value were left out then too, and stay out."""
+    stats = StatsConfig().model_dump(mode="json")
+    held = {f"{MEASUREMENT_SECTION}.{k}": v for k, v in stats.items() if not _covered(f"stats.{k}", NOT_IDENTITY)}
+    aug = AugConfig().model_dump(mode="json")
+    held.update({key: aug[key.split(".", 1)[1]] for key in APPLIES_WHEN if key.startswith("aug.")})
+    return {key: value for key, value in held.items() if not (key in NEUTRAL and NEUTRAL[key] == value)}
+
+
+HELD_VALUES = _held_values()
+
+
+def identity_hash(cfg: RunSettings | Mapping[str, Any], previous_release: bool = False) -> str:
     """The cell's identity: its settings, its process count, the random streams' version (a compiled step's
-    stream apart) and, for a cell started from a checkpoint's weights, that checkpoint's content hash."""
-    identity = {"settings": run_identity(cfg), "processes": processes(cfg), "random_stream": RANDOM_STREAM_VERSION}
+    stream apart) and, for a cell started from a checkpoint's weights, that checkpoint's content hash. The keys that
+    have left the identity are hashed at HELD_VALUES, so a cell the previous release trained keeps its hash where
+    they were at their defaults; `previous_release`: the hash that release gave (identities_of)."""
+    settings = run_identity(cfg, previous_release)
+    if not previous_release:
+        before = run_identity(cfg, previous_release=True)
+        settings = {**{k: v for k, v in HELD_VALUES.items() if k in before and k not in settings}, **settings}
+    identity = {"settings": settings, "processes": processes(cfg), "random_stream": RANDOM_STREAM_VERSION}
     if isinstance(cfg, RunSettings) and cfg.compiles:  # inductor's draws: the same distributions, another stream
         identity["random_stream"] = f"{RANDOM_STREAM_VERSION}-compiled-step"
     start = start_checkpoint(cfg)
@@ -137,6 +188,35 @@ def identity_hash(cfg: RunSettings | Mapping[str, Any]) -> str:
         identity["start_weights"] = file_content_hash(start)
     blob = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def identities_of(cfg: RunSettings | Mapping[str, Any]) -> tuple[str, ...]:
+    """The hashes a record or checkpoint of this cell may carry: today's, then the previous release's where it
+    differs (a cell it trained with `stats.probe_size=32`, or `aug.cutmix_alpha=0.3` beside `aug.cutmix=false`)."""
+    return tuple(dict.fromkeys((identity_hash(cfg), identity_hash(cfg, previous_release=True))))
+
+
+def record_training_identity(record: Mapping[str, Any]) -> str | None:
+    """The identity of the cell a record (`results.json` as data) trained, whichever release wrote it: its config's
+    hash, where the config reproduces the hash the record carries (so this machine reads the config as the training
+    one did); else the hash it carries."""
+    stored = record.get("identity_hash")
+    config = record.get("config")
+    if not isinstance(config, Mapping):
+        return stored if isinstance(stored, str) else None
+    try:
+        settings = RunSettings.from_record(config)
+        known = identities_of(settings)
+    except Exception:  # a config this release cannot read, or a start checkpoint gone: the stored hash stands
+        return stored if isinstance(stored, str) else None
+    return known[0] if stored in known else stored if isinstance(stored, str) else None
+
+
+def holds_cell(record: Mapping[str, Any], identities: tuple[str, ...]) -> bool:
+    """Whether a record (results.json as data) is of the cell whose hashes are `identities` (identities_of): it
+    carries one of them, or its config trained the same cell (a previous release's record of other `stats`)."""
+    stored = record.get("identity_hash")
+    return stored in identities or (stored is not None and record_training_identity(record) == identities[0])
 
 
 def canonical_value(value: Any) -> Any:

@@ -227,6 +227,27 @@ def _marks(model: type[BaseModel]) -> Iterator[tuple[str, Any, list[Any]]]:
         yield name, field.annotation, field.metadata
 
 
+def _sections(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, type[BaseModel]]]:
+    """Every section model below `model` (variants included), with its dotted prefix: `("aug.", AugConfig)`."""
+    for name, hint, _ in _marks(model):
+        section = _model_in(hint, "", None)
+        for variant in VARIANTS.get(f"{prefix}{name}", [section] if section is not None else []):
+            yield f"{prefix}{name}.", variant
+            yield from _sections(variant, f"{prefix}{name}.")
+
+
+def applies_when_marks() -> dict[str, str]:
+    """Each setting that acts only while a flag is on (`applies_when` in its declaration), with that flag:
+    `{"aug.cutmix_alpha": "aug.cutmix", ...}`. Off, the setting cannot change a result."""
+    marks: dict[str, str] = {}
+    for prefix, section in _sections(RunSettings):
+        for name, field in section.model_fields.items():
+            extra = field.json_schema_extra
+            if isinstance(extra, dict) and extra.get("when"):
+                marks[f"{prefix}{name}"] = f"{prefix}{extra['when']}"
+    return marks
+
+
 def identity_marks() -> tuple[tuple[str, ...], dict[str, Any]]:
     """The dotted keys marked OUTSIDE_IDENTITY (a marked section covers its keys), then the undeclared ones: what
     identity.NOT_IDENTITY holds; and the keys left out of the identity at a neutral value (NeutralAt), with it."""

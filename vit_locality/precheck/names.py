@@ -15,13 +15,14 @@ from vit_locality.config.identity import (
     ID_CHARS,
     ID_NAME,
     ID_SUFFIX,
-    NOT_IDENTITY,
     RESUME_MODE,
     START_NAME,
-    _covered,
     canonical_text,
     file_content_hash,
-    identity_hash,
+    identities_of,
+    inert_keys,
+    outside_training,
+    record_training_identity,
 )
 from vit_locality.config.settings import RunSettings
 
@@ -60,17 +61,19 @@ def _name_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "_"
 
 
-def named_settings(overrides: Iterable[str], value_of: Lookup | None = None) -> dict:
+def named_settings(overrides: Iterable[str], value_of: Lookup | None = None, inert: Iterable[str] = ()) -> dict:
     """The settings a directory name shows after its base, key -> canonical text, sorted by key: every setting the
-    command sets (the last of two for one key) that changes the result and that the base name does not show, with its
-    value (`value_of(key)`, the validated config's; else the override's)."""
+    command sets (the last of two for one key) that can change the weights and that the base name does not show, with
+    its value (`value_of(key)`, the validated config's; else the override's). `inert`: settings that cannot act under
+    the config's other values (identity.inert_keys), left out like the measurement's."""
+    inert = tuple(inert)
     chosen: dict[str, str] = {}
     starts = False  # whether the command sets ckpt_path or ckpt_mode: a start from weights is named by its hash
     for override in overrides:
         key = _override_key(override)
         chosen.pop(key, None)  # the last override of a key wins, as in the config
         starts = starts or key in START_KEYS
-        skipped = key in IN_BASE_NAME or key in GROUPS_NOT_NAMED or key in NOT_NAMED or _covered(key, NOT_IDENTITY)
+        skipped = key in IN_BASE_NAME or key in GROUPS_NOT_NAMED or key in NOT_NAMED or outside_training(key, inert)
         if "=" not in override or skipped:
             continue
         value = _lookup(value_of, key)
@@ -139,25 +142,32 @@ def _typed_lookup(config: dict[str, Any]) -> Lookup:
     return value_of
 
 
-def existing_directory(parent: Path, base: str, identity: str) -> str | None:
-    """The name of a directory in `parent` that holds this identity: one whose name ends in its id, else one named
-    before names held ids (no `_id-` part, starting with `base`) whose record says this identity."""
+def existing_directory(parent: Path, base: str, identities: tuple[str, ...]) -> str | None:
+    """The name of a directory in `parent` that holds this cell (`identities`: identity.identities_of, today's
+    first): one whose name ends in one of its ids; else one starting with `base` whose record says one of them (a name
+    from before names held ids) or trained the same cell (the previous release named a cell measured with other
+    `stats` settings apart)."""
     try:
         children = sorted(child.name for child in parent.iterdir() if child.is_dir())
     except OSError:
         return None
-    short = identity[:ID_CHARS]
-    found = next((name for name in children if (match := ID_SUFFIX.search(name)) and match.group(1) == short), None)
+    shorts = [identity[:ID_CHARS] for identity in identities]
+    by_id = {match.group(1): name for name in children if (match := ID_SUFFIX.search(name))}
+    found = next((by_id[short] for short in shorts if short in by_id), None)
     if found is not None:
         return found
     for name in children:
-        if ID_SUFFIX.search(name) or not (name == base or name.startswith(base + "_")):
+        if not (name == base or name.startswith(base + "_")):
             continue
         try:
-            recorded = json.loads((parent / name / "results.json").read_text()).get("identity_hash")
-        except (OSError, ValueError, AttributeError):
+            record = json.loads((parent / name / "results.json").read_text())
+        except (OSError, ValueError):
             continue
-        if recorded == identity:
+        if not isinstance(record, dict):
+            continue
+        if record.get("identity_hash") in identities and not ID_SUFFIX.search(name):
+            return name
+        if ID_SUFFIX.search(name) and record_training_identity(record) == identities[0]:
             return name
     return None
 
@@ -165,8 +175,9 @@ def existing_directory(parent: Path, base: str, identity: str) -> str | None:
 def cell_name(base: str, overrides: Iterable[str], settings: RunSettings, parent: Path | None) -> str:
     """The run directory name of the cell whose validated settings are `settings` and whose command set
     `overrides`, in `parent` (None: no directory to look in)."""
-    identity = identity_hash(settings)
-    existing = existing_directory(parent, base, identity) if parent is not None else None
+    identities = identities_of(settings)
+    existing = existing_directory(parent, base, identities) if parent is not None else None
     if existing is not None:
         return existing
-    return fitted_name(base, named_settings(overrides, _typed_lookup(settings.as_record())), identity)
+    config = settings.as_record()
+    return fitted_name(base, named_settings(overrides, _typed_lookup(config), inert_keys(config)), identities[0])

@@ -6,20 +6,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vit_locality.config.identity import holds_cell
 from vit_locality.run.advice import way_out
 from vit_locality.store.record import RecordError, read_record
 
 
-def occupied_problem(run_dir: Path | None, identity: str | None, multirun: bool, dirs: dict[str, str]) -> str | None:
-    """One line when `run_dir` holds a complete run whose identity is not `identity`; None otherwise or when either
-    is unknown here. `dirs`: the output directories the command line sets (they decide the advice)."""
-    if run_dir is None or identity is None:
+def occupied_problem(
+    run_dir: Path | None, identities: tuple[str, ...] | None, multirun: bool, dirs: dict[str, str]
+) -> str | None:
+    """One line when `run_dir` holds a complete run of another cell than the one of `identities` (identities_of);
+    None otherwise or when either is unknown here. `dirs`: the output directories the command line sets (they
+    decide the advice)."""
+    if run_dir is None or not identities:
         return None
     try:
         record = read_record(run_dir)
     except RecordError:
         return None
-    if record is None or not record.complete or record.identity_hash == identity:
+    if record is None or not record.complete or holds_cell(record.data, identities):
         return None
     return (
         f"run directory {run_dir} already holds a complete run with a different config (nothing has run); move that "

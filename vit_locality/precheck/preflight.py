@@ -25,7 +25,13 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from vit_locality.config.identity import canonical_value, covered_by_not_identity, identity_hash
+from vit_locality.config.identity import (
+    canonical_value,
+    covered_by_not_identity,
+    identities_of,
+    inert_keys,
+    outside_training,
+)
 from vit_locality.config.settings import RESUME_MODE, RunSettings
 from vit_locality.errors import ConfigError
 from vit_locality.precheck.composer import COMPOSITION_ERRORS, Cell, Composer
@@ -185,6 +191,8 @@ class Plan:
         self.directories: dict[str, str] = {}  # run directory name -> the first cell that writes there
         self.run_dirs: dict[Cell, Path] = {}  # each cell's run directory, where it resolves here
         self.identities: dict[str, str | None] = {}  # run directory name -> the identity of that first cell
+        self.inert: dict[str, tuple[str, ...]] = {}  # run directory name -> settings that cannot act there
+        self.one_computation: dict[str, list[str]] = {}  # run directory name -> the cells that share it, trained once
 
     def problems(self) -> list[str]:
         """Every distinct problem, in the order the cells show them."""
@@ -219,7 +227,7 @@ class Plan:
             if taken := occupied_problem(run_dir, named and named[1], self.multirun, self.dirs):
                 return taken
             if self.multirun:
-                return self._shared_directory(cell, *named) if named is not None else None
+                return self._shared_directory(cell, named[0], named[1][0]) if named is not None else None
             return self._output_problem("hydra.run.dir", cfg, hydra_cfg)
         except ConfigError as error:
             return str(error)
@@ -230,19 +238,20 @@ class Plan:
 
     def _name(
         self, cell: Cell, settings: RunSettings, cfg: DictConfig, hydra_cfg: DictConfig
-    ) -> tuple[str, str | None] | None:
+    ) -> tuple[str, tuple[str, ...]] | None:
         """The cell's run directory name, as the job's `${cell_name:...}` gives it (names.cell_name, from the cell's
-        settings and overrides), and its identity hash; noted with its directory for the entry point (`run_dirs`).
-        Outside a Hydra job the run name resolves to its base."""
+        settings and overrides), and its identity hashes (identities_of); noted with its directory for the entry point
+        (`run_dirs`). Outside a Hydra job the run name resolves to its base."""
         parent = self._parent(cfg, hydra_cfg)
         try:
             name = cell_name(str(settings.run_name), cell, settings, parent)
-            identity = identity_hash(settings)
+            identities = identities_of(settings)
         except OSError:  # a start checkpoint that cannot be read: the gate said so already
             return None
         if parent is not None:
             self.run_dirs[cell] = parent / name
-        return name, identity
+        self.inert[name] = tuple(inert_keys(settings))
+        return name, identities
 
     def _parent(self, cfg: DictConfig, hydra_cfg: DictConfig) -> Path | None:
         """The directory the cell's run directory lives in, when the templates name it `<parent>/${run_name}` and the
@@ -263,6 +272,12 @@ class Plan:
         """Whether two cells' settings differ, after canonical spelling, only in keys that cannot change a result
         (workers, paths): then they are two commands for one directory, not one value spelled twice."""
 
+        differing = self._differing(first, second)
+        return bool(differing) and all(covered_by_not_identity(key) for key in differing)
+
+    def _differing(self, first: str, second: str) -> set[str]:
+        """The keys two cells' overrides set to different values, after canonical spelling."""
+
         def settings(shown: str) -> dict[str, Any]:
             parsed = (self.composer.parse(text) for text in shown.split())
             return {
@@ -270,8 +285,28 @@ class Plan:
             }
 
         a, b = settings(first), settings(second)
-        differing = {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
-        return bool(differing) and all(covered_by_not_identity(key) for key in differing)
+        return {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
+
+    def _one_computation(self, first: str, second: str, inert: tuple[str, ...]) -> bool:
+        """Whether two cells of one identity differ in settings that cannot act under their other values or that only
+        say how the cell is measured (`aug.cutmix_alpha` with `aug.cutmix=false`, `stats.probe_size`): one
+        computation, trained once; the second measures the first's weights if it asks another measurement."""
+        differing = self._differing(first, second)
+        return bool(differing) and all(
+            outside_training(key, inert) and not covered_by_not_identity(key) for key in differing
+        )
+
+    def shared_lines(self) -> list[str]:
+        """One line per run directory that several cells of the sweep share as one computation."""
+        lines = []
+        for name, cells in self.one_computation.items():
+            common = set.intersection(*(set(cell.split()) for cell in cells))
+            shown = (" ".join(part for part in cell.split() if part not in common) for cell in cells)
+            lines.append(
+                f"{' and '.join(map(repr, shown))} are one computation (settings that cannot act or only measure): "
+                f"trained once, into {name}"
+            )
+        return lines
 
     def _shared_directory(self, cell: Cell, name: str, identity: str | None) -> str | None:
         """Two cells of one sweep must never write into one run directory (`name`, the cell's: Plan._name). Where the
@@ -283,6 +318,9 @@ class Plan:
         if not seen:
             return None
         same = first == shown or (first_identity is not None and first_identity == identity)
+        if same and self._one_computation(first, shown, self.inert.get(name, ())):
+            self.one_computation.setdefault(name, [first]).append(shown)
+            return None
         if same and not self._differ_outside_identity(first, shown):
             return (
                 f"{first!r} and {shown!r} are one cell (equal values, spelled apart or equal to the default), which "
@@ -333,6 +371,8 @@ def check_command(
         if (plan.cell_count or 0) >= MANY_CELLS:  # Hydra composes each cell: say why the first one waits
             print(f"checking the {plan.cell_count} cells of this sweep before the first starts", file=sys.stderr)
         problems = plan.problems()
+        for line in [] if problems else plan.shared_lines():
+            print(line, file=sys.stderr)
         if counted is not None and plan.cell_count:
             counted.append(plan.cell_count)
         if plan_out is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vit_locality.config.identity import identity_hash
+from vit_locality.config.identity import identities_of
 from vit_locality.config.settings import RESUME_MODE, RunSettings
 from vit_locality.errors import ConfigError
 from vit_locality.run.checkpoints import DamagedCheckpoint, stamped_identity
@@ -29,5 +29,5 @@ def check_start(settings: RunSettings) -> None:
         raise ConfigError(
             f"ckpt_path={str(path)!r} is not allowed: a readable checkpoint file ({damage.why})"
         ) from None
-    if written_by != identity_hash(settings):
+    if written_by not in identities_of(settings):
         raise ConfigError(refused_resume(settings, path, written_by))

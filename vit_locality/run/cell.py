@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from vit_locality.config.identity import identity_hash
+from vit_locality.config.identity import APPLIES_WHEN, HELD_VALUES, holds_cell, identities_of, inert_keys
 from vit_locality.config.settings import RunSettings, uses_cuda
 from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError, VitLocalityError
@@ -40,6 +40,7 @@ from vit_locality.run.interrupts import SigtermGate, requeue_after_time_limit, s
 from vit_locality.run.labels import add_labels
 from vit_locality.run.lock import RunLock
 from vit_locality.run.record_sections import data_change, identity_sections, result_sections, setup_sections
+from vit_locality.run.remeasure import remeasure_if_asked
 from vit_locality.run.start import StartFile, StartPoint, load_start_weights, pinned_start, read_start_file, start_point
 from vit_locality.run.threads import apply_thread_count
 from vit_locality.store.record import (
@@ -51,6 +52,7 @@ from vit_locality.store.record import (
     read_record,
     write_record,
 )
+from vit_locality.sweep.verdict import COMMAND_ID_ENV
 from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, finish_wandb, publish_run_files, recorded_run_id
 
 log = logging.getLogger("vit_locality")
@@ -70,8 +72,9 @@ class CellInterrupted(VitLocalityError):
         self.exit_code, self.signal_name = exit_code, signal_name
 
 
-def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
-    """The directory's complete record of this identity (a candidate to skip), or None to run the cell.
+def existing_record(run_dir: Path, identities: tuple[str, ...]) -> tuple[RunRecord | None, tuple[str, ...]]:
+    """The directory's complete record of this cell (a candidate to skip), or None to run the cell; and the hashes
+    its record and checkpoints may carry (`identities`, with the record's own where a previous release wrote it).
 
     A complete record of another identity is refused: a finished result is never overwritten. An unfinished attempt
     of another identity (failed, interrupted, killed) is set aside, so a corrected command is not blocked by it.
@@ -80,11 +83,12 @@ def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
         record = read_record(run_dir)
     except RecordError as error:
         log.warning("%s: %s; running the cell again", run_dir, error)
-        return None
+        return None, identities
     if record is None:
-        return None
-    if record.identity_hash == identity:
-        return record if record.complete else None
+        return None, identities
+    if holds_cell(record.data, identities):
+        known = tuple(dict.fromkeys([*identities, str(record.identity_hash)]))
+        return (record if record.complete else None), known
     if record.complete:
         raise ConfigError(
             f"run directory {run_dir} already holds a complete run with a different config; "
@@ -96,17 +100,17 @@ def existing_record(run_dir: Path, identity: str) -> RunRecord | None:
         for path in run_dir.glob(pattern):
             shutil.move(str(path), str(aside / path.name))
     log.warning("%s held an unfinished run of another config (status %r): moved to %s", run_dir, record.status, aside)
-    return None
+    return None, identities
 
 
-def previous_stop(run_dir: Path, identity: str) -> dict[str, str]:
+def previous_stop(run_dir: Path, identities: tuple[str, ...]) -> dict[str, str]:
     """Why this cell's last attempt stopped (`previous_stop`), kept in the new attempt's record: a launcher that
     polls after the next attempt has started still reads why the job went back to the queue."""
     try:
         record = read_record(run_dir)
     except RecordError:
         return {}
-    if record is None or record.identity_hash != identity or record.complete or not record.data.get("error"):
+    if record is None or record.identity_hash not in identities or record.complete or not record.data.get("error"):
         return {}
     return {PREVIOUS_STOP: str(record.data["error"])}
 
@@ -126,13 +130,15 @@ def run_cell(settings: RunSettings, run_dir: Path, make_callbacks: CallbackFacto
     # `ckpt_path` is read once: the identity, the name and the weights all come from these bytes (start.py).
     start_file = read_start_file(settings, run_dir)
     with pinned_start(start_file):
-        identity = identity_hash(settings)
+        identities = identities_of(settings)
+    say_inert_settings(settings)
     # One process per run directory: DDP ranks > 0 (and other nodes) share rank 0's directory, and its lock.
     holds_lock = is_rank_zero() and os.environ.get("NODE_RANK", "0") == "0"
     try:
-        with RunLock(run_dir) if holds_lock else nullcontext(), sigterm_raises() as gate, pinned_start(start_file):
+        lock = RunLock(run_dir, os.environ.get(COMMAND_ID_ENV, "")) if holds_lock else nullcontext()
+        with lock, sigterm_raises() as gate, pinned_start(start_file):
             try:
-                return _run_locked(settings, run_dir, make_callbacks, identity, gate, start_file)
+                return _run_locked(settings, run_dir, make_callbacks, identities, gate, start_file)
             except (KeyboardInterrupt, SIGTERMException) as stop:  # before the cell recorded anything
                 raise _interruption(settings, gate, stop) from stop
     except CellInterrupted:
@@ -144,12 +150,13 @@ def _run_locked(
     settings: RunSettings,
     run_dir: Path,
     make_callbacks: CallbackFactory,
-    identity: str,
+    identities: tuple[str, ...],
     gate: SigtermGate,
     start_file: StartFile | None = None,
 ) -> dict[str, Any]:
-    candidate = existing_record(run_dir, identity)
-    record = identity_sections(settings, identity) | previous_stop(run_dir, identity)
+    candidate, identities = existing_record(run_dir, identities)
+    identity = identities[0]
+    record = identity_sections(settings, identity) | previous_stop(run_dir, identities)
     record.update(recorded_run_id(settings, run_dir, identity))  # the W&B run id, kept from the cell's first start on
     L.seed_everything(settings.seed, workers=True, verbose=False)
     datamodule = build_datamodule(settings)
@@ -157,7 +164,7 @@ def _run_locked(
         return _skip_or_refuse(settings, run_dir, candidate, datamodule)
     # Before anything is recorded: a checkpoint of another config is refused without writing over its directory,
     # and so is a ckpt_path that is damaged or (ckpt_mode=resume) another cell's.
-    start = start_point(settings, run_dir, identity, start_file)
+    start = start_point(settings, run_dir, identities, start_file)
     if start.section:
         record["start"] = start.section
     try:
@@ -196,12 +203,28 @@ def _skip_or_refuse(
             f"run directory {run_dir} holds a complete run of this config measured on other data ({change}); "
             f"{another_directory(run_dir)}"
         )
-    updated = add_labels(settings, run_dir, record) if is_rank_zero() else None
-    if updated is None:
-        log.info("%s is complete already: skipped (results in %s)", settings.run_name, run_dir)
+    if not is_rank_zero():
         return record.data
-    log.info("%s is complete already, not retrained: %s", settings.run_name, updated.summary)
-    return updated.data
+    updated = add_labels(settings, run_dir, record)
+    if updated is not None:
+        log.info("%s is complete already, not retrained: %s", settings.run_name, updated.summary)
+        record = RunRecord(run_dir, updated.data)
+    measured = remeasure_if_asked(settings, run_dir, record, datamodule)
+    if updated is None and measured is None:
+        log.info("%s is complete already: skipped (results in %s)", settings.run_name, run_dir)
+    return measured or record.data
+
+
+def say_inert_settings(settings: RunSettings) -> None:
+    """A setting that cannot act under the others (`aug.cutmix_alpha=0.3` with `aug.cutmix=false`) is said once, at
+    the start: it is left out of the cell's identity and name, so the cell is the one without it."""
+    config = settings.as_record() if isinstance(settings, RunSettings) else settings
+    for key in inert_keys(config):
+        section, name = key.split(".", 1)
+        value = config[section][name]
+        if key in HELD_VALUES and value != HELD_VALUES[key]:
+            flag = APPLIES_WHEN[key]
+            log.info("%s=%s has no effect with %s=false: not part of this cell", key, value, flag)
 
 
 def _train_and_test(

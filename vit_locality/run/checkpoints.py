@@ -248,10 +248,12 @@ def checkpoint_info(checkpoint: Mapping[str, Any], path: Path) -> CheckpointInfo
     return CheckpointInfo(Path(path), step, epochs, checkpoint_identity(checkpoint), fit_metrics)
 
 
-def furthest_checkpoint(run_dir: Path, identity: str) -> CheckpointInfo | None:
+def furthest_checkpoint(run_dir: Path, identities: str | tuple[str, ...]) -> CheckpointInfo | None:
     """Lightning resumes the file it is given: this picks it. The furthest readable of `last.ckpt` (an epoch
     boundary), `interrupted.ckpt` (mid-epoch) and their predecessors, None for a fresh start; a damaged one is skipped
-    with a warning, one of another identity refused (ForeignCheckpoint), a non-file in their place too."""
+    with a warning, one of another identity refused (ForeignCheckpoint), a non-file in their place too. `identities`:
+    the cell's hashes, today's first (identity.identities_of)."""
+    identities = (identities,) if isinstance(identities, str) else identities
     current = [last_checkpoint(run_dir), interrupted_checkpoint(run_dir)]
     candidates = [*current, *(previous_checkpoint(path) for path in current)]  # preferred first, when equally far
     for path in candidates:
@@ -265,10 +267,10 @@ def furthest_checkpoint(run_dir: Path, identity: str) -> CheckpointInfo | None:
         except DamagedCheckpoint as damage:
             log.warning("%s: not resuming from it", damage)
             continue
-        if info.identity != identity:
+        if info.identity not in identities:
             written_by = f"config {info.identity}" if info.identity else "an unknown config (it records no identity)"
             raise ForeignCheckpoint(
-                f"checkpoint {info.path} was written by {written_by}, not by this one ({identity}); refusing to "
+                f"checkpoint {info.path} was written by {written_by}, not by this one ({identities[0]}); refusing to "
                 f"resume it: move {Path(run_dir)} away or choose another sweep_name"
             )
         readable.append(info)

@@ -41,10 +41,12 @@ class LockHolder:
     pid: int
     host: str
     started: str
+    command: str = ""  # the command (train.py's id) whose cell holds it; cells of one command wait for each other
 
     @classmethod
-    def this_process(cls) -> LockHolder:
-        return cls(os.getpid(), socket.gethostname(), datetime.now().astimezone().isoformat(timespec="seconds"))
+    def this_process(cls, command: str = "") -> LockHolder:
+        now = datetime.now().astimezone().isoformat(timespec="seconds")
+        return cls(os.getpid(), socket.gethostname(), now, command)
 
     @classmethod
     def read(cls, path: Path) -> LockHolder | None:
@@ -61,7 +63,7 @@ class LockHolder:
             os.close(descriptor)
         try:
             fields = json.loads(text)
-            return cls(int(fields["pid"]), str(fields["host"]), str(fields["started"]))
+            return cls(int(fields["pid"]), str(fields["host"]), str(fields["started"]), str(fields.get("command", "")))
         except (ValueError, KeyError, TypeError):
             pass
         lines = text.splitlines()
@@ -92,10 +94,13 @@ def has_flock(directory: Path) -> bool:
 class RunLock:
     """An exclusive hold on a run directory for the duration of a `with` block; RunLocked if another process has it.
 
-    Not re-entrant: a second RunLock on the same directory, in this process or any other, is refused."""
+    Not re-entrant: a second RunLock on the same directory, in this process or any other, is refused, except that a
+    cell of the same `command` waits: two cells of one sweep that are one computation (settings that cannot act or
+    only measure) share a directory, and the second, under a parallel launcher, measures what the first trained."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, command: str = "") -> None:
         self.run_dir = Path(run_dir)
+        self.command = command
         self.path = self.run_dir / LOCK_FILE
         self._lock: BaseFileLock | None = None
         self._descriptor: int | None = None  # the flock'ed file, lent by filelock while held
@@ -121,7 +126,10 @@ class RunLock:
         try:
             lock.acquire()
         except Timeout:
-            raise self._refusal(soft=isinstance(lock, SoftFileLock)) from None
+            holder = LockHolder.read(self.path)
+            if not (self.command and holder is not None and holder.command == self.command):
+                raise self._refusal(soft=isinstance(lock, SoftFileLock)) from None
+            lock.acquire(timeout=-1, poll_interval=0.5)  # a cell of this command: its run ends, then this one
         self._lock = lock
 
     def release(self) -> None:
@@ -144,7 +152,7 @@ class RunLock:
         """Write the holder into the freshly locked file, for the refusal of the next one."""
         self._descriptor = descriptor
         os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, LockHolder.this_process().to_text().encode(), 0)
+        os.pwrite(descriptor, LockHolder.this_process(self.command).to_text().encode(), 0)
         os.fsync(descriptor)  # other hosts read it through the file server
 
     def _refusal(self, soft: bool) -> RunLocked:

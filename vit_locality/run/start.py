@@ -28,6 +28,7 @@ from vit_locality.config.identity import (
     START_NAME,
     bytes_content_hash,
     canonical_text,
+    holds_cell,
     pinned_content_hash,
     processes,
     run_identity,
@@ -119,19 +120,21 @@ def pinned_start(start: StartFile | None) -> contextlib.AbstractContextManager[N
     return contextlib.nullcontext() if start is None else pinned_content_hash(str(start.path), start.sha256)
 
 
-def start_point(settings: RunSettings, run_dir: Path, identity: str, start: StartFile | None = None) -> StartPoint:
+def start_point(
+    settings: RunSettings, run_dir: Path, identities: tuple[str, ...], start: StartFile | None = None
+) -> StartPoint:
     """The cell's start, decided before anything is recorded. The run directory's own checkpoints come first: a cell
     started from weights and then preempted resumes its own progress, not the weights again. `start` is `ckpt_path`
     as read_start_file read it; a damaged one raises DamagedCheckpoint, another cell's with `ckpt_mode=resume`
     ForeignCheckpoint (each one line, exit status 2)."""
-    own = furthest_checkpoint(run_dir, identity)
+    own = furthest_checkpoint(run_dir, identities)
     start = start if start is not None else read_start_file(settings, run_dir)
     if start is None:
         return StartPoint() if own is None else StartPoint(own.path, own.epochs, fit_metrics=own.fit_metrics)
     path = start.path
     section = {"ckpt_path": str(path.resolve()), "ckpt_mode": RESUME_MODE, "ckpt_sha256": start.sha256}
     if settings.ckpt_mode == RESUME_MODE:
-        return _resume_from(settings, start, identity, run_dir, own, section)
+        return _resume_from(settings, start, identities, run_dir, own, section)
     checkpoint = load_checkpoint_bytes(start.take(), path, needs=("state_dict",))
     section.update(ckpt_mode="weights", ckpt_identity=checkpoint_identity(checkpoint))
     if own is not None:
@@ -143,18 +146,23 @@ def start_point(settings: RunSettings, run_dir: Path, identity: str, start: Star
 
 
 def _resume_from(
-    settings: RunSettings, start: StartFile, identity: str, run_dir: Path, own: CheckpointInfo | None, section: dict
+    settings: RunSettings,
+    start: StartFile,
+    identities: tuple[str, ...],
+    run_dir: Path,
+    own: CheckpointInfo | None,
+    section: dict,
 ) -> StartPoint:
     """`ckpt_mode=resume`: the file continues this cell only if this cell wrote it; the furthest of it and the run
     directory's own checkpoints wins. The file's bytes become the run directory's last.ckpt (so no later write to
     the source changes what was resumed), and its earlier statistics come along (carry_history)."""
     data = start.take()
     info = checkpoint_info(load_checkpoint_bytes(data, start.path, needs=("global_step",)), start.path)
-    if info.identity != identity:
+    if info.identity not in identities:
         raise ForeignCheckpoint(refused_resume(settings, start.path, info.identity))
     if own is not None and own.global_step >= info.global_step:
         return StartPoint(own.path, own.epochs, None, section, own.fit_metrics)
-    section["history_from"] = carry_history(run_dir, info, identity)
+    section["history_from"] = carry_history(run_dir, info, identities)
     copy = adopt_checkpoint(run_dir, data)
     return StartPoint(copy, info.epochs, None, section, info.fit_metrics)
 
@@ -172,12 +180,12 @@ def load_start_weights(module: torch.nn.Module, weights: dict[str, Any], path: s
         ) from None
 
 
-def carry_history(run_dir: Path, info: CheckpointInfo, identity: str) -> str | None:
+def carry_history(run_dir: Path, info: CheckpointInfo, identities: tuple[str, ...]) -> str | None:
     """Start the run directory's attention_stats.csv with the rows, up to `info.epochs`, of the directory the resumed
     checkpoint belongs to (`<dir>/checkpoints/<file>` beside a record of this identity); that directory, or None, with
     a warning, when it holds no such history."""
     source_dir = Path(info.path).resolve().parent.parent
-    why = _why_not_history(source_dir, info, identity)
+    why = _why_not_history(source_dir, info, identities)
     if why is None:
         try:
             rows = read_csv_rows(source_dir / ATTENTION_CSV)
@@ -203,14 +211,14 @@ def carry_history(run_dir: Path, info: CheckpointInfo, identity: str) -> str | N
     return str(source_dir)
 
 
-def _why_not_history(source_dir: Path, info: CheckpointInfo, identity: str) -> str | None:
+def _why_not_history(source_dir: Path, info: CheckpointInfo, identities: tuple[str, ...]) -> str | None:
     if Path(info.path).resolve().parent.name != CHECKPOINT_DIR:
         return f"the checkpoint is not in a run directory's {CHECKPOINT_DIR}/"
     try:
         record = read_record(source_dir)
     except RecordError as error:
         return f"the record of {source_dir} is unusable ({error})"
-    if record is None or record.identity_hash != identity:
+    if record is None or not holds_cell(record.data, identities):
         return f"{source_dir} holds no record of this cell"
     if not (source_dir / ATTENTION_CSV).exists():
         return f"{source_dir} holds no {ATTENTION_CSV}"
