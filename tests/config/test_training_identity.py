@@ -119,3 +119,23 @@ def test_cells_of_one_computation_share_a_directory_and_are_said_so(tmp_path: Pa
 def test_a_value_spelled_twice_is_still_refused(tmp_path: Path) -> None:
     argv = ["-m", *QUICK, "loss.ls=0,0.0", f"hydra.sweep.dir={tmp_path}"]
     assert any("are one cell" in problem for problem in check_command(argv, CONF))
+
+
+LR_MONITOR = "+callbacks.lr._target_=lightning.pytorch.callbacks.LearningRateMonitor"
+EARLY_STOP = ["+callbacks.es._target_=lightning.pytorch.callbacks.EarlyStopping", "+callbacks.es.monitor=val/acc1"]
+TIMER = "+callbacks.t._target_=lightning.pytorch.callbacks.Timer"
+
+
+def test_a_display_only_callback_leaves_the_cell_as_it_is() -> None:
+    assert name_and_hash([*TINY, LR_MONITOR])[1] == name_and_hash(TINY)[1]
+    assert name_and_hash([*TINY, TIMER])[1] == name_and_hash(TINY)[1]  # a Timer that only measures
+
+
+def test_a_callback_that_can_change_results_makes_another_cell() -> None:
+    base = name_and_hash(TINY)[1]
+    assert name_and_hash([*TINY, *EARLY_STOP])[1] != base
+    assert (
+        name_and_hash([*TINY, *EARLY_STOP[:1], "+callbacks.es.monitor=val/loss"])[1]
+        != name_and_hash([*TINY, *EARLY_STOP])[1]
+    )  # by its config, not by its class alone
+    assert name_and_hash([*TINY, TIMER, "+callbacks.t.duration=00:01:00:00"])[1] != base  # a Timer that stops the fit

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from enum import Enum
 from typing import Any
 
+from vit_locality.config.extensions import TARGET, display_only, modern_spelling, user_entries
 from vit_locality.config.protocol import AugConfig
 from vit_locality.config.schema import StatsConfig
 from vit_locality.config.settings import RESUME_MODE, RunSettings, applies_when_marks, identity_marks
@@ -93,7 +94,26 @@ def run_identity(cfg: RunSettings | Mapping[str, Any], previous_release: bool = 
             flat["stats.units"] = "unit"
         return flat
     inert = inert_keys(cfg)
-    return {key: value for key, value in flat.items() if not outside_training(key, inert)}
+    kept = {key: value for key, value in flat.items() if not outside_training(key, inert)}
+    return {**kept, **result_changing_callbacks(_config_of(cfg))}
+
+
+TIMER = "lightning.pytorch.callbacks.Timer"
+
+
+def result_changing_callbacks(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The user's callbacks (`callbacks.<name>._target_=...`) that can change a result, by their config: every one
+    but the display-only (config/extensions.py) and a Timer without a duration (with one it stops the fit)."""
+    section = config.get("callbacks")
+    entries = user_entries(section) if isinstance(section, Mapping) else {}
+
+    def acts(entry: dict[str, Any]) -> bool:
+        target = modern_spelling(str(entry[TARGET]))
+        if target in (TIMER, "lightning.pytorch.callbacks.timer.Timer"):
+            return entry.get("duration") is not None
+        return not display_only(target)
+
+    return {f"callbacks.{name}": canonical_value(entry) for name, entry in sorted(entries.items()) if acts(entry)}
 
 
 def processes(cfg: RunSettings | Mapping[str, Any]) -> int | str:

@@ -11,6 +11,7 @@ from vit_locality.attention.stats_log import MAPS_PNG
 from vit_locality.extras.instrument_figures import write_instrument_figures
 from vit_locality.extras.instrument_tables import BOX_IMAGES, instrument_tables, measure
 from vit_locality.report.load.aggregate import Aggregate, aggregate
+from vit_locality.report.load.measurement import PAPER, MeasurementChoice
 from vit_locality.report.load.run_settings import slug
 from vit_locality.report.render.figures import write_figures
 from vit_locality.report.render.table_format import Table
@@ -101,9 +102,11 @@ def build_page(
     model: list[str] | None = None,
     box_images: int = BOX_IMAGES,
     name: str | None = None,
+    choice: MeasurementChoice = PAPER,
 ) -> Path | None:
-    """Everything of one sweep into <out>/<sweep>/ and the page <out>/<sweep>.html; None without a complete run."""
-    agg = aggregate([sweep_dir], data, model)
+    """Everything of one sweep into <out>/<sweep>/ and the page <out>/<sweep>.html, each run read in the measurement
+    `choice` asks for; None without a complete run."""
+    agg = aggregate([sweep_dir], data, model, choice)
     if not agg.groups:
         return None
     name = name or page_name(sweep_dir)

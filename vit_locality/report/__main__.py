@@ -2,12 +2,19 @@
 
 python -m vit_locality.report {ablation,protocols,figures,instruments,page,all} SWEEP_DIR [SWEEP_DIR ...]
        [--out reports] [--data cifar100[,cifar10]] [--model vit_paper] [--wandb] [--box-images 128]
+       [--probe-size N] [--raw-attention] [--early-layers N]
 
 Prints the tables, writes Markdown, CSV, LaTeX, PNG and PDF into --out, then lists the runs it skipped and why
 (and the runs a figure left out). `instruments` adds the tables and figures of docs/instruments.md (locality
 masses, position embeddings, the pasted box, matched accuracy, dose-response; `all` includes them); `page` writes
 one self-contained HTML page per sweep directory, <out>/<sweep>.html, with everything on it. A model name whose
 runs differ in architecture is a warning on stderr.
+Each trained run counts once, read in one measurement: by default the paper's (renormalised attention, the default
+probe of 512 images, the first 2 layers), preferring it where a run holds several (a cell measured again from its
+checkpoint with other stats settings, or the previous release's directory of each stats variant) and never reading
+raw attention as the paper's. --probe-size, --raw-attention and --early-layers ask for another; a setting asked must
+match. A run without the measurement asked keeps its accuracy, loses its attention figures, and a note names it and
+the overrides that measure it from its checkpoint without training.
 Exit status: 0 done, or every run found left out (each listed with the reason); 2 a sweep directory does not
 exist or holds no complete run, or --out is not a directory this user can write.
 """
@@ -23,6 +30,7 @@ from types import ModuleType
 from vit_locality.errors import ConfigError, run_as_command
 from vit_locality.precheck.file_access import check_directory
 from vit_locality.report.load.aggregate import aggregate
+from vit_locality.report.load.options import add_measurement_options, measurement_choice
 from vit_locality.report.render.tables import ablation_tables, protocols_table
 from vit_locality.report.summary import architecture_warnings, sweep_dirs_problem
 
@@ -46,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         "--box-images", type=int, default=128, help="probe images for the pasted-box instrument (0: leave it out)"
     )
     parser.add_argument("--wandb", action="store_true", help="also publish them as one W&B run (offline: wandb sync)")
+    add_measurement_options(parser)
     args = parser.parse_args(argv)
+    choice = measurement_choice(args)
     if problem := sweep_dirs_problem(args.sweep_dirs) or out_problem(args.out):
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -55,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.what if args.what != 'all' else '--wandb'} needs vit_locality.extras, not installed")
         return 2
     if args.what == "page":
-        return extras().write_pages(args.sweep_dirs, args.out, _names(args.data), _names(args.model), args.box_images)
-    agg = aggregate(args.sweep_dirs, _names(args.data), _names(args.model))
+        return extras().write_pages(
+            args.sweep_dirs, args.out, _names(args.data), _names(args.model), args.box_images, choice
+        )
+    agg = aggregate(args.sweep_dirs, _names(args.data), _names(args.model), choice)
     for warning in architecture_warnings(run for group in agg.groups.values() for run in group.runs):
         print(f"warning: {warning}", file=sys.stderr)
     if not agg.groups:

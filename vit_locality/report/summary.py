@@ -1,7 +1,8 @@
 """Print one line per finished cell of a sweep: name, flags, accuracy, early-layer locality, where it is. A debug
-run (`debug=...`, or written below a `debug/` directory) is listed as the reports list it: skipped, not counted.
+run (`debug=...`, or written below a `debug/` directory) is listed as the reports list it: skipped, not counted. A
+trained run is one line, read in the measurement the reports read (--probe-size, --raw-attention, --early-layers).
 
-python -m vit_locality.report.summary multirun/demo
+python -m vit_locality.report.summary multirun/demo [--probe-size N] [--raw-attention] [--early-layers N]
 
 Exit status: 0 done (runs it cannot use are listed, one line each); 2 a sweep directory is missing or not one.
 """
@@ -16,6 +17,8 @@ from typing import Any
 
 from vit_locality.catalog import CELL_ORDER
 from vit_locality.errors import run_as_command
+from vit_locality.report.load.measurement import choose_measurements, others_note, unmatched_note
+from vit_locality.report.load.options import add_measurement_options, measurement_choice
 from vit_locality.report.load.record_units import UNITS_NOTE, conversion_note, in_unit_square
 from vit_locality.report.load.run_settings import UNSET, debug_run_note, run_settings, split_keys
 from vit_locality.report.render.table_format import format_table
@@ -74,19 +77,26 @@ def architecture_warnings(runs: Iterable[RunRecord]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dirs", nargs="+", type=Path, help="sweep directories (searched recursively)")
+    add_measurement_options(parser)
     args = parser.parse_args(argv)
     if problem := sweep_dirs_problem(args.sweep_dirs):
         print(f"error: {problem}", file=sys.stderr)
         return 2
     runs = scan_records(args.sweep_dirs)
     debug = [(run.run_dir, note) for run in runs.complete if (note := debug_run_note(run))]
-    listed = [run for run in runs.complete if not debug_run_note(run)]
+    choice = measurement_choice(args)
+    chosen = choose_measurements([run for run in runs.complete if not debug_run_note(run)], choice)
+    listed = chosen.runs
     print(format_table(summary_rows(listed)))
     if listed:
         print(f"min MAD early: {UNITS_NOTE}")
     for run in listed:
         if note := conversion_note(in_unit_square(run)):
             print(f"{run.run_dir}: min MAD {note}")
+    labelled = [(f"{run.data_name}/{run.model_name}/{run.protocol.cell_name}", run) for run in listed]
+    for note in (unmatched_note(labelled, choice), others_note(chosen.others)):
+        if note:
+            print(f"note: {note}")
     for run_dir, why in [*runs.skipped, *debug]:
         print(f"skipped {run_dir}: {why}")
     return 0

@@ -19,10 +19,9 @@ from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError
 from vit_locality.run.builders import build_module
 from vit_locality.run.checkpoints import completed_epochs, last_checkpoint, read_checkpoint_file
-from vit_locality.store.record import RunRecord, write_record
+from vit_locality.store.record import REMEASURED, RunRecord, measurements, write_record
 
 log = logging.getLogger("vit_locality")
-REMEASURED = "remeasured"  # the record's attention.remeasured: measurements made after training, from last.ckpt
 # What sets a final measurement apart: what the probe reads and how (stats.units only shows, stats.every_n_epochs
 # only spaces the trajectory).
 MEASUREMENT_KEYS = ("renormalize", "probe_images", "early_layers")
@@ -46,13 +45,6 @@ def asked_measurement(settings: RunSettings, eval_images: int) -> dict[str, Any]
         "probe_images": min(stats.probe_size, eval_images),
         "early_layers": stats.early_layers,
     }
-
-
-def measurements(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every final measurement a record holds: the one made when training ended, then those made since."""
-    attention = record.get("attention") or {}
-    first = [attention["final"]] if isinstance(attention.get("final"), dict) else []
-    return first + [entry for entry in attention.get(REMEASURED) or [] if isinstance(entry, dict)]
 
 
 def remeasure_if_asked(

@@ -29,6 +29,7 @@ CHECKPOINT_DIR = "checkpoints"  # last.ckpt at epoch ends, interrupted.ckpt afte
 LAST_CHECKPOINT = "last.ckpt"
 INTERRUPTED_CHECKPOINT = "interrupted.ckpt"
 STATUSES = ("running", "interrupted", "failed", "complete")
+REMEASURED = "remeasured"  # attention.remeasured: final measurements made after training, from last.ckpt
 PREVIOUS_STOP = "previous_stop"  # a new attempt's record: why the cell's last attempt stopped (its `error`)
 # A record is a few kilobytes; anything this large is not one, and reading it whole could exhaust memory.
 RECORD_SIZE_LIMIT = 64 * 2**20
@@ -151,6 +152,14 @@ class RunRecord:
             min_mad=_number(final.get("min_mad_early")),
             entropy=_number(final.get("mean_entropy_early")),
         )
+
+
+def measurements(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every final measurement a record (as data) holds: the one made when training ended (`attention.final`), then
+    those made since from its checkpoint (`attention.remeasured`, run/remeasure.py)."""
+    attention = record.get("attention") or {}
+    first = [attention["final"]] if isinstance(attention.get("final"), dict) else []
+    return first + [entry for entry in attention.get(REMEASURED) or [] if isinstance(entry, dict)]
 
 
 def read_record(run_dir: Path) -> RunRecord | None:

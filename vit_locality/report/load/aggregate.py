@@ -3,6 +3,8 @@
 Pooled runs differ in their seed alone: quick, debug and duplicate runs are left out, and a cell whose runs differ
 in a setting is split into one group per combination (a learning-rate sweep is three rows, not three "seeds"). The
 paper's tables, claims and effects take one group per cell (`Aggregate.cells`); the others are listed as left out.
+How a run is measured (`stats`) never splits a cell: each trained run counts once, read in the measurement asked for
+(measurement.py), whichever of its records holds it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from pathlib import Path
 from typing import Literal
 
 from vit_locality.catalog import CELL_ORDER
+from vit_locality.report.load.measurement import (
+    PAPER,
+    MeasurementChoice,
+    choose_measurements,
+    lacks_measurement,
+    others_note,
+    unmatched_note,
+)
 from vit_locality.report.load.record_units import conversion_note, in_unit_square
 from vit_locality.report.load.run_settings import (
     GroupKey,
@@ -105,20 +115,31 @@ def _counted_first(groups: list[Group], cells: Mapping[str, list[Group]]) -> lis
     return sorted(groups, key=lambda g: (-agreement(g), -len(g.runs), g.key.settings, g.key.protocol.ls))
 
 
-def aggregate_runs(scan: RunScan, data: Iterable[str] | None = None, model: Iterable[str] | None = None) -> Aggregate:
-    """Group the complete runs of the wanted data sets and models (None: all) but debug, quick and duplicate ones."""
+def aggregate_runs(
+    scan: RunScan,
+    data: Iterable[str] | None = None,
+    model: Iterable[str] | None = None,
+    choice: MeasurementChoice = PAPER,
+) -> Aggregate:
+    """Group the complete runs of the wanted data sets and models (None: all) but debug, quick and duplicate ones,
+    each trained run once and read in the measurement `choice` asks for (measurement.py)."""
     wanted_data = set(data) if data else None
     wanted_model = set(model) if model else None
-    by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
     skipped = list(scan.skipped)
-    seen: dict[str, Path] = {}
-    for run in map(in_unit_square, scan.complete):
+    candidates = []
+    for run in scan.complete:
         key = group_key(run)
         if (wanted_data and key.data not in wanted_data) or (wanted_model and key.model not in wanted_model):
             continue
         if why := _not_a_measurement(run):
             skipped.append((run.run_dir, why))
             continue
+        candidates.append(run)
+    chosen = choose_measurements(candidates, choice)
+    by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
+    seen: dict[str, Path] = {}
+    for run in map(in_unit_square, chosen.runs):
+        key = group_key(run)
         identity = run.identity_hash
         if identity and identity in seen:
             skipped.append((run.run_dir, f"duplicate of {seen[identity]} (same identity hash {identity})"))
@@ -136,13 +157,39 @@ def aggregate_runs(scan: RunScan, data: Iterable[str] | None = None, model: Iter
                 key = group_key(run, settings)
                 groups.setdefault(key, Group(key)).runs.append(run)
     agg = Aggregate(groups, skipped, [])
-    agg.notes = _notes(agg, by_cell)
+    agg.notes = _notes(agg, by_cell) + _measurement_notes(agg, chosen.others, choice)
     return agg
 
 
-def aggregate(roots: list[Path], data: Iterable[str] | None = None, model: Iterable[str] | None = None) -> Aggregate:
+def aggregate(
+    roots: list[Path],
+    data: Iterable[str] | None = None,
+    model: Iterable[str] | None = None,
+    choice: MeasurementChoice = PAPER,
+) -> Aggregate:
     """Collect every run under `roots` and group it; raises FileNotFoundError for a missing root."""
-    return aggregate_runs(scan_records(roots), data, model)
+    return aggregate_runs(scan_records(roots), data, model, choice)
+
+
+def _measurement_notes(
+    agg: Aggregate, others: list[tuple[RunRecord, RunRecord]], choice: MeasurementChoice
+) -> list[str]:
+    """Which measurement the figures read (where not the paper's), the runs without it, and the records that hold
+    other measurements of a run counted once."""
+    labelled = [
+        (f"{key.data}/{key.model}/{key.cell}", run)
+        for key, group in sorted(agg.groups.items(), key=_in_paper_order)
+        for run in group.runs
+    ]
+    read = None if choice == PAPER else f"attention figures read from each run's measurement with {choice.overrides}"
+    return [note for note in (read, unmatched_note(labelled, choice), others_note(others)) if note]
+
+
+def _in_paper_order(item: tuple[GroupKey, Group]) -> tuple[str, str, int, str, str]:
+    """Groups by data set and model, then cells in the paper's order (any other cell after), then variant."""
+    key = item[0]
+    order = CELL_ORDER.index(key.cell) if key.cell in CELL_ORDER else len(CELL_ORDER)
+    return key.data, key.model, order, key.cell, key.variant
 
 
 def _notes(agg: Aggregate, by_cell: Mapping[tuple[str, str, str], list[RunRecord]]) -> list[str]:
@@ -171,6 +218,7 @@ def _notes(agg: Aggregate, by_cell: Mapping[tuple[str, str, str], list[RunRecord
         seeds = [run.seed for run in group.runs]
         if len(set(seeds)) < len(seeds):
             notes.append(f"{label} has several runs with the same seed")
-        if not any(math.isfinite(run.headline().min_mad) for run in group.runs):
+        measured_otherwise = all(lacks_measurement(run) for run in group.runs)  # said by _measurement_notes
+        if not any(math.isfinite(run.headline().min_mad) for run in group.runs) and not measured_otherwise:
             notes.append(f"{label} has no attention statistics")
     return notes

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vit_locality.config.identity import HASH_CHARS, NOT_IDENTITY, RESUME_MODE
+from vit_locality.config.identity import HASH_CHARS, RESUME_MODE, inert_keys, outside_training
 from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.store.record import RunRecord
 
 Settings = tuple[tuple[str, str], ...]
-NOT_COMPARED = ("seed", *NOT_IDENTITY)  # may differ between the runs of one group: what cannot change a result
 # Values of a trainer limit that mean "the whole run", the same as unset.
 WHOLE_RUN = {
     "trainer.limit_train_batches": (1.0,),
@@ -71,10 +70,13 @@ def debug_run_note(run: RunRecord) -> str | None:
 
 
 def run_settings(run: RunRecord) -> dict[str, str]:
-    """The run's settings that can change a result (dotted key -> value as printed), one spelling per value."""
+    """The run's settings that can change a result (dotted key -> value as printed), one spelling per value: not
+    how it is measured (`stats`, measurement.py picks the measurement) nor a setting that cannot act under the others
+    (`aug.cutmix_alpha` while `aug.cutmix=false`), which the training identity leaves out too."""
     if run.config is None:
         return {CONFIG_KEY: NO_CONFIG, "loss.ls": _shown(_canonical(float(run.protocol.ls))), START_KEY: run_start(run)}
-    covered = lambda key: any(key == prefix or key.startswith(prefix + ".") for prefix in NOT_COMPARED)
+    inert = inert_keys(run.config)
+    covered = lambda key: key == "seed" or outside_training(key, inert)
     flat = {key: value for key, value in flat_config(run.config).items() if not covered(key)}
     flat["loss.ls"] = run.protocol.ls
     settings = {key: _shown(_canonical(value)) for key, value in flat.items() if not _whole_run(key, value)}

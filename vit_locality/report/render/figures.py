@@ -17,6 +17,7 @@ from vit_locality.attention import plots
 from vit_locality.attention.min_head import recorded_band
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
 from vit_locality.report.load.aggregate import Aggregate, Group, summarise
+from vit_locality.report.load.measurement import lacks_measurement, reads_training_measurement
 from vit_locality.report.load.record_units import csv_scale, grid_side, patch_pixels
 from vit_locality.report.load.run_settings import slug
 from vit_locality.report.stats.claim_units import UNIFORM_TOLERANCE, uniform_mad
@@ -205,6 +206,12 @@ def early_layers(run: RunRecord) -> int | None:
 def emergence_series(run: RunRecord, notes: list[str] | None = None) -> dict[int, float]:
     """Epoch -> minimum early-layer MAD (unit square) from the run's attention_stats.csv; problems go to `notes`."""
     notes = [] if notes is None else notes
+    if lacks_measurement(run):  # no attention figures at all, said once in the report's notes
+        return {}
+    if not reads_training_measurement(run):
+        why = f"its {ATTENTION_CSV} was measured with other stats settings than the measurement read"
+        _left_out(notes, run, why, "emergence")
+        return {}
     early = early_layers(run)
     path = run.attention_csv
     try:
