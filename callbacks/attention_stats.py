@@ -97,7 +97,7 @@ class AttentionStatsCallback(Callback):
 
         mad = plots.layer_head_heatmap(result.stats["mad"], f"MAD (fraction of the image side), epoch {epoch}")
         entropy = plots.layer_head_heatmap(result.stats["entropy"], f"entropy, epoch {epoch}", vmax=1.0)
-        columns = list(stats_log.CSV_FIELDS[2:])
+        columns = [name for name in stats_log.CSV_FIELDS if name not in ("epoch", "step")]  # per head, this epoch
         table = wandb.Table(columns=columns)
         for row in stats_log.probe_rows(result, epoch, 0):
             table.add_data(*(row[key] for key in columns))

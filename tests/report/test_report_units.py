@@ -126,3 +126,16 @@ def test_a_run_that_cannot_be_converted_is_never_shown_beside_the_others(tmp_pat
     assert any(why in note and "+CM" in note for note in agg.notes)
     contrast = next(row for row in table.parts[2].rows if row[:2] == ["+CM", "min MAD"])
     assert contrast[5] == "n/a"  # one comparable run left: no difference without its spread
+
+
+def test_each_statistic_declares_whether_it_is_a_distance() -> None:
+    """By declaration, never by a pattern of its name: a new unit-free statistic named `mad_share` stays unit-free."""
+    from vit_locality.attention.probe import STAT_KEYS
+    from vit_locality.attention.stats_log import CSV_FIELDS
+    from vit_locality.attention.units import is_distance
+
+    per_layer = [f"{key}_{reduction}" for key in ("mad", "entropy") for reduction in ("min", "mean", "max")]
+    columns = {*STAT_KEYS, *CSV_FIELDS, *per_layer, "mad_range"}
+    distances = {"mad", "mad_std", "mad_control", "surround_pref", "mad_range", "mad_layer_range"}
+    assert {column for column in columns if is_distance(column)} == distances | {"mad_min", "mad_mean", "mad_max"}
+    assert not is_distance("mad_share") and not is_distance("control_mass")

@@ -17,6 +17,8 @@ from vit_locality.store.record import ATTENTION_CSV
 
 # `mad_layer_range` (max - min of MAD over the row's layer's heads) comes last: files without it still read.
 CSV_FIELDS = ("epoch", "step", "layer", "head", *STAT_KEYS, "mad_layer_range")
+# The columns every release wrote; the masses, the control and the layer range came later and may be absent.
+REQUIRED_CSV_FIELDS = ("epoch", "step", "layer", "head", "mad", "entropy", "cls_mass", "mad_std", "entropy_std")
 PLANE_PNG = "attention_mad_entropy.png"
 MAPS_PNG = "attention_central_maps.png"
 

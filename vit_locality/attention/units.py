@@ -14,6 +14,19 @@ LABELS = {  # how each convention is named beside a shown number
     "diagonal": "fraction of the image diagonal",
 }
 
+# Each statistic that is a distance declares so here (docs/metrics.md): MAD and its spread over images, the control's
+# MAD, the surround preference (a difference of two MADs) and MAD's range over a layer's heads; per-layer reductions
+# of a distance (`mad_min`, `mad_mean`, `mad_max`) are distances too. Every other statistic (entropies, masses,
+# shares) is unit-free, so no change of units touches it.
+DISTANCE_STATISTICS = ("mad", "mad_std", "mad_control", "surround_pref", "mad_range", "mad_layer_range")
+LAYER_REDUCTIONS = ("min", "mean", "max")
+
+
+def is_distance(statistic: str) -> bool:
+    """Whether a statistic, or a per-layer reduction of one (`mad_mean`), is a distance (DISTANCE_STATISTICS)."""
+    base, _, reduction = statistic.rpartition("_")
+    return statistic in DISTANCE_STATISTICS or (reduction in LAYER_REDUCTIONS and base in DISTANCE_STATISTICS)
+
 
 def display_factor(units: str, grid: int, patch_size: float | None = None) -> float:
     """What a unit-square distance is multiplied by to read in `units`: 1, g, g x patch_size or 1 / sqrt 2."""

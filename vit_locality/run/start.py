@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from vit_locality.attention.stats_log import CSV_FIELDS, write_csv
+from vit_locality.attention.stats_log import CSV_FIELDS, REQUIRED_CSV_FIELDS, write_csv
 from vit_locality.config.identity import (
     HASH_CHARS,
     START_NAME,
@@ -190,7 +190,7 @@ def carry_history(run_dir: Path, info: CheckpointInfo, identities: tuple[str, ..
         try:
             rows = read_csv_rows(source_dir / ATTENTION_CSV)
             for row in rows:
-                if not set(CSV_FIELDS[:9]) <= set(row) <= set(CSV_FIELDS):
+                if not set(REQUIRED_CSV_FIELDS) <= set(row) <= set(CSV_FIELDS):
                     raise ValueError(f"its columns are not among {', '.join(CSV_FIELDS)}")
                 int(row["epoch"])  # ValueError for a row that names no epoch
         except (OSError, UnicodeDecodeError, ValueError, TypeError, csv.Error) as error:

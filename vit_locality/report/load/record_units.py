@@ -11,7 +11,7 @@ import copy
 import math
 from typing import Any
 
-from vit_locality.attention.units import STORED, UNITS, display_factor
+from vit_locality.attention.units import STORED, UNITS, display_factor, is_distance
 from vit_locality.catalog import GRID_SIZE
 from vit_locality.store.record import RunRecord
 
@@ -24,11 +24,6 @@ UNITS_NOTE = (
 CONVERTED = "converted"  # key under attention.final: what was done ({"from", "factor", "note"})
 UNCONVERTIBLE = "unconvertible"  # key under attention.final: why the run's distances were dropped
 _KEPT_WITHOUT_DISTANCES = ("epoch", "mean_entropy_early", "early_layers", "probe_images", "settings")
-
-
-def is_distance(key: str) -> bool:
-    """A statistic in distance units: MAD, its spread and its controls; masses, entropies and shares are unit-free."""
-    return key == "mad" or key.startswith("mad_") or "control" in key or key.startswith("surround")
 
 
 def grid_side(run: RunRecord) -> int:
