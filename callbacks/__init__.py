@@ -13,6 +13,7 @@ from vit_locality.callbacks.seeding import EpochReseed
 
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.settings import RunSettings
+from vit_locality.run.builders import instantiate_entry
 from vit_locality.run.checkpoints import IdentityStamp, InterruptCheckpoint, last_checkpoint_callback
 
 
@@ -26,7 +27,8 @@ def progress_display(style: str, terminal: bool | None = None) -> Callback:
 
 
 def build_callbacks(settings: RunSettings, run_dir: Path) -> list[Callback]:
-    """A cell's Trainer callbacks: progress, attention statistics, reseeding, identity stamp and checkpoints."""
+    """A cell's Trainer callbacks: progress, attention statistics, reseeding, identity stamp and checkpoints, then
+    the user's (`callbacks.<name>._target_`, instantiated by Hydra as the lightning-hydra-template does)."""
     chosen: list[Callback] = [progress_display(str(settings.callbacks.progress_bar))]
     if settings.stats.enabled:
         chosen.append(AttentionStatsCallback(run_dir, settings.stats))
@@ -36,4 +38,5 @@ def build_callbacks(settings: RunSettings, run_dir: Path) -> list[Callback]:
         InterruptCheckpoint(run_dir),
         last_checkpoint_callback(run_dir, settings.callbacks.checkpoint_every_n_epochs),
     ]
+    chosen += [instantiate_entry(entry) for entry in settings.callbacks.user_entries().values()]
     return chosen

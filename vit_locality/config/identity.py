@@ -10,13 +10,12 @@ directory's name is the pre-check's (precheck/names.py). docs/runs.md says, key 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any
 
@@ -134,15 +133,10 @@ def start_checkpoint(cfg: RunSettings | Mapping[str, Any]) -> str | None:
     return None if path in (None, "") or str(cfg.get("ckpt_mode")) == RESUME_MODE else str(path)
 
 
-_PINNED: dict[str, str] = {}  # real path -> the content hash a running cell read (pinned_content_hash)
-
-
 def file_content_hash(path: str) -> str:
-    """The sha256 of a file's bytes (hex, shortened): within `pinned_content_hash`, the bytes a cell read; otherwise
-    cached by path, inode, size and times (a file replaced by `os.replace` is never a stale hit)."""
+    """The sha256 of a file's bytes (hex, shortened), cached by path, inode, size and times (a file replaced by
+    `os.replace` is never a stale hit)."""
     path = os.path.realpath(os.path.expanduser(path))
-    if path in _PINNED:
-        return _PINNED[path]
     status = os.stat(path)
     return _content_hash(path, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
@@ -150,22 +144,6 @@ def file_content_hash(path: str) -> str:
 def bytes_content_hash(data: bytes) -> str:
     """`file_content_hash` of bytes already read."""
     return hashlib.sha256(data).hexdigest()[:CONTENT_HASH_CHARS]
-
-
-@contextlib.contextmanager
-def pinned_content_hash(path: str, digest: str) -> Iterator[None]:
-    """Within the block, `file_content_hash(path)` is `digest`, the hash of the bytes a cell read once: the
-    identity, the checkpoints' stamp, the run name and the W&B run all name the weights that were loaded."""
-    key = os.path.realpath(os.path.expanduser(path))
-    previous = _PINNED.get(key)
-    _PINNED[key] = digest
-    try:
-        yield
-    finally:
-        if previous is None:
-            _PINNED.pop(key, None)
-        else:
-            _PINNED[key] = previous
 
 
 @functools.lru_cache(maxsize=16)
@@ -204,8 +182,9 @@ def identity_hash(cfg: RunSettings | Mapping[str, Any], previous_release: bool =
     if isinstance(cfg, RunSettings) and cfg.compiles:  # inductor's draws: the same distributions, another stream
         identity["random_stream"] = f"{RANDOM_STREAM_VERSION}-compiled-step"
     start = start_checkpoint(cfg)
-    if start is not None:
-        identity["start_weights"] = file_content_hash(start)
+    if start is not None:  # the bytes a running cell read, else the file's
+        read = cfg.start_sha256 if isinstance(cfg, RunSettings) else None
+        identity["start_weights"] = read or file_content_hash(start)
     blob = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

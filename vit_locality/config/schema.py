@@ -4,11 +4,14 @@ in conf/; torch- and Lightning-free, so the pre-check validates before either lo
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, ClassVar, Optional
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vit_locality.catalog import DATASETS, GRID_SIZE, POSITION_INITS
+from vit_locality.config.extensions import DISPLAY_ONLY_CALLBACKS as DISPLAY_ONLY_CALLBACKS  # for identity.py
+from vit_locality.config.extensions import check_entry_shape, user_entries
+from vit_locality.config.extensions import display_only as display_only  # for identity.py
 from vit_locality.config.fields import (
     Choice,
     Flag,
@@ -252,14 +255,37 @@ class WandbConfig(BaseModel):
     log_model: Flag()
 
 
-class LoggerConfig(BaseModel):
-    model_config = SECTION
+class UserEntries(BaseModel):
+    """A section that takes, besides its declared settings, user entries by `_target_` (config/extensions.py): any
+    other key whose value is a mapping with a `_target_` class path, kept as given (the record and the identity see
+    it), or null (an entry switched off)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    section: ClassVar[str]
+
+    def user_entries(self) -> dict[str, dict[str, Any]]:
+        """The user's entries by name, as given."""
+        return user_entries(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _entries_shaped(self) -> UserEntries:
+        for name, value in (self.model_extra or {}).items():
+            check_entry_shape(self.section, name, value)
+        return self
+
+
+class LoggerConfig(UserEntries):
+    """The CSV log always; W&B with `logger=wandb`; any Lightning logger as `logger.<name>._target_=<class>`."""
+
+    section: ClassVar[str] = "logger"
 
     wandb: Optional[WandbConfig]  # null: the CSV record only
 
 
-class CallbacksConfig(BaseModel):
-    model_config = SECTION
+class CallbacksConfig(UserEntries):
+    """The cell's own callbacks' settings; any Lightning callback as `callbacks.<name>._target_=<class>`."""
+
+    section: ClassVar[str] = "callbacks"
 
     progress_bar: Choice("tqdm", "rich", "none")
     checkpoint_every_n_epochs: Int(1)

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Annotated, Any, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, PlainValidator, SerializeAsAny, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, PlainValidator, PrivateAttr, SerializeAsAny, model_validator
 
 from vit_locality.catalog import GRID_SIZE
 from vit_locality.config.fields import (
@@ -114,6 +114,9 @@ class RunSettings(BaseModel):
     callbacks: outside_identity(CallbacksConfig)
     stats: StatsConfig
     startup: outside_identity(StartupConfig)  # what a cell shows when it starts
+    # The content hash of the `ckpt_path` bytes the running cell read once (run/start.py): its identity names those
+    # bytes, whatever happens to the file later. None: hashed from the file (the pre-check, a record's config).
+    _start_sha256: Optional[str] = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _across_sections(self) -> RunSettings:
@@ -167,6 +170,16 @@ class RunSettings(BaseModel):
                 values[section].setdefault(name, value)
         values.pop("hydra", None)
         return cls.from_values(values)
+
+    def reading_start(self, sha256: str | None) -> RunSettings:
+        """The same settings, their start checkpoint's hash the one of the bytes the cell read (`sha256`)."""
+        copy = self.model_copy()
+        copy._start_sha256 = sha256
+        return copy
+
+    @property
+    def start_sha256(self) -> str | None:
+        return self._start_sha256
 
     def trainer_arguments(self) -> dict[str, Any]:
         """Every `trainer.*` setting, declared or not, as written."""

@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from vit_locality.config.extensions import check_user_entries
 from vit_locality.config.fields import check, is_int
 from vit_locality.config.refusal import missing, typed_section
 from vit_locality.config.schema import StatsConfig
@@ -68,8 +69,11 @@ def settings_from(cfg: DictConfig, machine: bool = True) -> RunSettings:
 
 
 def check_installation(settings: RunSettings) -> None:
-    """What this installation judges whatever the machine: an online W&B run needs an API key (without one wandb
-    stops the run with a validation traceback), and `ckpt_path` must be a file this user can read."""
+    """What this installation judges whatever the machine: user callbacks and loggers (`_target_`) must be classes
+    it has that the cell can take, an online W&B run needs an API key (without one wandb stops the run with a
+    validation traceback), and `ckpt_path` must be a file this user can read."""
+    check_user_entries("callbacks", settings.callbacks.user_entries())
+    check_user_entries("logger", settings.logger.user_entries())
     wandb = settings.logger.wandb
     if wandb is not None:
         mode = str(wandb.mode)

@@ -1,5 +1,6 @@
-"""The two rules the pre-check adds to what Hydra's composition refuses: a `+key` that nothing reads, and a flag given
-something other than true or false. Both read plain containers of composed configs (public OmegaConf API only)."""
+"""The two rules the pre-check adds to what Hydra's composition refuses: a `+key` that nothing reads (a Trainer
+argument and a user callback's or logger's `_target_` and arguments are read), and a flag given something other than
+true or false. Both read plain containers of composed configs (public OmegaConf API only)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from typing import Any
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
 
+from vit_locality.config.schema import CallbacksConfig, LoggerConfig
 from vit_locality.errors import ConfigError
 from vit_locality.precheck.refusals import SPELLING_HINT
 
 # The one section whose new keys something reads: any Trainer argument (checked against the installed Trainer).
 OPEN_SECTIONS = ("trainer",)
+# Sections whose new entries something reads: a user callback or logger, `+<section>.<name>._target_=<class>` and its
+# arguments, for any name the section does not declare (the schema and the gate check them: config/extensions.py).
+ENTRY_SECTIONS = {"callbacks": CallbacksConfig, "logger": LoggerConfig}
 MAX_LISTED = 24  # keys of a section a refusal lists when none is close to the one typed
 _ABSENT = object()
 
@@ -38,7 +43,18 @@ def may_create_keys(override: Override) -> bool:
     if not (override.is_add() or override.is_force_add()):
         return False
     section = override.key_or_group.rpartition(".")[0]
-    return section not in OPEN_SECTIONS
+    return section not in OPEN_SECTIONS and not sets_user_entry(override)
+
+
+def sets_user_entry(override: Override) -> bool:
+    """Whether a `+` override sets a user callback or logger: `<section>.<name>.<argument>`, or `<section>.<name>`
+    given a mapping, for a name the section does not declare (`logger.wandb.*` and `callbacks.progress_bar` are
+    declared settings, checked as any other)."""
+    section, _, rest = override.key_or_group.partition(".")
+    name, dot, _ = rest.partition(".")
+    if section not in ENTRY_SECTIONS or not name or name in ENTRY_SECTIONS[section].model_fields:
+        return False
+    return bool(dot) or isinstance(override.value(), dict)
 
 
 def new_keys(before: dict[str, Any], key: str, value: Any) -> list[str]:

@@ -23,7 +23,7 @@ from vit_locality.upstream import accelerator_connector_class
 # display follow from other settings (callbacks.progress_bar, logger=...), so they are not `trainer.*` keys.
 RESERVED = {
     "logger": "choose loggers with logger=csv|wandb",
-    "callbacks": "callbacks come from the callbacks group",
+    "callbacks": "add each callback as +callbacks.<name>._target_=<class> (docs/training.md)",
     "default_root_dir": "the run directory is hydra.run.dir / hydra.sweep.dir",
     "plugins": "the cell writes checkpoints through its own atomic plugin",
     "enable_progress_bar": "use callbacks.progress_bar=tqdm|rich|none",

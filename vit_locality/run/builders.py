@@ -7,7 +7,9 @@ analysis sees the data a run saw (a finished run's settings come from its record
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -16,6 +18,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from vit_locality.augment.per_sample import build_train_transform
+from vit_locality.config.extensions import filled_directories
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.settings import RunSettings, uses_cuda
 from vit_locality.data import ImageDataModule, datamodule_class
@@ -71,12 +74,24 @@ def build_module(settings: RunSettings, datamodule: ImageDataModule) -> ViTClass
 
 def build_loggers(settings: RunSettings, run_dir: Path, wandb_id: str | None = None) -> list[Logger]:
     """The CSV log always (the offline record beside results.json), W&B on top when `logger=wandb` (mode, group
-    and tags: wandb_run.py). Both resume with the run: the CSV keeps earlier attempts' rows, W&B continues the run
-    `wandb_id` names (the cell's record's: wandb_run.cell_run_id), by default a first start's."""
+    and tags: wandb_run.py), then the user's loggers (`logger.<name>._target_`). The first two resume with the run:
+    the CSV keeps earlier attempts' rows, W&B continues the run `wandb_id` names (the cell's record's:
+    wandb_run.cell_run_id), by default a first start's. A user logger told no directory writes in `<run dir>/<name>`."""
     loggers: list[Logger] = [ResumableCSVLogger(save_dir=str(run_dir), name="", version="csv")]
     if settings.logger.wandb:
         loggers.append(wandb_logger(settings, run_dir, wandb_id or wandb_run_id(settings, run_dir)))
+    for name, entry in settings.logger.user_entries().items():
+        loggers.append(instantiate_entry(entry, **filled_directories(entry, str(run_dir / name))))
     return loggers
+
+
+def instantiate_entry(entry: Mapping[str, Any], **filled: Any) -> Any:
+    """A user callback's or logger's object from its entry, by Hydra's `instantiate` as the lightning-hydra-template
+    does, its arguments as plain containers; `filled` sets what the entry leaves out or null. Hydra is imported here
+    only, for a cell with such an entry (the gate checked the class and its arguments: config/extensions.py)."""
+    from hydra.utils import instantiate
+
+    return instantiate({"_convert_": "all", **entry, **filled})
 
 
 def wandb_run_id(settings: RunSettings, run_dir: Path) -> str:

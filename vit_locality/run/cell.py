@@ -21,7 +21,14 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from vit_locality.config.identity import APPLIES_WHEN, HELD_VALUES, holds_cell, identities_of, inert_keys
+from vit_locality.config.identity import (
+    APPLIES_WHEN,
+    HELD_VALUES,
+    holds_cell,
+    identities_of,
+    identity_hash,
+    inert_keys,
+)
 from vit_locality.config.settings import RunSettings, uses_cuda
 from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError, VitLocalityError
@@ -41,7 +48,7 @@ from vit_locality.run.labels import add_labels
 from vit_locality.run.lock import RunLock
 from vit_locality.run.record_sections import data_change, identity_sections, result_sections, setup_sections
 from vit_locality.run.remeasure import remeasure_if_asked
-from vit_locality.run.start import StartFile, StartPoint, load_start_weights, pinned_start, read_start_file, start_point
+from vit_locality.run.start import StartFile, StartPoint, load_start_weights, read_start_file, start_point
 from vit_locality.run.threads import apply_thread_count
 from vit_locality.store.record import (
     PREVIOUS_STOP,
@@ -129,14 +136,14 @@ def run_cell(settings: RunSettings, run_dir: Path, make_callbacks: CallbackFacto
     run_dir = Path(run_dir)
     # `ckpt_path` is read once: the identity, the name and the weights all come from these bytes (start.py).
     start_file = read_start_file(settings, run_dir)
-    with pinned_start(start_file):
-        identities = identities_of(settings)
+    settings = settings.reading_start(start_file.sha256) if start_file is not None else settings
+    identities = tuple(dict.fromkeys((identity_hash(settings), *identities_of(settings))))  # today's first
     say_inert_settings(settings)
     # One process per run directory: DDP ranks > 0 (and other nodes) share rank 0's directory, and its lock.
     holds_lock = is_rank_zero() and os.environ.get("NODE_RANK", "0") == "0"
     try:
         lock = RunLock(run_dir, os.environ.get(COMMAND_ID_ENV, "")) if holds_lock else nullcontext()
-        with lock, sigterm_raises() as gate, pinned_start(start_file):
+        with lock, sigterm_raises() as gate:
             try:
                 return _run_locked(settings, run_dir, make_callbacks, identities, gate, start_file)
             except (KeyboardInterrupt, SIGTERMException) as stop:  # before the cell recorded anything

@@ -6,13 +6,12 @@ part of its identity and directory name, so it never shares a record with a cell
 run's. Lightning's `fit(ckpt_path=...)` resumes any file it is given, so the choice and the refusal are made here.
 
 The file is read once (`read_start_file`), before the identity is built: its content hash is pinned for the cell's
-run (identity.pinned_content_hash) and the weights are loaded from those same bytes, so the identity, the record's
+run (RunSettings.reading_start) and the weights are loaded from those same bytes, so the identity, the record's
 `start.ckpt_sha256` and the weights always agree, whatever happens to the file later (StartChanged).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import logging
 import re
@@ -29,7 +28,6 @@ from vit_locality.config.identity import (
     bytes_content_hash,
     canonical_text,
     holds_cell,
-    pinned_content_hash,
     processes,
     run_identity,
     start_checkpoint,
@@ -112,12 +110,6 @@ def read_start_file(settings: RunSettings, run_dir: Path) -> StartFile | None:
             "the command again once the file is settled"
         )
     return start
-
-
-def pinned_start(start: StartFile | None) -> contextlib.AbstractContextManager[None]:
-    """While the cell runs, every hash of `ckpt_path` (identity, run name, checkpoint stamps) is that of the bytes
-    read once (StartFile.sha256)."""
-    return contextlib.nullcontext() if start is None else pinned_content_hash(str(start.path), start.sha256)
 
 
 def start_point(
