@@ -22,10 +22,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from vit_locality.config.identity import identities_of
+from vit_locality.config.settings import RunSettings
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
 from vit_locality.precheck.data_presence import ask_servers
 from vit_locality.precheck.preflight import Plan, check_command
+from vit_locality.precheck.refusals import config_groups_text
 from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.run.wait_policy import sleep_while_waiting
 from vit_locality.sweep.launch import (
@@ -35,9 +38,18 @@ from vit_locality.sweep.launch import (
     point_ddp_children_at_this_cell,
     run_ddp_cell_in_own_process,
 )
-from vit_locality.sweep.progress import announce_sweep_size, cell_start_line, finished_durations, sweep_cells
+from vit_locality.sweep.progress import (
+    announce_sweep_size,
+    cell_start_line,
+    complete_already,
+    finished_durations,
+    in_sweep_command,
+    mark_sweep_command,
+    sweep_cells,
+)
 
 log = logging.getLogger("vit_locality")
+HELP_GROUPS_RESOLVER = "config_groups"  # conf/train.yaml's help template lists the groups through it
 
 
 def objective_value(record: dict, name: str) -> float:
@@ -99,11 +111,48 @@ def cell_callbacks(settings: Any, run_dir: Path) -> list[Any]:
     return chosen + extras.run_callbacks(settings, run_dir)
 
 
+def is_complete_cell(run_dir: Path, settings: RunSettings | None) -> bool:
+    """Whether the cell runner will find the cell complete in `run_dir` and skip it in one line (run/cell.py); a
+    cell whose settings are not known here (a DDP cell refused by the gate in its own process) is not."""
+    if settings is None:
+        return False
+    try:
+        return complete_already(run_dir, identities_of(settings))
+    except OSError:  # a start checkpoint that cannot be read now: the cell runner says why
+        return False
+
+
+def gated_or_none(cfg: DictConfig) -> RunSettings | None:
+    """A DDP cell's settings as its own process will have them (this machine aside), or None where it refuses them:
+    that process then says why."""
+    from vit_locality.precheck.gate import settings_from
+
+    try:
+        return settings_from(cfg, machine=False)
+    except ConfigError:
+        return None
+
+
+def announce_cell(cfg: DictConfig, run_dir: Path, settings: RunSettings | None, child: bool = False) -> None:
+    """What a cell shows as it starts: `cell k of N` (with the sweep's time left) in a sweep, the config tree in a
+    single run (`startup.print_config`). Nothing in a DDP rank > 0, nor for a cell complete already, which the
+    cell runner skips in one line; never a tree in a sweep's cell, whose command printed the sweep's (cli)."""
+    if child or is_complete_cell(run_dir, settings):
+        return
+    if in_multirun():
+        hydra_job = HydraConfig.get()
+        durations = finished_durations(Path(hydra_job.sweep.dir))
+        log.info("%s", cell_start_line(int(hydra_job.job.num) + 1, sweep_cells(), durations))
+    elif cfg.startup.print_config and not in_sweep_command():
+        from vit_locality.precheck.tree import config_tree_text
+
+        print(config_tree_text(cfg), flush=True)
+
+
 @hydra.main(version_base="1.3", config_path=CONF_PATH, config_name="train")
 def main(cfg: DictConfig) -> float | None:
     # Heavy imports only after Hydra has parsed the command line (so --help and typos answer at once).
     from vit_locality.precheck.gate import settings_from
-    from vit_locality.precheck.tree import config_tree_text
     from vit_locality.run.advice import remove_refused_run_dir
     from vit_locality.run.cell import CellInterrupted, run_cell
     from vit_locality.store.disk_space import disk_full_cause
@@ -112,16 +161,12 @@ def main(cfg: DictConfig) -> float | None:
     quiet_library_noise()
     print_each_line_once()
     cfg.run_name = str(cfg.run_name)  # resolved once: the name is computed from the rest (precheck/names.py)
-    if in_multirun():
-        hydra_job = HydraConfig.get()
-        if "BasicLauncher" not in str(hydra_job.launcher.get("_target_", "")):  # cells run side by side
-            name_the_cell_in_each_line(cfg.run_name)
-        durations = finished_durations(Path(hydra_job.sweep.dir))
-        log.info("%s", cell_start_line(int(hydra_job.job.num) + 1, sweep_cells(), durations))
-
+    if in_multirun() and "BasicLauncher" not in str(HydraConfig.get().launcher.get("_target_", "")):
+        name_the_cell_in_each_line(cfg.run_name)  # cells run side by side
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     on_slurm = "SLURM_JOB_ID" in os.environ  # SLURM starts one task per rank itself: nothing to re-launch
     if is_ddp(cfg) and in_multirun() and not on_slurm:
+        announce_cell(cfg, run_dir, gated_or_none(cfg))
         code = run_ddp_cell_in_own_process(run_dir)  # it skips a complete cell itself
         if code and not cfg.sweep.continue_on_error:
             sys.exit(code)
@@ -132,8 +177,7 @@ def main(cfg: DictConfig) -> float | None:
     original_argv = sys.argv if child else point_ddp_children_at_this_cell(run_dir)
     try:
         settings = settings_from(cfg)  # the job's own cell through the gate: on a SLURM node, the node's machine
-        if cfg.startup.print_config and not child:
-            print(config_tree_text(cfg), flush=True)
+        announce_cell(cfg, run_dir, settings, child)
         record = run_cell(settings, run_dir, cell_callbacks)
     except CellInterrupted as stop:
         log.error("%s", stop)
@@ -156,6 +200,50 @@ def main(cfg: DictConfig) -> float | None:
     return value if math.isfinite(value) else failed_trial(cfg)
 
 
+def sweep_configs(plan: Plan) -> list[dict[str, Any]]:
+    """The resolved config of each run directory of a sweep (its first cell's), as the pre-check composed it."""
+    from omegaconf import OmegaConf
+
+    composed = {" ".join(cell): tree for cell, tree in plan.composer.composed.items()}
+    trees = [composed[shown] for shown in plan.directories.values() if shown in composed]
+    return [OmegaConf.to_container(OmegaConf.create(tree), resolve=True) for tree in trees]
+
+
+def every_cell_complete(plan: Plan) -> bool:
+    """Whether every cell of a grid sweep is complete already (each then skipped in one line); a search's cells are
+    the bounds it draws from, never complete."""
+    if plan.cell_count is None or not plan.run_dirs:
+        return False
+    identities = (plan.identities.get(run_dir.name) for run_dir in plan.run_dirs.values())
+    pairs = zip(plan.run_dirs.values(), identities, strict=True)
+    return all(identity is not None and complete_already(run_dir, (identity,)) for run_dir, identity in pairs)
+
+
+def print_sweep_tree(plan: Plan) -> None:
+    """A sweep's config tree, once, before its first cell (`startup.print_config` of its first cell): what its
+    cells share, and each setting they sweep with its values (precheck/tree.py). None where every cell is complete
+    already: the re-run only says, cell by cell, that it skips them."""
+    from vit_locality.precheck.tree import sweep_tree_text
+
+    configs = sweep_configs(plan)
+    if not configs or not (configs[0].get("startup") or {}).get("print_config") or every_cell_complete(plan):
+        return
+    if plan.cell_count is None:
+        title = "config of the search (a swept setting lists the bounds or choices its trials are drawn from)"
+    else:
+        title = f"config of the {plan.cell_count} cells of this sweep (a swept setting lists its values)"
+    print(sweep_tree_text(configs, title), flush=True)
+
+
+def register_help() -> None:
+    """`--help` lists the config groups through `${config_groups:}` (conf/train.yaml's hydra.help.template):
+    Hydra's own list would offer each group's shared parts (`data: _downloadable, _shared, ...`) too."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver(HELP_GROUPS_RESOLVER):
+        OmegaConf.register_new_resolver(HELP_GROUPS_RESOLVER, lambda: config_groups_text(CONF_DIR))
+
+
 def cli() -> None:
     """`python train.py` and the installed `vit-locality-train`: check every cell, run, give the verdict."""
     sleep_while_waiting()  # OMP_WAIT_POLICY=PASSIVE on a CPU, before anything loads torch (run/wait_policy.py)
@@ -171,11 +259,15 @@ def cli() -> None:
         from vit_locality.sweep.slurm_launcher import note_run_dirs
 
         note_run_dirs(plans[0].run_dirs)  # a SLURM sweep follows each cell's directory without composing it
+        mark_sweep_command(plans[0].multirun)  # a sweep's cells print no tree, in whatever process they run
     register_resolvers()  # before main(): Hydra resolves run_name when it builds the output directory
+    register_help()
     from vit_locality.sweep.verdict import COMMAND_ID_ENV, new_command_id, report_verdict, started_sweep_dir
 
     command_id = os.environ[COMMAND_ID_ENV] = new_command_id()  # this command's cells and verdict, no other's
     announce_sweep_size(counted[0] if counted else None)  # each cell logs "cell k of N" with the sweep's time left
+    if plans and plans[0].multirun:
+        print_sweep_tree(plans[0])
     main()
     sweep_dir = started_sweep_dir()  # where Hydra's multirun wrote (None: a single run)
     if sweep_dir is not None and (status := report_verdict(sweep_dir, command_id)):

@@ -259,7 +259,7 @@ def test_the_summary_make_demo_ends_with_prints_the_table_last(tmp_path: Path, s
     from vit_locality.report.load.record_units import UNITS_NOTE
 
     recipe = (REPO / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert recipe[-1].strip() == "@$(PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo"
+    assert recipe[-1].strip() == "@$(VENV_PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo"
     sweep = tmp_path / "multirun" / "demo"
     for cell in ORDER:
         write_run(sweep, "glyphs", cell, 0, 50.0, 0.3, 0.8, model="vit_tiny")

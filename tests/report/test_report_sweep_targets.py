@@ -5,6 +5,7 @@ accuracy at the reports' two decimals."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 from record_fakes import write_run
@@ -25,10 +26,14 @@ def test_a_report_target_renders_a_given_sweep_and_trains_nothing(tmp_path: Path
     for cell in ("Baseline", "+CM"):
         write_run(sweep, "synthetic", cell, 0, 50.0, 0.40, 0.5, model="vit_tiny")
     before = sorted(path.relative_to(sweep) for path in sweep.rglob("*"))
-    done = subprocess.run(
-        ["make", "table-ablation", f"SWEEP={sweep}", f"REPORTS={reports}"], cwd=REPO, capture_output=True, text=True
+    done = subprocess.run(  # this Python (PY): rendering installs nothing, whatever the state of .venv
+        ["make", "table-ablation", f"SWEEP={sweep}", f"REPORTS={reports}", f"PY={sys.executable}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "pip install" not in done.stdout
     assert sorted(path.relative_to(sweep) for path in sweep.rglob("*")) == before  # nothing trained, nothing written
     tables = sorted(path.name for path in reports.rglob("*.md"))
     assert any("ablation" in name and "synthetic" in name for name in tables), tables

@@ -1,14 +1,20 @@
 """How far a sweep is: "cell k of N" when a cell starts, with the time left: the mean duration of the finished cells
-times the cells not yet complete (an upper bound with parallel cells). The count reaches every cell by environment."""
+times the cells not yet complete (an upper bound with parallel cells). The count reaches every cell by environment,
+and so does the mark that a cell is a sweep's (whose config tree the entry point printed once, before the first).
+A cell complete already shows none of this: its runner's one line says it is skipped (run/cell.py)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from vit_locality.config.identity import holds_cell
 from vit_locality.store.record import RESULTS_FILE, RecordError, read_record
 
 SWEEP_CELLS_ENV = "VIT_LOCALITY_SWEEP_CELLS"
+# Set for the cells of a `-m` command: in every launcher's worker and in a DDP cell's own process (a single run to
+# Hydra), so none of them prints the config tree the entry point printed for the whole sweep.
+SWEEP_COMMAND_ENV = "VIT_LOCALITY_SWEEP_COMMAND"
 
 
 def duration_text(seconds: float) -> str:
@@ -25,6 +31,29 @@ def announce_sweep_size(count: int | None) -> None:
     """Put the command's cell count where every cell, and every joblib worker, can read it."""
     if count:
         os.environ[SWEEP_CELLS_ENV] = str(count)
+
+
+def mark_sweep_command(multirun: bool) -> None:
+    """Say to every cell of this command whether it is a sweep's (a single run clears a mark left in the shell)."""
+    if multirun:
+        os.environ[SWEEP_COMMAND_ENV] = "1"
+    else:
+        os.environ.pop(SWEEP_COMMAND_ENV, None)
+
+
+def in_sweep_command() -> bool:
+    """Whether this cell is one of a `-m` command's, wherever and however it was started."""
+    return os.environ.get(SWEEP_COMMAND_ENV) == "1"
+
+
+def complete_already(run_dir: Path, identities: tuple[str, ...]) -> bool:
+    """Whether `run_dir` holds the complete record of the cell whose hashes are `identities` (identities_of): the
+    cell runner then skips it, saying so in one line, and the cell's start lines are left out."""
+    try:  # the checked reader: a FIFO named results.json cannot hang it
+        record = read_record(run_dir)
+    except RecordError:
+        return False
+    return record is not None and record.complete and holds_cell(record.data, identities)
 
 
 def sweep_cells() -> int | None:
