@@ -3,6 +3,8 @@ their default policy, the patch grid, the augmentation policies, the names of th
 
 from __future__ import annotations
 
+from vit_locality.data.spec import BUILT_IN
+
 # Every data set is cut into an 8 x 8 patch grid: 32 px images get 4 px patches, 64 px images 8 px patches.
 GRID_SIZE = 8
 
@@ -17,15 +19,9 @@ AUGMENT_POLICIES = (*AUTOAUGMENT_POLICIES, COLORJITTER)
 # sine-cosine code (vit_locality/model/position_code.py); learned either way.
 POSITION_INITS = ("learned", "sincos")
 
-# Data set name -> the policy `aug.policy=auto` means on it.
-DATASET_DEFAULT_POLICY = {
-    "cifar10": "cifar10",
-    "cifar100": "cifar10",
-    "tiny_imagenet": COLORJITTER,
-    "synthetic": "cifar10",
-    "glyphs": "cifar10",
-}
-DATASETS = tuple(DATASET_DEFAULT_POLICY)
+# Data set name -> the policy `aug.policy=auto` means on it: views of each data set's declaration (data/spec.py).
+DATASET_DEFAULT_POLICY = {name: spec.default_policy for name, spec in BUILT_IN.items()}
+DATASETS = tuple(BUILT_IN)
 
 
 def resolve_policy(policy: str, dataset: str) -> str:

@@ -42,9 +42,7 @@ def test_cuda_visible_devices_can_hide_every_gpu(monkeypatch: pytest.MonkeyPatch
 def test_the_entry_point_sets_it_before_its_pre_check(monkeypatch: pytest.MonkeyPatch, no_torch_yet: None) -> None:
     """cli() sets it first, before the pre-check (which may refuse) and before anything imports torch."""
     from vit_locality import train
-    from vit_locality.precheck import data_presence
 
-    monkeypatch.setattr(data_presence, "_ASKING", [False])  # cli() turns the servers' check on: for this test only
     monkeypatch.setenv("OMP_WAIT_POLICY", "set by this test")  # so that teardown restores the session's value
     monkeypatch.delenv("OMP_WAIT_POLICY")
     monkeypatch.setattr(wait_policy, "cuda_device_visible", lambda environ: False)

@@ -37,12 +37,14 @@ from vit_locality.config.trainer_checks import (
     limit_ok,
     trains_a_batch,
 )
+from vit_locality.data.spec import BUILT_IN
 
 # OmegaConf-free, but pydantic reads these annotations at runtime on Python 3.10: Optional, not `X | None`.
 # ruff: noqa: UP007, UP045
 
-# Official training-set sizes, which data.val_size must leave images of (the generated sets' is data.train_size).
-TRAIN_SIZES = {"cifar10": 50_000, "cifar100": 50_000, "tiny_imagenet": 100_000}
+# Official training-set sizes, which data.val_size must leave images of (the generated sets' is data.train_size):
+# a view of each data set's declaration (data/spec.py).
+TRAIN_SIZES = {name: spec.train_images for name, spec in BUILT_IN.items() if spec.train_images is not None}
 # Sizes beyond what this project's runs are for; stated so that a typo (an extra zero) is refused before it allocates.
 MAX_IMAGE_SIZE = 512  # pixels a side: 64 x 64 patches of 8 pixels at the 8 x 8 grid
 MAX_SYNTHETIC_IMAGES = 2_000_000  # per split
@@ -321,12 +323,13 @@ class SweepConfig(BaseModel):
     continue_on_error: Flag()  # true: a failed cell is recorded (status "failed") and the sweep goes on
 
 
-# A section's values are validated by the variant `variant_of` picks: the data set's by its name, the model's by the
-# fields its option file sets (a conv stem's, a position code's).
-DATA_VARIANTS = {"synthetic": SyntheticDataConfig, "glyphs": GlyphsDataConfig}
+# A section's values are validated by the variant `variant_of` picks: the data set's by its name (the section class
+# its declaration names, data/spec.py), the model's by the fields its option file sets (a conv stem's, a position
+# code's). The classes are defined above, so loading them from this module while it loads finds them.
+DATA_VARIANTS: dict[str, type[DataConfig]] = {name: spec.config_class() for name, spec in BUILT_IN.items()}
 MODEL_VARIANTS = (ConvStemModelConfig, PositionCodeModelConfig)
 VARIANTS = {
-    "data": (SyntheticDataConfig, GlyphsDataConfig, DownloadableDataConfig),
+    "data": tuple(dict.fromkeys(DATA_VARIANTS[name] for name in ("synthetic", "glyphs", *TRAIN_SIZES))),
     "model": (ModelConfig, *MODEL_VARIANTS),
 }
 
@@ -335,8 +338,7 @@ def variant_of(section: str, values: Any) -> type[BaseModel]:
     """The model that validates a data or model section."""
     if not isinstance(values, dict):
         return DownloadableDataConfig if section == "data" else ModelConfig
-    if section == "data":
-        known = values.get("name") in DATASETS  # an unknown name is refused naming every data set
-        return DATA_VARIANTS.get(values.get("name"), DownloadableDataConfig) if known else DataConfig
+    if section == "data":  # an unknown name is validated by DataConfig, which refuses it naming every data set
+        return DATA_VARIANTS.get(values.get("name"), DataConfig)
     extra = set(values) - set(ModelConfig.model_fields)
     return next((cls for cls in MODEL_VARIANTS if extra and extra <= set(cls.model_fields)), ModelConfig)

@@ -129,6 +129,7 @@ class ImageDataModule(L.LightningDataModule):
         self._train_index: torch.Tensor | None = None
         self._val_index: torch.Tensor | None = None
         self._fingerprint: dict[str, Any] | None = None
+        self._workers_said: set[tuple[int, int]] = set()  # worker caps logged already (workers.usable_workers)
 
     @property
     def default_policy(self) -> str:
@@ -225,7 +226,7 @@ class ImageDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: Dataset, batch_size: int, sampler: Sampler | None = None) -> DataLoader:
         """A training loader (full batches) given a sampler, else one in order; seeded by its own generator."""
-        workers = usable_workers(self.num_workers)
+        workers = usable_workers(self.num_workers, self._workers_said)
         return DataLoader(
             dataset,
             batch_size=batch_size,

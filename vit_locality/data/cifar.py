@@ -12,8 +12,9 @@ import torch
 from torchvision.datasets import CIFAR10, CIFAR100
 
 from vit_locality.data.base import DataError, ImageArrays
-from vit_locality.data.download import ArchiveSpec, DownloadableDataModule, check_file
+from vit_locality.data.download import DownloadableDataModule, check_file
 from vit_locality.data.safe_pickle import load_pickle
+from vit_locality.data.spec import BUILT_IN
 
 _PIXELS = 3 * 32 * 32
 
@@ -97,11 +98,10 @@ class _CifarDataModule(DownloadableDataModule):
         return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 
-def _official(dataset: type[CIFAR10], size: int, label_key: str) -> tuple[ArchiveSpec, CifarLayout]:
-    """The archive and files torchvision's class lists, with their md5s; the archive's size is ours."""
+def _official(dataset: type[CIFAR10], label_key: str) -> CifarLayout:
+    """The extracted files torchvision's class lists, with their md5s (the archive is the data set's declaration)."""
     meta = dataset.meta
-    archive = ArchiveSpec(dataset.url, dataset.filename, size, dataset.tgz_md5, dataset.base_folder)
-    layout = CifarLayout(
+    return CifarLayout(
         train=tuple(name for name, _ in dataset.train_list),
         test=tuple(name for name, _ in dataset.test_list),
         meta=meta["filename"],
@@ -109,7 +109,6 @@ def _official(dataset: type[CIFAR10], size: int, label_key: str) -> tuple[Archiv
         label_key=label_key,
         names_key=meta["key"],
     )
-    return archive, layout
 
 
 class CIFAR10DataModule(_CifarDataModule):
@@ -119,7 +118,8 @@ class CIFAR10DataModule(_CifarDataModule):
     num_classes = 10
     mean = (0.4914, 0.4822, 0.4465)
     std = (0.2470, 0.2435, 0.2616)
-    archive, layout = _official(CIFAR10, size=170_498_071, label_key="labels")
+    archive = BUILT_IN["cifar10"].archive()
+    layout = _official(CIFAR10, label_key="labels")
 
 
 class CIFAR100DataModule(_CifarDataModule):
@@ -129,4 +129,5 @@ class CIFAR100DataModule(_CifarDataModule):
     num_classes = 100
     mean = (0.5071, 0.4865, 0.4409)
     std = (0.2673, 0.2564, 0.2762)
-    archive, layout = _official(CIFAR100, size=169_001_437, label_key="fine_labels")
+    archive = BUILT_IN["cifar100"].archive()
+    layout = _official(CIFAR100, label_key="fine_labels")

@@ -1,6 +1,7 @@
 """Download, verify and safely extract the official data archives: a download appears under its name only once
 checked, every failure is one DataError saying what to do, and every archive member is checked before anything is
-written."""
+written. torchvision's helpers fetch and hash (download_url, calculate_md5); its extract_archive is not used, as it
+checks no member for path traversal, links or zip bombs."""
 
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ import zipfile
 import zlib
 from abc import abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
 from torchvision.datasets.utils import calculate_md5, download_url
 
 from vit_locality.data.base import DataError, ImageDataModule
+from vit_locality.data.spec import Archive
 from vit_locality.errors import first_line
 
 # tarfile's "data" extraction filter (Python 3.12+ and recent patch releases of older ones).
@@ -41,17 +42,6 @@ _ZIP_METHODS = {
     zipfile.ZIP_BZIP2: "bzip2",
     zipfile.ZIP_LZMA: "lzma",
 }
-
-
-@dataclass(frozen=True)
-class ArchiveSpec:
-    """One official archive: where it comes from, what it must match, and the folder it unpacks into."""
-
-    url: str
-    filename: str  # under the data root
-    size: int
-    md5: str
-    folder: str  # under the data root, created by extracting the archive
 
 
 DOWNLOAD_TIMEOUT_S = 60  # seconds without a byte from the server before a download fails
@@ -170,7 +160,7 @@ class DownloadableDataModule(ImageDataModule):
     """A data set from one official archive, extracted into `<root>/<archive.folder>` when a required file is
     missing (`download`: fetched first); `verify` checks the archive's size and md5, else files load as they are."""
 
-    archive: ClassVar[ArchiveSpec]
+    archive: ClassVar[Archive]  # as its data set declares it (data/spec.py)
 
     def __init__(self, download: bool = True, verify: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)

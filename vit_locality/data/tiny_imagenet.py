@@ -14,7 +14,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from vit_locality.data.base import DataError, ImageArrays
-from vit_locality.data.download import ArchiveSpec, DownloadableDataModule
+from vit_locality.data.download import DownloadableDataModule
+from vit_locality.data.spec import BUILT_IN
 from vit_locality.errors import first_line
 from vit_locality.store.atomic import replace_atomically
 
@@ -31,13 +32,7 @@ class TinyImageNetDataModule(DownloadableDataModule):
     num_classes = 200
     mean = (0.485, 0.456, 0.406)
     std = (0.229, 0.224, 0.225)
-    archive = ArchiveSpec(
-        url="http://cs231n.stanford.edu/tiny-imagenet-200.zip",
-        filename="tiny-imagenet-200.zip",
-        size=248_100_043,
-        md5="90528d7ca1a48142e341f4ef8d21d0de",
-        folder="tiny-imagenet-200",
-    )
+    archive = BUILT_IN["tiny_imagenet"].archive()
 
     @property
     def wnids_path(self) -> Path:

@@ -15,7 +15,6 @@ from lightning.fabric.utilities.seed import pl_worker_init_function
 WORKER_START_METHOD = multiprocessing.get_all_start_methods()[0]
 
 log = logging.getLogger("vit_locality")
-_CAPPED: set[tuple[int, int]] = set()  # (asked, cores) already said in this process
 
 
 def usable_cores() -> int:
@@ -26,13 +25,14 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def usable_workers(asked: int) -> int:
-    """`data.num_workers` capped at the usable cores (more only wait, and torch warns); said once per process."""
+def usable_workers(asked: int, said: set[tuple[int, int]]) -> int:
+    """`data.num_workers` capped at the usable cores (more only wait, and torch warns); said once per (asked,
+    cores) pair in `said`, which its owner (the datamodule) keeps, so each of its loaders does not say it again."""
     cores = usable_cores()
     if asked <= cores:
         return asked
-    if (asked, cores) not in _CAPPED:
-        _CAPPED.add((asked, cores))
+    if (asked, cores) not in said:
+        said.add((asked, cores))
         log.info("data.num_workers=%d: %d data workers, the cores this process may use", asked, cores)
     return cores
 

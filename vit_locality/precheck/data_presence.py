@@ -1,9 +1,9 @@
 """Whether a run could read its data set, answered before anything is made and without torch.
 
 An official data set is read from `<data.root>/<folder>`, extracted from `<data.root>/<archive>` or downloaded. With
-download off and neither there, or with a `data.root` that cannot be made, or (when the entry point asks,
-`ask_servers`) a server that does not answer a HEAD request within REACH_TIMEOUT_S seconds, the command is one line
-and exit 2, with nothing created."""
+download off and neither there, or with a `data.root` that cannot be made, or (when its caller asks, `ask_servers`)
+a server that does not answer a HEAD request within REACH_TIMEOUT_S seconds, the command is one line and exit 2,
+with nothing created."""
 
 from __future__ import annotations
 
@@ -11,44 +11,35 @@ import functools
 import os
 import threading
 import urllib.parse
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vit_locality.data.spec import BUILT_IN, Archive, spec_of
 from vit_locality.errors import ConfigError, first_line
 from vit_locality.precheck.file_access import directory_problem
 
 REACH_TIMEOUT_S = 5.0  # a server that has not answered a HEAD request by then counts as unreachable
-_ASKING: list[bool] = [False]
 
 
-def ask_servers(on: bool = True) -> None:
-    """Whether check_data_present asks a missing data set's server if it answers (the entry point turns it on)."""
-    _ASKING[0] = on
+# data.name -> its official archive: a view of the declarations (data/spec.py), for callers that list them.
+ARCHIVES = {name: spec.archives[0] for name, spec in BUILT_IN.items() if spec.archives}
 
 
-@dataclass(frozen=True)
-class Archive:
-    """Where a data set's files come from: the folder they are read from, and the archive that unpacks into it."""
-
-    folder: str
-    filename: str
-    url: str
-
-
-ARCHIVES = {
-    "cifar10": Archive("cifar-10-batches-py", "cifar-10-python.tar.gz", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"),
-    "cifar100": Archive("cifar-100-python", "cifar-100-python.tar.gz", "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"),
-    "tiny_imagenet": Archive("tiny-imagenet-200", "tiny-imagenet-200.zip", "http://cs231n.stanford.edu/tiny-imagenet-200.zip"),
-}  # fmt: skip
+def declared_archive(data: Any) -> Archive | None:
+    """The archive the data section reads, or None for a generated set (no archive, no data.root); a ConfigError,
+    never a skip, when the data set declares nothing or its config downloads an archive it does not declare."""
+    spec = spec_of(str(data.name))
+    if spec.archives is None and getattr(data, "root", None) is None:
+        return None
+    return spec.archive()
 
 
-def check_data_present(data: Any) -> None:
+def check_data_present(data: Any, ask_servers: bool) -> None:
     """ConfigError when the data set can be neither read nor extracted and download is off, or would fail at once
-    (a data.root that cannot be made, a server that does not answer); nothing is created. `data`: the data section
-    (typed, or as composed)."""
-    archive = ARCHIVES.get(str(data.name))
-    if archive is None or getattr(data, "root", None) is None:
+    (a data.root that cannot be made, or with `ask_servers` a server that does not answer); nothing is created.
+    `data`: the data section (typed, or as composed)."""
+    archive = declared_archive(data)
+    if archive is None:
         return
     root = Path(os.path.expanduser(str(data.root)))
     if (root / archive.folder).exists() or (root / archive.filename).is_file():
@@ -60,7 +51,7 @@ def check_data_present(data: Any) -> None:
     problem = directory_problem(root)
     if problem is not None:
         raise ConfigError(f"{missing} and data.root={str(data.root)!r} cannot hold a download ({problem}); {by_hand}")
-    unreachable = unreachable_reason(archive.url) if _ASKING[0] else None
+    unreachable = unreachable_reason(archive.url) if ask_servers else None
     if unreachable is not None:
         host = urllib.parse.urlsplit(archive.url).hostname
         raise ConfigError(f"{missing} and {host} cannot be reached to download it ({unreachable}); {by_hand}")

@@ -50,11 +50,12 @@ def resolved(cfg: DictConfig, keys: Iterable[str] | None = None) -> dict[str, An
     return values
 
 
-def settings_from(cfg: DictConfig, machine: bool = True) -> RunSettings:
+def settings_from(cfg: DictConfig, machine: bool = True, ask_servers: bool | None = None) -> RunSettings:
     """The cell's settings, or ConfigError on the first value outside its allowed range (the run name, computed
     from the others, last); then what only this installation can judge (Trainer arguments beyond the declared ones,
     asked of the installed Lightning; an online W&B run's key) and, unless `machine=False` (a SLURM submission host
-    has none of the compute nodes' GPUs, nor perhaps their data), this machine."""
+    has none of the compute nodes' GPUs, nor perhaps their data), this machine; `ask_servers`: whether a data set
+    to download needs its server to answer (the entry point's pre-check asks; None or False: not asked)."""
     values = resolved(cfg)
     others = undeclared_trainer_arguments(values)
     if others:  # the installed Trainer judges its own arguments first: its words for a wrong type are the clearer
@@ -64,7 +65,7 @@ def settings_from(cfg: DictConfig, machine: bool = True) -> RunSettings:
         settings = settings.named(resolved(cfg, ["run_name"])["run_name"])
     check_installation(settings)
     if machine:
-        check_this_machine(settings)
+        check_this_machine(settings, bool(ask_servers))
     return settings
 
 
@@ -98,9 +99,9 @@ def _physical_memory() -> int | None:
         return None
 
 
-def check_this_machine(settings: RunSettings) -> None:
+def check_this_machine(settings: RunSettings, ask_servers: bool = False) -> None:
     """Devices, data workers against the cores, a synthetic set and the model's training state against the memory,
-    and the data set's files."""
+    and the data set's files (with `ask_servers`, a download's server must answer)."""
     validate_devices(settings.trainer.arguments())
     data, model = settings.data, settings.model
     cores = os.cpu_count() or 1
@@ -119,7 +120,7 @@ def check_this_machine(settings: RunSettings) -> None:
         needed = parameters * TRAINING_BYTES_PER_PARAMETER
         allowed = f"a model whose training state fits in this machine's {gib} (about {needed / 2**30:.0f} GiB asked)"
         check(needed <= memory, "model.depth", model.depth, allowed)
-    check_data_present(data)
+    check_data_present(data, ask_servers)
 
 
 def validate_stats(stats: DictConfig, depth: int | None) -> StatsConfig:
