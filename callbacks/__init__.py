@@ -11,6 +11,7 @@ from vit_locality.callbacks.attention_stats import AttentionStatsCallback
 from vit_locality.callbacks.epoch_log import EpochLineProgress, EpochLogCallback
 from vit_locality.callbacks.seeding import EpochReseed
 
+from vit_locality.attention.plots import ReferenceSource
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.settings import RunSettings
 from vit_locality.run.builders import instantiate_entry
@@ -26,12 +27,13 @@ def progress_display(style: str, terminal: bool | None = None) -> Callback:
     return bars[style]() if on_terminal else EpochLineProgress()
 
 
-def build_callbacks(settings: RunSettings, run_dir: Path) -> list[Callback]:
-    """A cell's Trainer callbacks: progress, attention statistics, reseeding, identity stamp and checkpoints, then
-    the user's (`callbacks.<name>._target_`, instantiated by Hydra as the lightning-hydra-template does)."""
+def build_callbacks(settings: RunSettings, run_dir: Path, references: ReferenceSource | None = None) -> list[Callback]:
+    """A cell's Trainer callbacks: progress, attention statistics (with the `references` drawn on its pictures),
+    reseeding, identity stamp and checkpoints, then the user's (`callbacks.<name>._target_`, instantiated by Hydra
+    as the lightning-hydra-template does)."""
     chosen: list[Callback] = [progress_display(str(settings.callbacks.progress_bar))]
     if settings.stats.enabled:
-        chosen.append(AttentionStatsCallback(run_dir, settings.stats))
+        chosen.append(AttentionStatsCallback(run_dir, settings.stats, references))
     chosen += [
         EpochReseed(settings.seed),
         IdentityStamp(identity_hash(settings)),

@@ -24,7 +24,12 @@ log = logging.getLogger("vit_locality")
 class AttentionStatsCallback(Callback):
     """Attention statistics through training (see the module docstring)."""
 
-    def __init__(self, run_dir: str | Path, settings: StatsConfig | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        settings: StatsConfig | None = None,
+        references: plots.ReferenceSource | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.csv_path = self.run_dir / ATTENTION_CSV
         self.settings = settings or StatsConfig()
@@ -35,6 +40,7 @@ class AttentionStatsCallback(Callback):
         self._last_measured_epoch: int | None = None
         self._resumed_at: int | None = None  # epochs done by the checkpoint the fit resumes from
         self.band: dict[str, Any] | None = None  # the noise band for the pictures, where the extras measure it
+        self.references = references  # drawn on the pictures, where the entry point gives them
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         """Called before `on_fit_start` when the fit resumes: the epochs the checkpoint has done."""
@@ -64,7 +70,7 @@ class AttentionStatsCallback(Callback):
             logger.save()
         if self.settings.pictures and trainer.is_global_zero:
             band = self.band["surround_pref"] if self.band else None
-            paths = stats_log.save_pictures(self.final, self.run_dir, self.run_dir.name, band)
+            paths = stats_log.save_pictures(self.final, self.run_dir, self.run_dir.name, band, self.references)
             log.info("attention pictures: %s", ", ".join(str(p) for p in paths))
 
     def _probe_batch(self, trainer: L.Trainer, pl_module: L.LightningModule) -> torch.Tensor:

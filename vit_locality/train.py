@@ -26,11 +26,11 @@ from vit_locality.config.identity import identities_of
 from vit_locality.config.settings import RunSettings
 from vit_locality.errors import ConfigError, exit_code_of, first_line
 from vit_locality.paths import CONF_DIR, CONF_PATH
-from vit_locality.precheck.data_presence import ask_servers
-from vit_locality.precheck.preflight import Plan, check_command
+from vit_locality.precheck.preflight import CheckedCommand, Plan, plan_command
 from vit_locality.precheck.refusals import config_groups_text
 from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.run.wait_policy import sleep_while_waiting
+from vit_locality.sweep.command import CommandContext, current_command, new_command_id, publish_command, run_dirs_of
 from vit_locality.sweep.launch import (
     in_multirun,
     is_ddp,
@@ -39,12 +39,10 @@ from vit_locality.sweep.launch import (
     run_ddp_cell_in_own_process,
 )
 from vit_locality.sweep.progress import (
-    announce_sweep_size,
     cell_start_line,
     complete_already,
     finished_durations,
     in_sweep_command,
-    mark_sweep_command,
     sweep_cells,
 )
 
@@ -96,19 +94,13 @@ def name_the_cell_in_each_line(run_name: str) -> None:
 
 
 def cell_callbacks(settings: Any, run_dir: Path) -> list[Any]:
-    """What a cell's Trainer gets besides loggers: the core's callbacks (callbacks.build_callbacks) and, where the
-    extras package is installed, its own (the noise band) with its references drawn on the pictures."""
+    """What a cell's Trainer gets besides loggers: the core's callbacks (callbacks.build_callbacks), drawing the
+    extras' known-answer references on their pictures, and the extras' own (the noise band)."""
+    from vit_locality import extras
     from vit_locality.callbacks import build_callbacks
+    from vit_locality.extras.references import figure_references
 
-    chosen = build_callbacks(settings, run_dir)
-    try:
-        import vit_locality.extras as extras
-    except ModuleNotFoundError as error:
-        if not (error.name or "").startswith("vit_locality.extras"):
-            raise
-        return chosen
-    extras.install()
-    return chosen + extras.run_callbacks(settings, run_dir)
+    return build_callbacks(settings, run_dir, figure_references) + extras.run_callbacks(settings, run_dir)
 
 
 def is_complete_cell(run_dir: Path, settings: RunSettings | None) -> bool:
@@ -244,33 +236,38 @@ def register_help() -> None:
         OmegaConf.register_new_resolver(HELP_GROUPS_RESOLVER, lambda: config_groups_text(CONF_DIR))
 
 
+def command_context(checked: CheckedCommand) -> CommandContext:
+    """What this command hands its cells (sweep/command.py): a new id, and from its plan the cell count, whether it
+    is a sweep and each cell's run directory. Without a plan (a DDP cell's own process, started on the cell's saved
+    config) the sweep's count and mark are the ones it inherited."""
+    plan = checked.plan
+    if plan is None:
+        inherited = current_command()
+        return CommandContext(new_command_id(), inherited.cell_count, inherited.sweep)
+    return CommandContext(new_command_id(), plan.cell_count, plan.multirun, run_dirs_of(plan.run_dirs))
+
+
 def cli() -> None:
     """`python train.py` and the installed `vit-locality-train`: check every cell, run, give the verdict."""
     sleep_while_waiting()  # OMP_WAIT_POLICY=PASSIVE on a CPU, before anything loads torch (run/wait_policy.py)
-    counted: list[int] = []  # the pre-check counts the command's cells, saved sweeps (experiment=...) included
-    plans: list[Plan] = []  # and composes, checks and names each of them
-    ask_servers()  # data to download: its server must answer before anything is made (precheck/data_presence.py)
-    problems = check_command(sys.argv[1:], CONF_DIR, counted=counted, plan_out=plans)
-    for problem in problems:
+    # Every cell composed, checked and named; data to download: its server must answer before anything is made.
+    checked = plan_command(sys.argv[1:], CONF_DIR, ask_servers=True)
+    for problem in checked.problems:
         print(f"error: {problem}", file=sys.stderr)
-    if problems:
+    if checked.problems:
         sys.exit(2)
-    if plans:
-        from vit_locality.sweep.slurm_launcher import note_run_dirs
-
-        note_run_dirs(plans[0].run_dirs)  # a SLURM sweep follows each cell's directory without composing it
-        mark_sweep_command(plans[0].multirun)  # a sweep's cells print no tree, in whatever process they run
     register_resolvers()  # before main(): Hydra resolves run_name when it builds the output directory
     register_help()
-    from vit_locality.sweep.verdict import COMMAND_ID_ENV, new_command_id, report_verdict, started_sweep_dir
+    from vit_locality.sweep.verdict import report_verdict, started_sweep_dir
 
-    command_id = os.environ[COMMAND_ID_ENV] = new_command_id()  # this command's cells and verdict, no other's
-    announce_sweep_size(counted[0] if counted else None)  # each cell logs "cell k of N" with the sweep's time left
-    if plans and plans[0].multirun:
-        print_sweep_tree(plans[0])
+    # This command's id (its cells and verdict, no other's), cell count ("cell k of N") and sweep mark (a sweep's
+    # cells print no tree), handed to every process that runs one of its cells.
+    context = publish_command(command_context(checked))
+    if checked.plan is not None and checked.plan.multirun:
+        print_sweep_tree(checked.plan)
     main()
     sweep_dir = started_sweep_dir()  # where Hydra's multirun wrote (None: a single run)
-    if sweep_dir is not None and (status := report_verdict(sweep_dir, command_id)):
+    if sweep_dir is not None and (status := report_verdict(sweep_dir, context.command_id)):
         sys.exit(status)
 
 

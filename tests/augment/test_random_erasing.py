@@ -14,7 +14,7 @@ from torchvision.transforms import v2
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.data.on_device import BatchAugment, DeviceTrainLoader, draw_crop_flip, draw_erasing, erase
-from vit_locality.precheck.preflight import Plan, check_command
+from vit_locality.precheck.preflight import check_command, plan_command
 from vit_locality.run.builders import build_datamodule
 
 SIZE, DRAWS = 32, 6000
@@ -153,9 +153,10 @@ def test_the_cell_is_named_described_and_tagged_apart() -> None:
 
 
 def test_a_sweep_over_the_knob_runs_two_cells_in_two_directories(tmp_path) -> None:
-    plans: list[Plan] = []
     args = ["-m", *QUICK, "protocol=baseline", "aug.erasing=true,false", f"hydra.sweep.dir={tmp_path}"]
-    assert check_command(args, CONF, plan_out=plans) == []
+    checked = plan_command(args, CONF)
+    assert checked.problems == []
+    plans = [checked.plan]
     names = sorted(path.name for path in plans[0].run_dirs.values())
     assert len(names) == 2 and "_aug.erasing-false_" in names[0] and "_aug.erasing-true_" in names[1]
 

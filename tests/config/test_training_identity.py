@@ -19,7 +19,7 @@ from vit_locality.config.identity import (
     run_identity,
 )
 from vit_locality.precheck.names import cell_name, fitted_name
-from vit_locality.precheck.preflight import Plan, check_command
+from vit_locality.precheck.preflight import check_command, plan_command
 
 TINY = ["data=synthetic", "model=vit_tiny"]
 MEASUREMENTS = [
@@ -104,8 +104,9 @@ def test_a_default_command_finds_the_cell_a_previous_release_measured_otherwise(
 
 def test_cells_of_one_computation_share_a_directory_and_are_said_so(tmp_path: Path) -> None:
     argv = ["-m", *QUICK, "aug.cutmix=true,false", "aug.cutmix_alpha=0.3,1.0", f"hydra.sweep.dir={tmp_path}"]
-    plans: list[Plan] = []
-    assert check_command(argv, CONF, plan_out=plans) == []
+    checked = plan_command(argv, CONF)
+    assert checked.problems == []
+    plans = [checked.plan]
     directories = set(plans[0].run_dirs.values())
     assert len(directories) == 3
     [(name, cells)] = plans[0].one_computation.items()

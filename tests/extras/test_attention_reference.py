@@ -17,7 +17,6 @@ import torch
 
 from vit_locality.attention import plots
 from vit_locality.config.schema import StatsConfig
-from vit_locality.extras import install
 from vit_locality.extras.references import figure_references, measure_reference, plain_number, reference_model
 from vit_locality.model.vit import VisionTransformer, neighbourhood_attention_mask
 from vit_locality.report.load.aggregate import Group
@@ -27,17 +26,14 @@ from vit_locality.store.record import RunRecord
 R2 = math.sqrt(2)
 
 
-@pytest.fixture(autouse=True)
-def references_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The figures draw the extras' references once an entry point installs them (vit_locality.extras.install)."""
-    monkeypatch.setattr(plots, "REFERENCE_SOURCES", [])
-    install()
-
-
-def test_without_the_extras_a_figure_draws_no_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plots, "REFERENCE_SOURCES", [])
+def test_a_figure_given_no_references_draws_none() -> None:
+    """The references are an argument of the pictures (the entry points pass the extras' figure_references)."""
     fig, ax = plots.plt.subplots()
-    assert plots.draw_mad_references(ax, "unit", horizontal=True) == 0.0 and not ax.lines
+    assert plots.draw_mad_references(ax, (), horizontal=True) == 0.0 and not ax.lines
+    plots.plt.close(fig)
+    cells = {"Baseline": Group(key=None, runs=[_run([0.5, 0.45])])}  # type: ignore[arg-type]
+    fig = layers_figure(cells, "demo", notes=[])
+    assert not any("neighbourhood" in text for ax in fig.axes for text in _texts(ax))
     plots.plt.close(fig)
 
 
@@ -185,7 +181,8 @@ def _hlines(ax: plots.plt.Axes) -> set[float]:
 
 
 def test_plane_figure_shows_the_references() -> None:
-    fig = plots.mad_entropy_plane(torch.full((2, 3), 0.5), torch.full((2, 3), 0.9), "run")
+    references = figure_references("unit")
+    fig = plots.mad_entropy_plane(torch.full((2, 3), 0.5), torch.full((2, 3), 0.9), "run", references=references)
     ax = fig.axes[0]
     assert {"3x3 neighbourhood (0.128)", "self only (0)", "uniform"} <= set(_texts(ax))
     vertical = {round(float(line.get_xdata()[0]), 4) for line in ax.lines}
@@ -197,7 +194,7 @@ def test_plane_figure_shows_the_references() -> None:
 
 def test_layer_and_emergence_figures_show_the_references(tmp_path: Path) -> None:
     cells = {"Baseline": Group(key=None, runs=[_run([0.5, 0.45])])}  # type: ignore[arg-type]
-    fig = layers_figure(cells, "demo", [])
+    fig = layers_figure(cells, "demo", [], figure_references)
     for ax in fig.axes[:2]:  # the two MAD panels
         assert {"3x3 neighbourhood (0.128)", "self only (0)", "uniform"} <= set(_texts(ax))
         assert {0.1276, 0.0, plots.UNIFORM_MAD_8X8} <= _hlines(ax)
@@ -206,7 +203,7 @@ def test_layer_and_emergence_figures_show_the_references(tmp_path: Path) -> None
     plots.plt.close(fig)
     run = RunRecord(tmp_path, _run([0.5, 0.45]).data)  # the emergence figure draws from attention_stats.csv
     (tmp_path / "attention_stats.csv").write_text("epoch,step,layer,head,mad\n0,0,0,0,0.5\n1,10,0,0,0.45\n")
-    fig = emergence_figure({"Baseline": Group(key=None, runs=[run])}, "demo", [])  # type: ignore[arg-type]
+    fig = emergence_figure({"Baseline": Group(key=None, runs=[run])}, "demo", [], figure_references)  # type: ignore[arg-type]
     assert {"3x3 neighbourhood (0.128)", "self only (0)", "uniform"} <= set(_texts(fig.axes[0]))
     plots.plt.close(fig)
 
@@ -215,13 +212,13 @@ def test_layer_figure_in_pixels_uses_the_recorded_patch_size() -> None:
     """64-pixel images on the 8 x 8 grid: 8 pixels a patch, so the 3x3 reference is 8 x 1.0212 = 8.169 pixels; a
     record without the image size gets no reference rather than one in the wrong units."""
     cells = {"Baseline": Group(key=None, runs=[_run([5.0, 4.0], "pixels", 64)])}  # type: ignore[arg-type]
-    fig = layers_figure(cells, "demo", [])
+    fig = layers_figure(cells, "demo", [], figure_references)
     assert "3x3 neighbourhood (8.169)" in _texts(fig.axes[0])
     assert round(8 * HAND_MAD_3X3_STEPS, 3) == 8.169
     assert plots.UNIFORM_MAD_8X8 not in _hlines(fig.axes[0])  # the uniform constant is in unit distance only
     plots.plt.close(fig)
     cells = {"Baseline": Group(key=None, runs=[_run([5.0, 4.0], "pixels")])}  # type: ignore[arg-type]
-    fig = layers_figure(cells, "demo", [])
+    fig = layers_figure(cells, "demo", [], figure_references)
     assert not any("neighbourhood" in text for text in _texts(fig.axes[0]))
     plots.plt.close(fig)
 
@@ -244,7 +241,7 @@ def test_a_runs_own_plane_in_pixels_shows_the_references_at_its_patch_size(tmp_p
 
     plots.save = keep  # type: ignore[assignment]
     try:
-        save_pictures(result, tmp_path, "run")
+        save_pictures(result, tmp_path, "run", references=figure_references)
     finally:
         plots.save = original  # type: ignore[assignment]
     assert any(abs(x - 4 * HAND_MAD_3X3_STEPS) < 1e-3 for x in seen), seen

@@ -14,11 +14,10 @@ from record_fakes import complete_payload
 
 from vit_locality.precheck.names import ID_SUFFIX, fitted_name
 from vit_locality.store.record import write_record
+from vit_locality.sweep.command import COMMAND_ENV, CommandContext, current_command, new_command_id
 from vit_locality.sweep.verdict import (
-    COMMAND_ID_ENV,
     VERDICT_FILE,
     SweepVerdict,
-    new_command_id,
     note_cell,
     read_verdict,
     report_verdict,
@@ -70,7 +69,7 @@ def _cell(sweep: Path, name: str, status: str | None, callback: SweepVerdict | N
 
 def _command(monkeypatch) -> SweepVerdict:
     """A command as the entry point starts one: its own id in the environment, then Hydra's callback."""
-    monkeypatch.setenv(COMMAND_ID_ENV, new_command_id())
+    monkeypatch.setenv(COMMAND_ENV, CommandContext(new_command_id()).to_json())
     callback = SweepVerdict()
     callback.on_multirun_start(OmegaConf.create({}))
     return callback
@@ -130,17 +129,28 @@ def test_cells_of_other_commands_and_their_verdicts_do_not_count(tmp_path: Path,
     assert "wrote no verdict" in capsys.readouterr().err
 
 
-def test_the_entry_point_finds_the_sweep_directory_hydra_uses(tmp_path: Path) -> None:
-    """The verdict reads the sweep directory Hydra's master config resolved, noted when the multirun starts, with no
-    composition of its own."""
-    from vit_locality.sweep import verdict
-
-    verdict._STARTED.clear()
+def test_the_entry_point_finds_the_sweep_directory_hydra_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdict reads the sweep directory Hydra's master config resolved, noted in the command's context when the
+    multirun starts, with no composition of its own; the command's id stays the entry point's."""
+    command = CommandContext(new_command_id(), cell_count=2, sweep=True)
+    monkeypatch.setenv(COMMAND_ENV, command.to_json())
     assert started_sweep_dir() is None  # no multirun started: no sweep
     where = tmp_path / "here"
-    SweepVerdict().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(where)}, "launcher": {}}}))
+    callback = SweepVerdict()
+    callback.on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(where)}, "launcher": {}}}))
     assert started_sweep_dir() == where
-    verdict._STARTED.clear()
+    assert current_command() == command.with_sweep_dir(where) and callback.command_id == command.command_id
+
+
+def test_a_multirun_started_without_the_entry_point_gets_an_id_its_jobs_inherit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hydra's callback started by another caller (no context in the environment) makes the command's id and hands
+    it on, so that its jobs note their cells under it."""
+    monkeypatch.setenv(COMMAND_ENV, "")  # none, and restored after the callback publishes one
+    callback = SweepVerdict()
+    callback.on_multirun_start(OmegaConf.create({}))
+    assert callback.command_id and current_command().command_id == callback.command_id
 
 
 def _wait_for_a_cell(sweep: Path, part: str, proc: subprocess.Popen, timeout: float = 300) -> None:

@@ -15,8 +15,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
 from vit_locality.precheck import composer, preflight
-from vit_locality.precheck.preflight import Plan, check_command
+from vit_locality.precheck.preflight import check_command, plan_command
 from vit_locality.precheck.resolvers import register_resolvers
+from vit_locality.sweep.command import CommandContext, run_dirs_of
 
 SHORT = ["data=synthetic", "model=vit_tiny", "trainer.max_steps=2", "stats.probe_size=64"]
 
@@ -126,8 +127,9 @@ def test_the_job_names_its_cell_as_the_pre_check_did_without_composing(
     cell: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.chdir(tmp_path)  # outputs/ here (outputs/debug/ for a debug preset): where a single run lives
-    plans: list[Plan] = []
-    assert check_command(cell, CONF, plan_out=plans) == []
+    checked = plan_command(cell, CONF)
+    assert checked.problems == []
+    plans = [checked.plan]
     (run_dir,) = plans[0].run_dirs.values()
     assert run_dir.parts[0] == "outputs" and _resolved_in_a_job(cell, monkeypatch) == run_dir.name
 
@@ -200,10 +202,11 @@ def test_a_slurm_sweep_follows_each_cell_in_the_directory_the_pre_check_named(tm
 
     sweep = ["aug.cutmix=true,false", "loss.ls=0,0.1", "data.train_size=128", "data.train_size=96"]
     slurm = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", f"hydra.sweep.dir={tmp_path / 's'}"]
-    plans: list[Plan] = []
-    assert check_command(["-m", *QUICK, *sweep, *slurm], CONF, plan_out=plans) == []
-    slurm_launcher.note_run_dirs(plans[0].run_dirs)
+    checked = plan_command(["-m", *QUICK, *sweep, *slurm], CONF)
+    assert checked.problems == [] and checked.plan is not None
+    # What the entry point hands the launching process (sweep/command.py), read back as the launcher reads it.
+    context = CommandContext.from_json(CommandContext("id", run_dirs=run_dirs_of(checked.plan.run_dirs)).to_json())
     (batch,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides([*QUICK, *sweep]), None)
-    followed = [slurm_launcher.tracked(None, job) for job in batch]
+    followed = [slurm_launcher.tracked(None, job, context.run_dir_index()) for job in batch]
     assert len(batch) == 4 and all(cell.run_dir is not None for cell in followed)
     assert len({cell.run_dir for cell in followed}) == 4 and all("train_size-96" in cell.name for cell in followed)

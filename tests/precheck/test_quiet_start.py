@@ -10,19 +10,19 @@ import pytest
 from helpers import CONF, QUICK, Spawner, compose_config
 
 from vit_locality import train
-from vit_locality.precheck.preflight import Plan, check_command
+from vit_locality.precheck.preflight import Plan, check_command, plan_command
 from vit_locality.precheck.refusals import SHARED_PARTS_NOTE, SPELLING_HINT, config_groups_text, nearest_setting
 from vit_locality.precheck.tree import ABSENT_SHOWN, SWEPT_MARK, Swept, merged_config, sweep_tree_text
-from vit_locality.sweep.progress import SWEEP_COMMAND_ENV
+from vit_locality.sweep.command import COMMAND_ENV, CommandContext
 
 FAST = [*QUICK, "stats.enabled=false"]
 SKIPPED = "is complete already: skipped"
 
 
 def planned(argv: list[str]) -> Plan:
-    plans: list[Plan] = []
-    assert check_command(argv, CONF, plan_out=plans) == []
-    return plans[0]
+    checked = plan_command(argv, CONF)
+    assert checked.problems == [] and checked.plan is not None
+    return checked.plan
 
 
 def tree_lines(text: str) -> list[str]:
@@ -67,13 +67,13 @@ def test_a_cell_prints_no_tree_in_a_sweep_nor_when_complete(
     """A DDP cell of a sweep runs in its own process, a single run to Hydra: the command's mark keeps it quiet."""
     cfg = compose_config(FAST)
     monkeypatch.setattr(train, "in_multirun", lambda: False)
-    monkeypatch.delenv(SWEEP_COMMAND_ENV, raising=False)
+    monkeypatch.setenv(COMMAND_ENV, CommandContext("single").to_json())
     train.announce_cell(cfg, tmp_path, None)
     assert capsys.readouterr().out.splitlines()[0] == "config"  # a single run: its tree, as before
-    monkeypatch.setenv(SWEEP_COMMAND_ENV, "1")
+    monkeypatch.setenv(COMMAND_ENV, CommandContext("sweep", cell_count=8, sweep=True).to_json())
     train.announce_cell(cfg, tmp_path, None)
     assert capsys.readouterr().out == ""
-    monkeypatch.delenv(SWEEP_COMMAND_ENV)
+    monkeypatch.delenv(COMMAND_ENV)
     monkeypatch.setattr(train, "is_complete_cell", lambda run_dir, settings: True)
     train.announce_cell(cfg, tmp_path, None)
     assert capsys.readouterr().out == ""

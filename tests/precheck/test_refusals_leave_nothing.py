@@ -4,6 +4,7 @@ can be downloaded at all (its server answers, its root can be made), and refuses
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,10 @@ from data_fakes import served
 from helpers import Spawner
 from record_fakes import complete_payload
 
+from vit_locality.data.spec import BUILT_IN
 from vit_locality.paths import CONF_DIR
 from vit_locality.precheck import data_presence
-from vit_locality.precheck.data_presence import ARCHIVES, Archive
-from vit_locality.precheck.preflight import check_command
+from vit_locality.precheck.preflight import check_command, plan_command
 from vit_locality.store.record import write_record
 
 PROXIES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY")
@@ -29,17 +30,17 @@ def closed_port() -> int:
 
 @pytest.fixture
 def asking(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The entry point's pre-check (it asks servers), with no proxy from the environment and nothing cached."""
+    """No proxy from the environment and nothing cached, for a pre-check that asks servers (as the entry point's)."""
     for name in PROXIES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(data_presence, "_ASKING", [True], raising=False)
     if hasattr(data_presence, "unreachable_reason"):
         data_presence.unreachable_reason.cache_clear()
 
 
 def cifar10_from(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
-    official = ARCHIVES["cifar10"]
-    monkeypatch.setitem(ARCHIVES, "cifar10", Archive(official.folder, official.filename, url))
+    """CIFAR-10 declared (data/spec.py) with its archive at `url`."""
+    spec = BUILT_IN["cifar10"]
+    monkeypatch.setitem(BUILT_IN, "cifar10", replace(spec, archives=(replace(spec.archive(), url=url),)))
 
 
 def test_a_download_whose_server_does_not_answer_is_refused_and_nothing_made(
@@ -47,7 +48,7 @@ def test_a_download_whose_server_does_not_answer_is_refused_and_nothing_made(
 ) -> None:
     root = tmp_path / "no" / "such" / "dir"
     cifar10_from(monkeypatch, f"http://127.0.0.1:{closed_port()}/cifar-10-python.tar.gz")
-    (problem,) = check_command(["data=cifar10", f"data.root={root}"], CONF_DIR)
+    (problem,) = check_command(["data=cifar10", f"data.root={root}"], CONF_DIR, ask_servers=True)
     assert problem.startswith(f"cifar10 is not in data.root={root} (no cifar-10-batches-py/ nor cifar-10-python")
     assert "127.0.0.1 cannot be reached to download it (" in problem and "refused" in problem
     assert problem.endswith(f"into {root}/ by hand, or set data.root to where the data set is")
@@ -57,7 +58,7 @@ def test_a_download_whose_server_does_not_answer_is_refused_and_nothing_made(
 def test_a_download_whose_server_answers_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, asking: None) -> None:
     with served(tmp_path) as url:  # any answer will do (here a 404): what the download finds is its to say
         cifar10_from(monkeypatch, f"{url}/cifar-10-python.tar.gz")
-        assert check_command(["data=cifar10", f"data.root={tmp_path / 'data'}"], CONF_DIR) == []
+        assert check_command(["data=cifar10", f"data.root={tmp_path / 'data'}"], CONF_DIR, ask_servers=True) == []
     assert not (tmp_path / "data").exists()
 
 
@@ -95,8 +96,9 @@ def test_a_later_cells_directory_taken_by_other_settings_is_refused_before_any_c
     """The third cell's directory holds a finished run of another config: refused before the first cell trains."""
     sweep = tmp_path / "sweep"
     command = ["-m", "data=synthetic", "model=vit_tiny", "seed=0,1,2", f"hydra.sweep.dir={sweep}"]
-    plans: list = []
-    assert check_command(command, CONF_DIR, plan_out=plans) == []
+    checked = plan_command(command, CONF_DIR)
+    assert checked.problems == []
+    plans = [checked.plan]
     third = list(plans[0].run_dirs.values())[2]
     identity = plans[0].identities[third.name]
     write_record(third, complete_record("0123456789abcdef"), status="complete")
@@ -115,8 +117,9 @@ def test_a_single_runs_directory_taken_by_other_settings_is_refused(
 ) -> None:
     monkeypatch.chdir(tmp_path)  # outputs/<run name>
     command = ["data=synthetic", "model=vit_tiny"]
-    plans: list = []
-    assert check_command(command, CONF_DIR, plan_out=plans) == []
+    checked = plan_command(command, CONF_DIR)
+    assert checked.problems == []
+    plans = [checked.plan]
     (run_dir,) = plans[0].run_dirs.values()
     write_record(run_dir, complete_record("0123456789abcdef"), status="complete")
     (problem,) = check_command(command, CONF_DIR)

@@ -10,7 +10,7 @@ from helpers import CONF, QUICK, Spawner
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from vit_locality.callbacks import EpochLineProgress, EpochLogCallback, progress_display
 
-from vit_locality.precheck.preflight import check_command
+from vit_locality.precheck.preflight import plan_command
 from vit_locality.sweep.progress import cell_start_line
 from vit_locality.train import name_the_cell_in_each_line
 
@@ -25,9 +25,9 @@ def test_a_bar_only_on_a_terminal() -> None:
 
 
 def count_cells(argv: list[str]) -> int | None:
-    counted: list[int] = []
-    assert check_command(argv, CONF, counted=counted) == []
-    return counted[0] if counted else None
+    checked = plan_command(argv, CONF)
+    assert checked.problems == [] and checked.plan is not None
+    return checked.plan.cell_count
 
 
 def test_the_cells_of_a_sweep_are_counted() -> None:

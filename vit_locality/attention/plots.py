@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -16,10 +18,15 @@ UNIFORM_MAD_8X8 = 0.5171  # MAD of uniform attention over the 8 x 8 grid, in uni
 CHAR_WIDTH_EM = 0.6  # a generous average glyph width of the default sans-serif font, in ems
 REFERENCE_COLOURS = {"3x3 neighbourhood": "tab:red", "self only": "tab:purple"}
 REFERENCE_MARKERS = {"3x3 neighbourhood": "P", "self only": "X"}
-# Where the reference lines a picture draws come from: functions of (units, patch size) giving objects with `label`,
-# `mad_value`, `entropy_value` and `legend()`. Empty here: a package with known-answer references appends its
-# source when an entry point loads it, so a picture without one simply draws none.
-REFERENCE_SOURCES: list = []
+# Where the reference lines a picture draws come from: a function of (units, patch size) giving objects with `label`,
+# `mad_value`, `entropy_value` and `legend()` (vit_locality.extras.references.figure_references). The entry points
+# pass it down; a picture given none draws none.
+ReferenceSource = Callable[[str, int | None], Sequence[Any]]
+
+
+def references_in(source: ReferenceSource | None, units: str, patch_size: int | None) -> Sequence[Any]:
+    """What `source` draws in `units` (with the patch size for pixels); nothing without a source."""
+    return () if source is None else source(units, patch_size)
 
 
 def plain_tick_labels(fig: plt.Figure) -> plt.Figure:
@@ -33,10 +40,11 @@ def plain_tick_labels(fig: plt.Figure) -> plt.Figure:
     return fig
 
 
-def draw_mad_references(ax: plt.Axes, units: str, horizontal: bool, patch_size: int | None = None) -> float:
-    """Lines at the references' MAD in `units` (vertical ones with a point at the entropy); the largest value, or 0."""
+def draw_mad_references(ax: plt.Axes, references: Sequence[Any], horizontal: bool) -> float:
+    """Lines at the `references`' MAD, in the axes' units (vertical ones with a point at the entropy); the largest
+    value, or 0."""
     largest = 0.0
-    for ref in (ref for source in REFERENCE_SOURCES for ref in source(units, patch_size)):
+    for ref in references:
         colour, value = REFERENCE_COLOURS[ref.label], ref.mad_value
         largest = max(largest, value)
         style = {"color": colour, "fontsize": 6.5}
@@ -99,12 +107,13 @@ def mad_entropy_plane(
     title: str,
     ax: plt.Axes | None = None,
     units: str = "unit",
-    patch_size: int | None = None,
     control: torch.Tensor | None = None,
     band: float | None = None,
+    references: Sequence[Any] = (),
 ) -> plt.Figure:
     """Every head at (MAD, entropy), one colour per layer; `control` adds a hollow marker at each head's control MAD,
-    joined to the head where control - MAD exceeds `band` (the noise band, in `units`; without it, everywhere)."""
+    joined to the head where control - MAD exceeds `band` (the noise band, in `units`; without it, everywhere);
+    `references` (in `units`) are drawn as vertical lines."""
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(5.5, 5.2), layout="constrained")
@@ -123,7 +132,7 @@ def mad_entropy_plane(
         line = line if band is None else f"line: surround preference (control - MAD > noise band {band:.4f})"
         ax.scatter([], [], marker="_", s=80, color="k", lw=0.7, label=line)  # a collection: ax.lines stays the data
     largest = max(float(mad.max()), float(control.max()) if control is not None else 0.0)
-    right = max(largest, draw_mad_references(ax, units, horizontal=False, patch_size=patch_size)) * 1.1
+    right = max(largest, draw_mad_references(ax, references, horizontal=False)) * 1.1
     if units == "unit":  # a fixed scale, so that panels of different cells compare at a glance
         ax.axvline(UNIFORM_MAD_8X8, color="grey", ls=":", lw=1)
         ax.text(UNIFORM_MAD_8X8, 0.02, " uniform", color="grey", fontsize=7, rotation=90, va="bottom")

@@ -69,17 +69,25 @@ def headline_line(result: ProbeResult, epoch: int) -> str:
     return f"epoch {epoch}: min early-layer MAD {mad}, mean early-layer entropy {result.mean_entropy_early():.4f}"
 
 
-def save_pictures(result: ProbeResult, out_dir: Path, title: str, band: float | None = None) -> list[Path]:
-    """The MAD-entropy plane in the display units (`band` on the unit square) and the central-query maps."""
+def save_pictures(
+    result: ProbeResult,
+    out_dir: Path,
+    title: str,
+    band: float | None = None,
+    references: plots.ReferenceSource | None = None,
+) -> list[Path]:
+    """The MAD-entropy plane in the display units (`band` on the unit square, `references` drawn where given) and
+    the central-query maps."""
     factor = result.display_factor()
+    units = str(result.settings.units)
     plane = plots.mad_entropy_plane(
         result.stats["mad"] * factor,
         result.stats["entropy"],
         title,
-        units=result.settings.units,
-        patch_size=result.patch_size,
+        units=units,
         control=result.stats["mad_control"] * factor,
         band=None if band is None else band * factor,
+        references=plots.references_in(references, units, result.patch_size),
     )
     layers = list(range(min(2, result.depth)))
     maps = plots.central_query_maps(result.central_maps, layers, f"{title}: mean attention of the central query patch")

@@ -1,21 +1,13 @@
 """What goes beyond the paper: the instruments (position embeddings, the pasted box, dose-response, accuracy
 trajectories) with their tables and figures, `analyze`, the surround preference's noise band, the known-answer
-references drawn on figures, the HTML page and W&B publishing of a report. The core (model, data, augment, attention,
-config, run, store, precheck, sweep, callbacks) never imports this package; the entry points add it when present."""
+references drawn on figures, the HTML page and W&B publishing of a report. It ships in the same wheel as the core;
+the core (model, data, augment, attention, config, run, store, precheck, sweep, callbacks) never imports it, and the
+entry points (train, report) import it plainly and hand what it gives to the core as arguments."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-
-
-def install() -> None:
-    """Draw the known-answer references on every plane and curve the attention pictures draw."""
-    from vit_locality.attention import plots
-    from vit_locality.extras.references import figure_references
-
-    if figure_references not in plots.REFERENCE_SOURCES:
-        plots.REFERENCE_SOURCES.append(figure_references)
 
 
 def run_callbacks(settings: Any, run_dir: Path) -> list[Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from vit_locality.attention.stats_log import MAPS_PNG
 from vit_locality.extras.instrument_figures import write_instrument_figures
 from vit_locality.extras.instrument_tables import BOX_IMAGES, instrument_tables, measure
+from vit_locality.extras.references import figure_references
 from vit_locality.report.load.aggregate import Aggregate, aggregate
 from vit_locality.report.load.measurement import PAPER, MeasurementChoice
 from vit_locality.report.load.run_settings import slug
@@ -121,7 +122,7 @@ def build_page(
         sections.append((heading, "".join(table_html(t) for t in tables) + pictures))
 
     add("Tables", [protocols_table(agg), *ablation_tables(agg)], [])
-    add("Figures", [], write_figures(agg, assets, notes))
+    add("Figures", [], write_figures(agg, assets, notes, figure_references))
     for data_name, model_name in agg.models():
         found = measure(agg, data_name, model_name, box_images)
         add(f"Instruments: {found.title}", instrument_tables(found), write_instrument_figures(found, assets))

@@ -8,6 +8,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
@@ -22,8 +23,27 @@ from vit_locality.model.vit import VisionTransformer
 log = logging.getLogger("vit_locality")
 BAND_SEEDS = (9001, 9002, 9003, 9004)  # initialisations measured; fixed so that every cell of a design shares them
 BAND_RULE = "max |surround_pref| over every head of every layer, at initialisation, one model per seed"
-_MEASURED: dict[Hashable, dict[str, Any]] = {}  # this process's bands by what determines them
-_KEPT = 8  # designs remembered; a sweep has one or a few
+_KEPT = 8  # designs remembered per process; a sweep has one or a few
+
+
+@dataclass(frozen=True)
+class BandInputs:
+    """What a band is measured from. Equal and hashed by `key` alone (everything the band depends on), so that one
+    process measures each design's band once, whichever cell asks."""
+
+    key: Hashable
+    build: Callable[[], VisionTransformer] = field(compare=False)
+    images: torch.Tensor = field(compare=False)
+    settings: StatsConfig = field(compare=False)
+    seeds: tuple[int, ...] = field(compare=False)
+
+
+@dataclass(frozen=True)
+class MeasuredBand:
+    """A band and when its measurement ended (time.perf_counter), which tells a later cell it was reused."""
+
+    band: dict[str, Any]
+    finished: float
 
 
 def _cache_key(design: Hashable, images: torch.Tensor, settings: StatsConfig, seeds: tuple[int, ...]) -> Hashable:
@@ -31,6 +51,27 @@ def _cache_key(design: Hashable, images: torch.Tensor, settings: StatsConfig, se
     digest = hashlib.sha256(images.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
     where = (images.device.type, str(images.dtype), tuple(images.shape))
     return (design, digest, where, settings.renormalize, settings.batch_size, seeds)
+
+
+def measure_band(inputs: BandInputs) -> MeasuredBand:
+    """The band of untrained models of `inputs.build`, one per seed, in a forked random state."""
+    start = time.perf_counter()
+    per_seed = []
+    images = inputs.images
+    devices = [images.device] if images.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        for seed in inputs.seeds:
+            torch.manual_seed(seed)
+            result = probe_attention(inputs.build().to(images.device), images, inputs.settings)
+            per_seed.append(float(result.stats["surround_pref"].abs().max()))
+    band = {"surround_pref": max(per_seed), "per_seed": per_seed, "seeds": list(inputs.seeds)}
+    band |= {"heads": int(result.depth * result.heads), "probe_images": int(result.num_images), "rule": BAND_RULE}
+    band |= {"seconds": round(time.perf_counter() - start, 3)}
+    return MeasuredBand(band, time.perf_counter())
+
+
+# A pure function of its key: the cache is the process's memory of each design's band across its cells.
+remembered_band = functools.lru_cache(maxsize=_KEPT)(measure_band)
 
 
 def surround_band(
@@ -42,25 +83,11 @@ def surround_band(
 ) -> dict[str, Any]:
     """The record's `attention.noise_band` (unit square) over the preprocessed probe `images`. `build` makes an
     untrained model; `design` names its architecture, and given, reuses an earlier band of the same inputs."""
+    asked = time.perf_counter()
     key = None if design is None else _cache_key(design, images, settings, seeds)
-    if key in _MEASURED:
-        return {**_MEASURED[key], "reused": True}
-    start = time.perf_counter()
-    per_seed = []
-    devices = [images.device] if images.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        for seed in seeds:
-            torch.manual_seed(seed)
-            result = probe_attention(build().to(images.device), images, settings)
-            per_seed.append(float(result.stats["surround_pref"].abs().max()))
-    band = {"surround_pref": max(per_seed), "per_seed": per_seed, "seeds": list(seeds)}
-    band |= {"heads": int(result.depth * result.heads), "probe_images": int(result.num_images), "rule": BAND_RULE}
-    band |= {"seconds": round(time.perf_counter() - start, 3), "reused": False}
-    if key is not None:
-        while len(_MEASURED) >= _KEPT:
-            _MEASURED.pop(next(iter(_MEASURED)))
-        _MEASURED[key] = dict(band)
-    return band
+    inputs = BandInputs(key, build, images, settings, seeds)
+    measured = measure_band(inputs) if key is None else remembered_band(inputs)
+    return {**measured.band, "reused": measured.finished < asked}
 
 
 class NoiseBandCallback(Callback):

@@ -12,6 +12,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,8 @@ from vit_locality.upstream import hydra_args_parser
 INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}
 
 
-def _check_train(cfg: DictConfig, remote: bool) -> RunSettings:
-    settings = settings_from(cfg, machine=not remote)
+def _check_train(cfg: DictConfig, remote: bool, ask_servers: bool) -> RunSettings:
+    settings = settings_from(cfg, machine=not remote, ask_servers=ask_servers)
     if settings.ckpt_mode == RESUME_MODE:  # the checkpoint's identity (torch loads only for a resume)
         from vit_locality.precheck.start_check import check_start
 
@@ -55,10 +56,11 @@ def _check_train(cfg: DictConfig, remote: bool) -> RunSettings:
     return settings
 
 
-# What each entry point's config must satisfy; `remote` (a SLURM submission) skips comparing devices with this host.
-CHECKS: dict[str, Callable[[DictConfig, bool], object]] = {  # a cell's RunSettings, or what another entry checks
+# What each entry point's config must satisfy (a cell's RunSettings, or what another entry checks); `remote` (a SLURM
+# submission) skips comparing devices with this host, `ask_servers` asks a data set's server whether it answers.
+CHECKS: dict[str, Callable[[DictConfig, bool, bool], object]] = {
     "train": _check_train,
-    "analyze": lambda cfg, remote: validate_analysis(cfg),
+    "analyze": lambda cfg, remote, ask_servers: validate_analysis(cfg),
 }
 # Entry points that never write into Hydra's output directory (analyze writes beside the checkpoint, or to out_dir).
 NO_OUTPUT_DIR = {"analyze"}
@@ -163,8 +165,10 @@ def _saved_template(hydra_cfg: DictConfig, key: str) -> str:
 class Plan:
     """A command's cells and where they write, ready to check."""
 
-    def __init__(self, composer: Composer, texts: list[str], multirun: bool, remote: bool) -> None:
-        self.composer, self.multirun, self.remote = composer, multirun, remote
+    def __init__(
+        self, composer: Composer, texts: list[str], multirun: bool, remote: bool, ask_servers: bool = False
+    ) -> None:
+        self.composer, self.multirun, self.remote, self.ask_servers = composer, multirun, remote, ask_servers
         job, self.dirs, hydra_values = _split(composer, texts, multirun)
         fixed = [o for o in job if not o.is_sweep_override()]
         self.sweep_problem: str | None = None
@@ -221,7 +225,7 @@ class Plan:
         check = CHECKS.get(self.composer.config_name)
         try:
             cfg, hydra_cfg = self.composer.cell(cell)
-            settings = check(cfg, self.remote) if check else None
+            settings = check(cfg, self.remote, self.ask_servers) if check else None
             named = self._name(tuple(cell), settings, cfg, hydra_cfg) if isinstance(settings, RunSettings) else None
             run_dir = None if cfg.get("ckpt_path") else self.run_dirs.get(tuple(cell))  # a start's: the cell checks
             if taken := occupied_problem(run_dir, named and named[1], self.multirun, self.dirs):
@@ -339,42 +343,55 @@ def _parsed(composer: Composer, texts: list[str]) -> list[Override]:
         return []
 
 
-def check_command(
-    argv: list[str],
-    conf_dir: Path,
-    config_name: str = "train",
-    counted: list[int] | None = None,
-    plan_out: list[Plan] | None = None,
-) -> list[str]:
-    """Problems found in the command's cells, as one-line messages (empty when every cell is fine). `counted`, when
-    given, receives the number of cells a `-m` command runs (nothing for a single run or a search); `plan_out`, the
-    checked plan (each cell's run directory), for the entry point to hand to the SLURM launcher."""
-    if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
-        return []
+def _unprintable_problem(argv: list[str]) -> str | None:
+    """A newline or an escape in an argument would forge or recolour log lines wherever it is shown."""
     unprintable = next((arg for arg in argv if not arg.isprintable()), None)
-    if unprintable is not None:  # a newline or an escape would forge or recolour log lines wherever it is shown
-        return [f"{ascii(unprintable)[1:-1]} is not allowed: control characters (newline, tab, escape) in a value"]
+    if unprintable is None:
+        return None
+    return f"{ascii(unprintable)[1:-1]} is not allowed: control characters (newline, tab, escape) in a value"
+
+
+@dataclass(frozen=True)
+class CheckedCommand:
+    """What the pre-check found in a command: its problems, one line each (none when every cell is fine), and the
+    checked plan (each cell's run directory, the cell count) for the entry point; no plan where it checked no cells
+    (an info flag, another config tree, a command refused before its cells)."""
+
+    problems: list[str]
+    plan: Plan | None = None
+
+
+def plan_command(
+    argv: list[str], conf_dir: Path, config_name: str = "train", ask_servers: bool = False
+) -> CheckedCommand:
+    """Check every cell of the command; with `ask_servers`, a data set to download needs its server to answer."""
+    if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
+        return CheckedCommand([])
+    if (problem := _unprintable_problem(argv)) is not None:
+        return CheckedCommand([problem])
     args = hydra_args_parser().parse_args(argv)
     if args.config_path or args.config_dir:  # another config tree (e.g. a DDP child composing a saved cell)
-        return []
+        return CheckedCommand([])
     config_name = args.config_name or config_name
     remote = any(o.startswith("hydra/launcher=") and "slurm" in o for o in args.overrides)
     register_resolvers()
     with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
         composer = Composer(Path(conf_dir), config_name)
         try:
-            plan = Plan(composer, args.overrides, args.multirun, remote)
+            plan = Plan(composer, args.overrides, args.multirun, remote, ask_servers)
         except ConfigError as error:
-            return [str(error)]
+            return CheckedCommand([str(error)])
         except (*COMPOSITION_ERRORS, ValueError) as error:
-            return [explain(error, conf_dir, _parsed(composer, args.overrides))]
+            return CheckedCommand([explain(error, conf_dir, _parsed(composer, args.overrides))])
         if (plan.cell_count or 0) >= MANY_CELLS:  # Hydra composes each cell: say why the first one waits
             print(f"checking the {plan.cell_count} cells of this sweep before the first starts", file=sys.stderr)
         problems = plan.problems()
         for line in [] if problems else plan.shared_lines():
             print(line, file=sys.stderr)
-        if counted is not None and plan.cell_count:
-            counted.append(plan.cell_count)
-        if plan_out is not None:
-            plan_out.append(plan)
-        return problems
+        return CheckedCommand(problems, plan)
+
+
+def check_command(argv: list[str], conf_dir: Path, config_name: str = "train", ask_servers: bool = False) -> list[str]:
+    """Problems found in the command's cells, as one-line messages (empty when every cell is fine): `plan_command`'s
+    problems, for the callers that need no plan."""
+    return plan_command(argv, conf_dir, config_name, ask_servers).problems

@@ -22,10 +22,8 @@ exist or holds no complete run, or --out is not a directory this user can write.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
-from types import ModuleType
 
 from vit_locality.errors import ConfigError, run_as_command
 from vit_locality.precheck.file_access import check_directory
@@ -61,13 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
 
-    if (args.what in ("page", "instruments") or args.wandb) and extras() is None:
-        print(f"error: {args.what if args.what != 'all' else '--wandb'} needs vit_locality.extras, not installed")
-        return 2
     if args.what == "page":
-        return extras().write_pages(
-            args.sweep_dirs, args.out, _names(args.data), _names(args.model), args.box_images, choice
-        )
+        from vit_locality.extras.report_commands import write_pages
+
+        return write_pages(args.sweep_dirs, args.out, _names(args.data), _names(args.model), args.box_images, choice)
     agg = aggregate(args.sweep_dirs, _names(args.data), _names(args.model), choice)
     for warning in architecture_warnings(run for group in agg.groups.values() for run in group.runs):
         print(f"warning: {warning}", file=sys.stderr)
@@ -91,35 +86,25 @@ def main(argv: list[str] | None = None) -> int:
         print(table.markdown(), end="\n\n")
         written += table.write(args.out)
     if args.what in ("figures", "all"):
+        from vit_locality.extras.references import figure_references
         from vit_locality.report.render.figures import write_figures
 
-        written += write_figures(agg, args.out, agg.notes)
-    if args.what in ("instruments", "all") and extras() is not None:
-        written += extras().write_instruments(agg, args.out, args.box_images)
-    elif args.what == "all":
-        agg.notes.append("the instruments need vit_locality.extras, which is not installed: left out")
+        written += write_figures(agg, args.out, agg.notes, figure_references)
+    if args.what in ("instruments", "all"):
+        from vit_locality.extras.report_commands import write_instruments
+
+        written += write_instruments(agg, args.out, args.box_images)
     print(f"wrote {len(written)} files into {args.out}: {', '.join(p.name for p in written)}")
     if args.wandb:
         pictures = [path for path in written if path.suffix == ".png"]
-        print(f"W&B report run: {extras().publish(agg, tables, pictures, args.sweep_dirs, args.out)}")
+        from vit_locality.extras.report_commands import publish
+
+        print(f"W&B report run: {publish(agg, tables, pictures, args.sweep_dirs, args.out)}")
     for note in agg.notes:
         print(f"note: {note}")
     for run_dir, why in agg.skipped:
         print(f"skipped {run_dir}: {why}")
     return 0
-
-
-def extras() -> ModuleType | None:
-    """The extras' report commands (instruments, the page, W&B), loaded when asked for; None where the package is
-    absent, and the known-answer references drawn on the figures once it is there."""
-    try:
-        module = importlib.import_module("vit_locality.extras.report_commands")
-    except ModuleNotFoundError as error:
-        if not (error.name or "").startswith("vit_locality.extras"):
-            raise
-        return None
-    importlib.import_module("vit_locality.extras").install()
-    return module
 
 
 def out_problem(out: Path) -> str | None:

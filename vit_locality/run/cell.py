@@ -59,7 +59,7 @@ from vit_locality.store.record import (
     read_record,
     write_record,
 )
-from vit_locality.sweep.verdict import COMMAND_ID_ENV
+from vit_locality.sweep.command import current_command
 from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, finish_wandb, publish_run_files, recorded_run_id
 
 log = logging.getLogger("vit_locality")
@@ -142,7 +142,7 @@ def run_cell(settings: RunSettings, run_dir: Path, make_callbacks: CallbackFacto
     # One process per run directory: DDP ranks > 0 (and other nodes) share rank 0's directory, and its lock.
     holds_lock = is_rank_zero() and os.environ.get("NODE_RANK", "0") == "0"
     try:
-        lock = RunLock(run_dir, os.environ.get(COMMAND_ID_ENV, "")) if holds_lock else nullcontext()
+        lock = RunLock(run_dir, current_command().command_id) if holds_lock else nullcontext()
         with lock, sigterm_raises() as gate:
             try:
                 return _run_locked(settings, run_dir, make_callbacks, identities, gate, start_file)

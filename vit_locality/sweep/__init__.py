@@ -1,1 +1,2 @@
-"""A sweep of cells: where each cell runs, the progress of the sweep, and its verdict."""
+"""A sweep of cells: what the command hands each cell's process (command.py), where each cell runs, the progress of
+the sweep, and its verdict."""

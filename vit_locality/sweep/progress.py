@@ -1,20 +1,16 @@
 """How far a sweep is: "cell k of N" when a cell starts, with the time left: the mean duration of the finished cells
-times the cells not yet complete (an upper bound with parallel cells). The count reaches every cell by environment,
-and so does the mark that a cell is a sweep's (whose config tree the entry point printed once, before the first).
+times the cells not yet complete (an upper bound with parallel cells). The count reaches every cell in the command's
+context (sweep/command.py), and so does the mark that a cell is a sweep's (whose config tree the entry point printed
+once, before the first).
 A cell complete already shows none of this: its runner's one line says it is skipped (run/cell.py)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from vit_locality.config.identity import holds_cell
 from vit_locality.store.record import RESULTS_FILE, RecordError, read_record
-
-SWEEP_CELLS_ENV = "VIT_LOCALITY_SWEEP_CELLS"
-# Set for the cells of a `-m` command: in every launcher's worker and in a DDP cell's own process (a single run to
-# Hydra), so none of them prints the config tree the entry point printed for the whole sweep.
-SWEEP_COMMAND_ENV = "VIT_LOCALITY_SWEEP_COMMAND"
+from vit_locality.sweep.command import current_command
 
 
 def duration_text(seconds: float) -> str:
@@ -27,23 +23,11 @@ def duration_text(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-def announce_sweep_size(count: int | None) -> None:
-    """Put the command's cell count where every cell, and every joblib worker, can read it."""
-    if count:
-        os.environ[SWEEP_CELLS_ENV] = str(count)
-
-
-def mark_sweep_command(multirun: bool) -> None:
-    """Say to every cell of this command whether it is a sweep's (a single run clears a mark left in the shell)."""
-    if multirun:
-        os.environ[SWEEP_COMMAND_ENV] = "1"
-    else:
-        os.environ.pop(SWEEP_COMMAND_ENV, None)
-
-
 def in_sweep_command() -> bool:
-    """Whether this cell is one of a `-m` command's, wherever and however it was started."""
-    return os.environ.get(SWEEP_COMMAND_ENV) == "1"
+    """Whether this cell is one of a `-m` command's, wherever and however it was started: in every launcher's
+    worker and in a DDP cell's own process (a single run to Hydra), so none of them prints the config tree the entry
+    point printed for the whole sweep."""
+    return current_command().sweep
 
 
 def complete_already(run_dir: Path, identities: tuple[str, ...]) -> bool:
@@ -57,9 +41,8 @@ def complete_already(run_dir: Path, identities: tuple[str, ...]) -> bool:
 
 
 def sweep_cells() -> int | None:
-    """The count `announce_sweep_size` left for this cell, or None."""
-    text = os.environ.get(SWEEP_CELLS_ENV, "")
-    return int(text) if text.isdigit() else None
+    """How many cells this cell's command runs, or None (a search, a single run)."""
+    return current_command().cell_count
 
 
 def finished_durations(sweep_dir: Path) -> list[float]:

@@ -7,7 +7,7 @@ import getpass
 import logging
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from omegaconf import OmegaConf
 
 from vit_locality.store.record import PREVIOUS_STOP, RecordError, read_record
+from vit_locality.sweep.command import cell_key, current_command
 
 log = logging.getLogger("vit_locality")
 POLL_S = 5.0
@@ -177,29 +178,18 @@ def launch_and_follow(
         [f"job_id_for_{number}" for number in numbers],
         [Singleton.get_state()] * len(numbers),
     )
-    cells = [tracked(job, list(overrides)) for job, overrides in zip(jobs, job_overrides, strict=True)]
+    run_dirs = current_command().run_dir_index()  # the pre-check's names: no cell is composed here
+    cells = [tracked(job, list(overrides), run_dirs) for job, overrides in zip(jobs, job_overrides, strict=True)]
     for cell in cells:
         log.info("%s: submitted as job %s (%s)", cell.name, cell.job_id, " ".join(filter_overrides(cell.overrides)))
     follow(cells)
     return [job_return(cell) for cell in cells]
 
 
-_RUN_DIRS: dict[tuple[str, ...], Path] = {}  # each cell's run directory, by `cell_key`
-
-
-def cell_key(overrides: Sequence[str]) -> tuple[str, ...]:
-    """A cell's overrides sorted, without Hydra's own, which only the pre-check's side lists."""
-    return tuple(sorted(o for o in overrides if not o.split("=", 1)[0].lstrip("+~").startswith(("hydra/", "hydra."))))
-
-
-def note_run_dirs(run_dirs: dict[tuple[str, ...], Path]) -> None:
-    """The run directory of each cell as the pre-check named it, for `tracked`."""
-    _RUN_DIRS.update({cell_key(cell): run_dir for cell, run_dir in run_dirs.items()})
-
-
-def tracked(job: Any, overrides: list[str]) -> TrackedCell:
-    """The cell's name and run directory as the pre-check named them; else named by its overrides."""
-    run_dir = _RUN_DIRS.get(cell_key(overrides))
+def tracked(job: Any, overrides: list[str], run_dirs: Mapping[tuple[str, ...], Path]) -> TrackedCell:
+    """The cell's name and run directory as the pre-check named them (`run_dirs`, by `cell_key`); else named by its
+    overrides."""
+    run_dir = run_dirs.get(cell_key(overrides))
     if run_dir is not None:
         return TrackedCell(run_dir.name, job, run_dir, overrides)
     return TrackedCell(" ".join(filter_overrides(overrides)) or "cell", job, None, overrides)

@@ -1,9 +1,9 @@
 """The verdict of a sweep, read from its cells' records once every cell has run, whatever the launcher.
 
-The command gets an id (COMMAND_ID_ENV, inherited by the launcher's processes); every job appends its run directory
-to `<sweep dir>/.cells-<id>`. At the end of the multirun the `SweepVerdict` callback reads those cells' records,
-prints one line per cell and writes `<sweep dir>/.verdict-<id>.json` (and `verdict.json`, the latest command's),
-which the entry point turns into its exit status. Entry-point side: it imports Hydra.
+The command gets an id (its CommandContext, sweep/command.py, inherited by the launcher's processes); every job
+appends its run directory to `<sweep dir>/.cells-<id>`. At the end of the multirun the `SweepVerdict` callback reads
+those cells' records, prints one line per cell and writes `<sweep dir>/.verdict-<id>.json` (and `verdict.json`, the
+latest command's), which the entry point turns into its exit status. Entry-point side: it imports Hydra.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
 import sys
 import time
 from dataclasses import dataclass
@@ -23,16 +22,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.store.atomic import atomic_write_text
 from vit_locality.store.record import RecordError, read_record
+from vit_locality.sweep.command import current_command, new_command_id, publish_command
 
 VERDICT_FILE = "verdict.json"
 # Per command, hidden files beside the cells (not a directory: a sweep directory's folders are its cells).
 CELLS_PREFIX, VERDICT_PREFIX = ".cells-", ".verdict-"
-COMMAND_ID_ENV = "VIT_LOCALITY_COMMAND_ID"
-
-
-def new_command_id() -> str:
-    """Unique among commands writing into one sweep directory at once, from one host or several."""
-    return f"{os.getpid()}-{secrets.token_hex(6)}"
 
 
 def cells_file(sweep_dir: Path, command_id: str) -> Path:
@@ -136,26 +130,28 @@ def report_verdict(sweep_dir: Path, command_id: str) -> int:
     return 1
 
 
-_STARTED: list[Path] = []  # the sweep directory of the multirun this process started, once Hydra names it
-
-
 def started_sweep_dir() -> Path | None:
-    """The sweep directory of this process's multirun as Hydra resolved it; None when it ran none."""
-    return _STARTED[-1] if _STARTED else None
+    """The sweep directory of this command's multirun as Hydra resolved it (noted by `SweepVerdict` in the command's
+    context); None when it ran none."""
+    sweep_dir = current_command().sweep_dir
+    return None if sweep_dir is None else Path(sweep_dir)
 
 
 class SweepVerdict(Callback):
     """Notes each job's run directory under its command's id, and gives the command's verdict at the end."""
 
     def __init__(self) -> None:
-        self.command_id = os.environ.get(COMMAND_ID_ENV) or new_command_id()
+        self.command_id = current_command().command_id or new_command_id()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        # Before the launcher starts any process: its jobs (and this object, pickled to them) carry the id.
-        self.command_id = os.environ.setdefault(COMMAND_ID_ENV, self.command_id)
+        # Before the launcher starts any process: its jobs (and this object, pickled to them) carry the id, and the
+        # entry point finds the sweep directory Hydra resolved.
+        context = current_command()
+        context = context if context.command_id else context.with_command_id(self.command_id)
         sweep_dir = OmegaConf.select(config, "hydra.sweep.dir", default=None)
         if sweep_dir is not None:
-            _STARTED.append(Path(str(sweep_dir)))
+            context = context.with_sweep_dir(Path(str(sweep_dir)))
+        self.command_id = publish_command(context).command_id
         from hydra_plugins.vit_locality import register_chosen
 
         register_chosen(config)  # before Hydra instantiates the sweeper and its launcher

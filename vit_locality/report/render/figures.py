@@ -75,8 +75,11 @@ def plane_runs(group: Group, notes: list[str]) -> list[tuple[RunRecord, torch.Te
     return [entry for entry in usable if entry[1].shape[0] == depth]
 
 
-def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure | Empty:
-    """One MAD-entropy panel per cell, all seeds' heads together, with their control MADs where all runs have them."""
+def plane_figure(
+    cells: dict[str, Group], title: str, notes: list[str], references: plots.ReferenceSource | None = None
+) -> plt.Figure | Empty:
+    """One MAD-entropy panel per cell, all seeds' heads together, with their control MADs where all runs have them,
+    and the `references` in the runs' units."""
     if not any(run.final_attention.get("per_head") for group in cells.values() for run in group.runs):
         return Empty("no run has per-head attention statistics")
     names = list(cells)
@@ -93,7 +96,8 @@ def plane_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.F
         controls = [per_head_tables(run, ("mad", "mad_control")) for run in runs]
         control = None if None in controls else torch.cat([c["mad_control"] for c in controls], dim=1)  # type: ignore[index]
         band = cell_band(runs, units)
-        plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units, patch_size=patch, control=control, band=band)
+        drawn = plots.references_in(references, units, patch)
+        plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units, control=control, band=band, references=drawn)
     fig.suptitle(title, fontsize=10)
     shared_legend_below(fig)
     return plots.plain_tick_labels(fig)
@@ -143,8 +147,11 @@ def layer_table(run: RunRecord, notes: list[str]) -> list[dict[str, Any]] | None
     return None
 
 
-def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure | Empty:
-    """Per layer: min and mean over heads of MAD and of entropy, averaged over seeds, one line per cell."""
+def layers_figure(
+    cells: dict[str, Group], title: str, notes: list[str], references: plots.ReferenceSource | None = None
+) -> plt.Figure | Empty:
+    """Per layer: min and mean over heads of MAD and of entropy, averaged over seeds, one line per cell, with the
+    `references` in the runs' units on the MAD panels."""
     if not any(run.final_attention.get("per_layer") for group in cells.values() for run in group.runs):
         return Empty("no run has per-layer attention statistics")
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
@@ -171,7 +178,7 @@ def layers_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.
             ax.axvspan(-0.5, early - 0.5, color="grey", alpha=0.12, lw=0)
         ax.set(xlabel="layer", xticks=range(depth))
         if stat == "mad" and units is not None:  # what local and uniform look like, in the runs' units
-            plots.draw_mad_references(ax, units, horizontal=True, patch_size=patch)
+            plots.draw_mad_references(ax, plots.references_in(references, units, patch), horizontal=True)
             plots.draw_uniform_line(ax, units)
             ax.set_ylim(0, max(ax.get_ylim()[1], 0.58) if units == "unit" else None)
             ax.set_ylabel(f"MAD ({units})")
@@ -252,8 +259,11 @@ def _left_out(notes: list[str], run: RunRecord, why: str, figure: str, subject: 
     notes.append(f"{run.run_dir}: {why}; {subject} left out of the {figure} figure")
 
 
-def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> plt.Figure | Empty:
-    """Minimum early-layer MAD per epoch: mean over seeds, with a min-max band where a cell has two or more."""
+def emergence_figure(
+    cells: dict[str, Group], title: str, notes: list[str], references: plots.ReferenceSource | None = None
+) -> plt.Figure | Empty:
+    """Minimum early-layer MAD per epoch: mean over seeds, with a min-max band where a cell has two or more, and the
+    `references` in the runs' units."""
     found = {
         name: [s for s in (emergence_series(run, notes) for run in group.runs) if s] for name, group in cells.items()
     }
@@ -271,7 +281,7 @@ def emergence_figure(cells: dict[str, Group], title: str, notes: list[str]) -> p
         ax.plot(epochs, [sum(v) / len(v) for v in at], marker="o", ms=3, label=f"{name} ({len(series)})", **style)
         if len(series) > 1:
             ax.fill_between(epochs, [min(v) for v in at], [max(v) for v in at], color=style["color"], alpha=0.15)
-    plots.draw_mad_references(ax, units, horizontal=True, patch_size=patch)
+    plots.draw_mad_references(ax, plots.references_in(references, units, patch), horizontal=True)
     if units == "unit":
         plots.draw_uniform_line(ax, units)
         ax.set_ylim(top=max(ax.get_ylim()[1], 0.58))
@@ -305,14 +315,18 @@ def _uniform(drawn: dict[str, list[dict[int, float]]], cells: dict[str, Group]) 
 FIGURE_KINDS = {"plane": plane_figure, "layers": layers_figure, "emergence": emergence_figure}
 
 
-def write_figures(agg: Aggregate, out_dir: Path, notes: list[str] | None = None) -> list[Path]:
-    """<kind>_<data>_<model>.png and .pdf for every (data set, model); returns the paths, noting what is left out."""
+def write_figures(
+    agg: Aggregate, out_dir: Path, notes: list[str] | None = None, references: plots.ReferenceSource | None = None
+) -> list[Path]:
+    """<kind>_<data>_<model>.png and .pdf for every (data set, model), with the `references` drawn; returns the
+    paths, noting what is left out."""
     notes = [] if notes is None else notes
     paths = []
     for data, model in agg.models():
         cells = agg.cells(data, model)
         for kind, make in FIGURE_KINDS.items():
-            paths += save_figure(make(cells, f"{data}, {model}", notes), out_dir, slug(f"{kind}_{data}_{model}"), notes)
+            figure = make(cells, f"{data}, {model}", notes, references)
+            paths += save_figure(figure, out_dir, slug(f"{kind}_{data}_{model}"), notes)
     return paths
 
 
