@@ -3,7 +3,7 @@ their default policy, the patch grid, the augmentation policies, the names of th
 
 from __future__ import annotations
 
-from vit_locality.data.spec import BUILT_IN
+from vit_locality.datasets import BUILT_IN
 
 # Every data set is cut into an 8 x 8 patch grid: 32 px images get 4 px patches, 64 px images 8 px patches.
 GRID_SIZE = 8
@@ -19,7 +19,7 @@ AUGMENT_POLICIES = (*AUTOAUGMENT_POLICIES, COLORJITTER)
 # sine-cosine code (vit_locality/model/position_code.py); learned either way.
 POSITION_INITS = ("learned", "sincos")
 
-# Data set name -> the policy `aug.policy=auto` means on it: views of each data set's declaration (data/spec.py).
+# Data set name -> the policy `aug.policy=auto` means on it: views of each data set's declaration (datasets.py).
 DATASET_DEFAULT_POLICY = {name: spec.default_policy for name, spec in BUILT_IN.items()}
 DATASETS = tuple(BUILT_IN)
 

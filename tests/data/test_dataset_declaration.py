@@ -1,4 +1,4 @@
-"""A data set is declared once (vit_locality/data/spec.py): the catalog, the schema, the datamodule registry and the
+"""A data set is declared once (vit_locality/datasets.py): the catalog, the schema, the datamodule registry and the
 data check read that declaration; a missing declaration is refused by the data check in one line, never skipped;
 whether the data check asks a server is its caller's argument, not module state."""
 
@@ -16,7 +16,7 @@ from helpers import compose_config
 from vit_locality.catalog import DATASET_DEFAULT_POLICY, DATASETS
 from vit_locality.config.schema import DATA_VARIANTS, TRAIN_SIZES
 from vit_locality.data import DATAMODULES, datamodule_class, workers
-from vit_locality.data.spec import BUILT_IN, spec_of
+from vit_locality.datasets import BUILT_IN, spec_of
 from vit_locality.errors import ConfigError
 from vit_locality.precheck import data_presence
 from vit_locality.precheck.data_presence import ARCHIVES, check_data_present

@@ -12,7 +12,7 @@ from data_fakes import served
 from helpers import Spawner
 from record_fakes import complete_payload
 
-from vit_locality.data.spec import BUILT_IN
+from vit_locality.datasets import BUILT_IN
 from vit_locality.paths import CONF_DIR
 from vit_locality.precheck import data_presence
 from vit_locality.precheck.preflight import check_command, plan_command
@@ -38,7 +38,7 @@ def asking(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def cifar10_from(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
-    """CIFAR-10 declared (data/spec.py) with its archive at `url`."""
+    """CIFAR-10 declared (datasets.py) with its archive at `url`."""
     spec = BUILT_IN["cifar10"]
     monkeypatch.setitem(BUILT_IN, "cifar10", replace(spec, archives=(replace(spec.archive(), url=url),)))
 

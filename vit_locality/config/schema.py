@@ -37,13 +37,13 @@ from vit_locality.config.trainer_checks import (
     limit_ok,
     trains_a_batch,
 )
-from vit_locality.data.spec import BUILT_IN
+from vit_locality.datasets import BUILT_IN
 
 # OmegaConf-free, but pydantic reads these annotations at runtime on Python 3.10: Optional, not `X | None`.
 # ruff: noqa: UP007, UP045
 
 # Official training-set sizes, which data.val_size must leave images of (the generated sets' is data.train_size):
-# a view of each data set's declaration (data/spec.py).
+# a view of each data set's declaration (datasets.py).
 TRAIN_SIZES = {name: spec.train_images for name, spec in BUILT_IN.items() if spec.train_images is not None}
 # Sizes beyond what this project's runs are for; stated so that a typo (an extra zero) is refused before it allocates.
 MAX_IMAGE_SIZE = 512  # pixels a side: 64 x 64 patches of 8 pixels at the 8 x 8 grid
@@ -324,7 +324,7 @@ class SweepConfig(BaseModel):
 
 
 # A section's values are validated by the variant `variant_of` picks: the data set's by its name (the section class
-# its declaration names, data/spec.py), the model's by the fields its option file sets (a conv stem's, a position
+# its declaration names, datasets.py), the model's by the fields its option file sets (a conv stem's, a position
 # code's). The classes are defined above, so loading them from this module while it loads finds them.
 DATA_VARIANTS: dict[str, type[DataConfig]] = {name: spec.config_class() for name, spec in BUILT_IN.items()}
 MODEL_VARIANTS = (ConvStemModelConfig, PositionCodeModelConfig)

@@ -1,4 +1,4 @@
-"""Datamodules by `data.name`, read from each data set's declaration (vit_locality.data.spec), each module imported
+"""Datamodules by `data.name`, read from each data set's declaration (vit_locality.datasets), each module imported
 only when its data set is chosen, so a synthetic run never loads the pickle reader, the downloader or the
 Tiny-ImageNet reader, and the pre-check reads the declarations without torch."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vit_locality.data.spec import BUILT_IN, load
+from vit_locality.datasets import BUILT_IN, load
 
 # data.name -> "module:class": a view of the declarations, kept for callers that list them.
 DATAMODULES: dict[str, str] = {name: spec.datamodule for name, spec in BUILT_IN.items()}

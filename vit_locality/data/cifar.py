@@ -14,7 +14,7 @@ from torchvision.datasets import CIFAR10, CIFAR100
 from vit_locality.data.base import DataError, ImageArrays
 from vit_locality.data.download import DownloadableDataModule, check_file
 from vit_locality.data.safe_pickle import load_pickle
-from vit_locality.data.spec import BUILT_IN
+from vit_locality.datasets import BUILT_IN
 
 _PIXELS = 3 * 32 * 32
 

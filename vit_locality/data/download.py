@@ -23,7 +23,7 @@ from typing import Any, ClassVar, NoReturn
 from torchvision.datasets.utils import calculate_md5, download_url
 
 from vit_locality.data.base import DataError, ImageDataModule
-from vit_locality.data.spec import Archive
+from vit_locality.datasets import Archive
 from vit_locality.errors import first_line
 
 # tarfile's "data" extraction filter (Python 3.12+ and recent patch releases of older ones).
@@ -160,7 +160,7 @@ class DownloadableDataModule(ImageDataModule):
     """A data set from one official archive, extracted into `<root>/<archive.folder>` when a required file is
     missing (`download`: fetched first); `verify` checks the archive's size and md5, else files load as they are."""
 
-    archive: ClassVar[Archive]  # as its data set declares it (data/spec.py)
+    archive: ClassVar[Archive]  # as its data set declares it (datasets.py)
 
     def __init__(self, download: bool = True, verify: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from vit_locality.data.base import DataError, ImageArrays
 from vit_locality.data.download import DownloadableDataModule
-from vit_locality.data.spec import BUILT_IN
+from vit_locality.datasets import BUILT_IN
 from vit_locality.errors import first_line
 from vit_locality.store.atomic import replace_atomically
 

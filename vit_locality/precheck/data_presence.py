@@ -14,14 +14,14 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from vit_locality.data.spec import BUILT_IN, Archive, spec_of
+from vit_locality.datasets import BUILT_IN, Archive, spec_of
 from vit_locality.errors import ConfigError, first_line
 from vit_locality.precheck.file_access import directory_problem
 
 REACH_TIMEOUT_S = 5.0  # a server that has not answered a HEAD request by then counts as unreachable
 
 
-# data.name -> its official archive: a view of the declarations (data/spec.py), for callers that list them.
+# data.name -> its official archive: a view of the declarations (datasets.py), for callers that list them.
 ARCHIVES = {name: spec.archives[0] for name, spec in BUILT_IN.items() if spec.archives}
 
 

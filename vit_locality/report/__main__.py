@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 from vit_locality.errors import ConfigError, run_as_command
 from vit_locality.precheck.file_access import check_directory
@@ -33,6 +35,18 @@ from vit_locality.report.render.tables import ablation_tables, protocols_table
 from vit_locality.report.summary import architecture_warnings, sweep_dirs_problem
 
 WHAT = ("ablation", "protocols", "figures", "instruments", "page", "all")
+# The report's plugin seam: what the extras package (vit_locality/extras/) adds to the report, declared in
+# pyproject.toml's entry point group of this name (page, instruments, publish, references), loaded when asked.
+PLUGIN_GROUP = "vit_locality.report"
+
+
+def plugin(name: str) -> Any:
+    """What the installed package declares as `name` in PLUGIN_GROUP; ConfigError when it declares none (a checkout
+    used without `pip install -e .`, whose entry points are then unknown)."""
+    found = [point for point in entry_points(group=PLUGIN_GROUP) if point.name == name]
+    if not found:
+        raise ConfigError(f"{name}: no {PLUGIN_GROUP} entry point installed; install the package (make install)")
+    return found[0].load()
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -60,9 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     if args.what == "page":
-        from vit_locality.extras.report_commands import write_pages
-
-        return write_pages(args.sweep_dirs, args.out, _names(args.data), _names(args.model), args.box_images, choice)
+        return plugin("page")(args.sweep_dirs, args.out, _names(args.data), _names(args.model), args.box_images, choice)
     agg = aggregate(args.sweep_dirs, _names(args.data), _names(args.model), choice)
     for warning in architecture_warnings(run for group in agg.groups.values() for run in group.runs):
         print(f"warning: {warning}", file=sys.stderr)
@@ -86,20 +98,15 @@ def main(argv: list[str] | None = None) -> int:
         print(table.markdown(), end="\n\n")
         written += table.write(args.out)
     if args.what in ("figures", "all"):
-        from vit_locality.extras.references import figure_references
         from vit_locality.report.render.figures import write_figures
 
-        written += write_figures(agg, args.out, agg.notes, figure_references)
+        written += write_figures(agg, args.out, agg.notes, plugin("references"))
     if args.what in ("instruments", "all"):
-        from vit_locality.extras.report_commands import write_instruments
-
-        written += write_instruments(agg, args.out, args.box_images)
+        written += plugin("instruments")(agg, args.out, args.box_images)
     print(f"wrote {len(written)} files into {args.out}: {', '.join(p.name for p in written)}")
     if args.wandb:
         pictures = [path for path in written if path.suffix == ".png"]
-        from vit_locality.extras.report_commands import publish
-
-        print(f"W&B report run: {publish(agg, tables, pictures, args.sweep_dirs, args.out)}")
+        print(f"W&B report run: {plugin('publish')(agg, tables, pictures, args.sweep_dirs, args.out)}")
     for note in agg.notes:
         print(f"note: {note}")
     for run_dir, why in agg.skipped:
