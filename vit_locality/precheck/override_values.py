@@ -5,7 +5,7 @@ true or false. Both read plain containers of composed configs (public OmegaConf 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from hydra.core.override_parser.types import Override
@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.config.schema import CallbacksConfig, LoggerConfig
 from vit_locality.errors import ConfigError
-from vit_locality.precheck.refusals import SPELLING_HINT
+from vit_locality.precheck.refusals import SPELLING_HINT, dotted_keys
 
 # The one section whose new keys something reads: any Trainer argument (checked against the installed Trainer).
 OPEN_SECTIONS = ("trainer",)
@@ -68,14 +68,6 @@ def new_keys(before: dict[str, Any], key: str, value: Any) -> list[str]:
     return []
 
 
-def _dotted_keys(tree: Any, prefix: str = "") -> Iterator[str]:
-    if isinstance(tree, dict):
-        for name, item in tree.items():
-            key = f"{prefix}.{name}" if prefix else str(name)
-            yield key
-            yield from _dotted_keys(item, key)
-
-
 def check_unread_settings(before: dict[str, Any], added: Iterable[str]) -> None:
     """A `+key` that no code reads would train the plain run under a name that claims the setting: refused, naming
     the nearest real key of the config `before` the additions. Only a Trainer argument may be added (trainer_options
@@ -85,7 +77,7 @@ def check_unread_settings(before: dict[str, Any], added: Iterable[str]) -> None:
         section, _, name = key.rpartition(".")
         if section in OPEN_SECTIONS and name:
             continue
-        real = [k for k in _dotted_keys(before) if k not in added and k != "hydra" and not k.startswith("hydra.")]
+        real = [k for k in dotted_keys(before) if k not in added and k != "hydra" and not k.startswith("hydra.")]
         siblings = [k for k in real if k.rpartition(".")[0] == section] or real
         nearest = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
         if nearest:

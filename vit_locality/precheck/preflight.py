@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
-import shlex
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -35,6 +33,14 @@ from vit_locality.config.identity import (
 )
 from vit_locality.config.settings import RESUME_MODE, RunSettings
 from vit_locality.errors import ConfigError
+from vit_locality.precheck.command_line import (
+    INTERPOLATION,
+    output_path,
+    override_axes,
+    refuse_saved_sweep_without_m,
+    saved_template,
+    split_overrides,
+)
 from vit_locality.precheck.composer import COMPOSITION_ERRORS, Cell, Composer
 from vit_locality.precheck.file_access import check_directory
 from vit_locality.precheck.gate import settings_from, validate_analysis
@@ -64,50 +70,11 @@ CHECKS: dict[str, Callable[[DictConfig, bool, bool], object]] = {
 }
 # Entry points that never write into Hydra's output directory (analyze writes beside the checkpoint, or to out_dir).
 NO_OUTPUT_DIR = {"analyze"}
-INTERPOLATION = re.compile(r"\$\{([\w.]+)\}")
 
 MANY_CELLS = 50  # a sweep whose pre-check takes long enough (about 0.1-0.25 s a cell) to say what it is doing
 
 
-def _axes(overrides: Iterable[Override], search: bool = False) -> dict[str, list[str]]:
-    """Each overridden key with its values (one value, or every value of a sweep), as the basic sweeper lists them;
-    with a search sweeper (`search`, e.g. Optuna) an interval(a, b) is checked at both ends."""
-    axes: dict[str, list[str]] = {}
-    for override in overrides:
-        key = override.get_key_element()
-        if override.is_sweep_override():
-            if not override.is_discrete_sweep():
-                bounds = override.value()
-                if not search or not hasattr(bounds, "start"):
-                    allowed = "a list a,b,c, range(...) or, with a search sweeper, interval(a, b)"
-                    raise ConfigError(f"{override.input_line} is not allowed: {allowed}")
-                axes[key] = [f"{key}={bounds.start}", f"{key}={bounds.end}"]
-                continue
-            axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
-        else:
-            axes[key] = [f"{key}={override.get_value_element_as_str()}"]
-    return axes
-
-
-def _split(composer: Composer, texts: list[str], multirun: bool) -> tuple[list[Override], dict[str, str], list[str]]:
-    """The job's overrides, the output directories the command line sets, and the keys of the other Hydra settings
-    it sets (checked against the chosen launcher and sweeper)."""
-    job, dirs, hydra_values = [], {}, []
-    for override in (composer.parse(text) for text in texts):
-        if override.is_sweep_override() and not multirun:
-            raise ConfigError(f"{override.input_line} is not allowed without -m: one value (quote 'a,b' for a string)")
-        if override.is_sweep_override() and override.is_hydra_override():
-            raise ConfigError(f"{override.input_line} is not allowed: one value (Hydra's settings are not swept)")
-        if not override.is_hydra_override() or composer.is_group(override):  # `hydra/launcher=` composes with the job
-            job.append(override)
-        elif override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):
-            dirs[override.key_or_group] = override.get_value_element_as_str()
-        elif not (override.is_add() or override.is_force_add() or override.is_delete()):
-            hydra_values.append(override.key_or_group)
-    return job, dirs, hydra_values
-
-
-def _check_hydra_keys(composer: Composer, keys: list[str], hydra_cfg: DictConfig) -> None:
+def check_hydra_keys(composer: Composer, keys: list[str], hydra_cfg: DictConfig) -> None:
     """A Hydra setting the chosen launcher or sweeper lacks (`hydra.launcher.n_jobs=2` with the basic launcher):
     one line naming the choice that has it, where Hydra would stop with its own multi-line error."""
     for key in keys:
@@ -123,18 +90,6 @@ def _check_hydra_keys(composer: Composer, keys: list[str], hydra_cfg: DictConfig
         raise ConfigError(f"{key}: no such setting of hydra/{group}={current}; {fix}")
 
 
-def _refuse_saved_sweep_without_m(texts: list[str], hydra_cfg: DictConfig) -> None:
-    """A saved sweep (`experiment=demo`) or search (`hparams_search=...`) run without `-m` would train its first
-    cell alone, without a word: refused, with the command that runs it."""
-    params = hydra_cfg.sweeper.get("params")
-    if not params:
-        return
-    choices = hydra_cfg.runtime.choices
-    chosen = next((f"{g}={choices[g]}" for g in ("experiment", "hparams_search") if choices.get(g)), "this config")
-    kind = "a search" if choices.get("hparams_search") else f"a sweep over {', '.join(map(str, params))}"
-    raise ConfigError(f"{chosen} is {kind}: run it with -m (python train.py -m {shlex.join(texts)})")
-
-
 def _has(choice: str, group: str, path: str) -> bool:
     """Whether the Hydra config with `hydra/<group>=<choice>` has the dotted `path` (below `hydra.`)."""
     try:
@@ -144,24 +99,6 @@ def _has(choice: str, group: str, path: str) -> bool:
     return OmegaConf.select(cfg.hydra, path, default=ABSENT) is not ABSENT
 
 
-def output_path(template: str, cfg: DictConfig) -> Path:
-    """The directory a Hydra path template names for this config. Where it interpolates what only Hydra knows at
-    run time (`${now:...}`, `${hydra:...}`), the part before: the directories that must be creatable regardless."""
-
-    def value(match: re.Match[str]) -> str:
-        found = OmegaConf.select(cfg, match.group(1), default=None, throw_on_resolution_failure=False)
-        return match.group(0) if found is None else str(found)
-
-    parts = Path(INTERPOLATION.sub(value, template)).parts
-    return Path(*itertools.takewhile(lambda part: "${" not in part, parts))
-
-
-def _saved_template(hydra_cfg: DictConfig, key: str) -> str:
-    """The raw (unresolved) value of `hydra.run.dir` or `hydra.sweep.dir` in the composed Hydra config."""
-    section, name = key.split(".")[1:]
-    return str(OmegaConf.to_container(hydra_cfg[section], resolve=False)[name])
-
-
 class Plan:
     """A command's cells and where they write, ready to check."""
 
@@ -169,23 +106,23 @@ class Plan:
         self, composer: Composer, texts: list[str], multirun: bool, remote: bool, ask_servers: bool = False
     ) -> None:
         self.composer, self.multirun, self.remote, self.ask_servers = composer, multirun, remote, ask_servers
-        job, self.dirs, hydra_values = _split(composer, texts, multirun)
+        job, self.dirs, hydra_values = split_overrides(composer, texts, multirun)
         fixed = [o for o in job if not o.is_sweep_override()]
         self.sweep_problem: str | None = None
         search, saved = False, {}
         # The command's own config: the whole cell of a single run; a sweep's fixed overrides (Hydra leaves the swept
         # ones to the cells).
         cfg, hydra_cfg = composer.cell(o.input_line for o in fixed)
-        _check_hydra_keys(composer, hydra_values, hydra_cfg)
+        check_hydra_keys(composer, hydra_values, hydra_cfg)
         if not multirun:
-            _refuse_saved_sweep_without_m(texts, hydra_cfg)
+            refuse_saved_sweep_without_m(texts, hydra_cfg)
         else:
             self.sweep_problem = self._output_problem("hydra.sweep.dir", cfg, hydra_cfg)
             params = hydra_cfg.sweeper.get("params")  # a sweep saved in an experiment config adds its axes
             saved = OmegaConf.to_container(params) if params else {}
             search = "BasicSweeper" not in str(hydra_cfg.sweeper.get("_target_", "BasicSweeper"))
-        axes = _axes(job, search)
-        saved_axes = _axes((composer.parse(f"{k}={v}") for k, v in saved.items() if k not in axes), search)
+        axes = override_axes(job, search)
+        saved_axes = override_axes((composer.parse(f"{k}={v}") for k, v in saved.items() if k not in axes), search)
         axes = {**saved_axes, **axes}
         # A single run is the command line as typed (Hydra runs it so); a sweep's cells as Hydra's sweeper lists them.
         single: Iterable[Cell] = [tuple(o.input_line for o in job)]
@@ -214,7 +151,7 @@ class Plan:
     def _output_problem(self, key: str, cfg: DictConfig, hydra_cfg: DictConfig) -> str | None:
         if self.composer.config_name in NO_OUTPUT_DIR:
             return None
-        template = self.dirs.get(key) or _saved_template(hydra_cfg, key)
+        template = self.dirs.get(key) or saved_template(hydra_cfg, key)
         try:
             check_directory(key, template, output_path(template, cfg))
         except ConfigError as error:
@@ -261,11 +198,11 @@ class Plan:
         """The directory the cell's run directory lives in, when the templates name it `<parent>/${run_name}` and the
         parent resolves here (resolvers.parent_directory is the job's side of the same rule)."""
         if self.multirun:
-            if _saved_template(hydra_cfg, "hydra.sweep.subdir") != RUN_NAME:
+            if saved_template(hydra_cfg, "hydra.sweep.subdir") != RUN_NAME:
                 return None
-            template = self.dirs.get("hydra.sweep.dir") or _saved_template(hydra_cfg, "hydra.sweep.dir")
+            template = self.dirs.get("hydra.sweep.dir") or saved_template(hydra_cfg, "hydra.sweep.dir")
         else:
-            template = self.dirs.get("hydra.run.dir") or _saved_template(hydra_cfg, "hydra.run.dir")
+            template = self.dirs.get("hydra.run.dir") or saved_template(hydra_cfg, "hydra.run.dir")
             if not template.endswith(RUN_NAME):
                 return None
             template = template[: -len(RUN_NAME)].rstrip("/") or "."
