@@ -140,3 +140,24 @@ def test_a_callback_that_can_change_results_makes_another_cell() -> None:
         != name_and_hash([*TINY, *EARLY_STOP])[1]
     )  # by its config, not by its class alone
     assert name_and_hash([*TINY, TIMER, "+callbacks.t.duration=00:01:00:00"])[1] != base  # a Timer that stops the fit
+
+
+@pytest.mark.parametrize("key", sorted(ACTING))
+def test_a_cell_says_which_of_its_settings_cannot_act(key: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Each one, those left out of the hash at their neutral value (the eraser's) included; at its default, nothing."""
+    from vit_locality.run.cell import say_inert_settings
+
+    value = ACTING[key][0]
+    with caplog.at_level("INFO", logger="vit_locality"):
+        say_inert_settings(typed([*BASELINE, f"{key}={value}"]))
+        say_inert_settings(typed(BASELINE))
+    flag = APPLIES_WHEN[key]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{key}={r_value(key)} has no effect with {flag}=false: not part of this cell"
+    ]
+
+
+def r_value(key: str) -> object:
+    """The value as the record holds it (a pair as a JSON list)."""
+    value = ACTING[key][0]
+    return [0.1, 0.2] if key == "aug.erasing_scale" else value

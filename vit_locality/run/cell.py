@@ -23,12 +23,12 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from vit_locality.config.identity import (
     APPLIES_WHEN,
-    HELD_VALUES,
     holds_cell,
     identities_of,
     identity_hash,
     inert_keys,
 )
+from vit_locality.config.protocol import AugConfig
 from vit_locality.config.settings import RunSettings, uses_cuda
 from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError, VitLocalityError
@@ -226,12 +226,12 @@ def say_inert_settings(settings: RunSettings) -> None:
     """A setting that cannot act under the others (`aug.cutmix_alpha=0.3` with `aug.cutmix=false`) is said once, at
     the start: it is left out of the cell's identity and name, so the cell is the one without it."""
     config = settings.as_record() if isinstance(settings, RunSettings) else settings
+    defaults = AugConfig().model_dump(mode="json")  # every applies_when setting is in `aug` (protocol.py)
     for key in inert_keys(config):
-        section, name = key.split(".", 1)
-        value = config[section][name]
-        if key in HELD_VALUES and value != HELD_VALUES[key]:
-            flag = APPLIES_WHEN[key]
-            log.info("%s=%s has no effect with %s=false: not part of this cell", key, value, flag)
+        name = key.split(".", 1)[1]
+        value = config["aug"][name]
+        if value != defaults[name]:
+            log.info("%s=%s has no effect with %s=false: not part of this cell", key, value, APPLIES_WHEN[key])
 
 
 def _train_and_test(
