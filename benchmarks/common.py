@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils.benchmark import Compare, Measurement, TaskSpec, Timer
 
 from vit_locality.config.settings import RunSettings, uses_cuda
-from vit_locality.model.optimization import adamw_with_decay_groups
+from vit_locality.model.classifier import adamw_with_decay_groups
 from vit_locality.model.vit import VisionTransformer
 from vit_locality.paths import CONF_DIR
 from vit_locality.precheck.gate import settings_from

@@ -257,11 +257,11 @@ def sync_key(text: str, ctx: Context) -> str:
 
 def real_cifar100() -> Path | None:
     """Where CIFAR-100 lies if train.py could read it without a download (data.root's default), else None."""
-    from vit_locality.precheck.data_presence import ARCHIVES
+    from vit_locality.datasets import spec_of
 
     root = Path(os.path.expanduser(os.environ.get("VIT_LOCALITY_DATA", "data")))
     root = root if root.is_absolute() else ROOT / root
-    archive = ARCHIVES["cifar100"]
+    archive = spec_of("cifar100").archive()
     present = (root / archive.folder).exists() or (root / archive.filename).is_file()
     return root if present else None
 

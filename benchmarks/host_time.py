@@ -6,7 +6,7 @@ Sides in one process, on on-device data (`data.on_device=true`), AutoAugment gro
 - data path: the Modern cell's training loader alone, a batch per step;
 - plain loop: the -AA cell (crop + flip, CutMix, label smoothing) written by hand: that loader, CutMix, smoothed
   cross-entropy, AdamW and the schedule;
-- Trainer.fit, eager and compiled (`model.compile`: the whole step one graph, model/step_graph.py), for the -AA
+- Trainer.fit, eager and compiled (`model.compile`: the whole step one graph, model/classifier.py), for the -AA
   and the Modern cell: the cell as `train.py` runs it (the project's module, callbacks, CSV logger and progress line;
   validation and the attention statistics at the epoch's end, outside the timed window).
 Each compiled side keeps one module over its rounds (one compile, no recompile); its first fit's first step is the
@@ -34,8 +34,7 @@ from lightning.pytorch.callbacks import Callback
 from benchmarks.common import Report, bench_config, self_timed
 from vit_locality.augment.mixing import mix_batch
 from vit_locality.config.settings import RunSettings
-from vit_locality.model.classifier import ViTClassifier
-from vit_locality.model.optimization import adamw_with_decay_groups, warmup_cosine_schedule
+from vit_locality.model.classifier import ViTClassifier, adamw_with_decay_groups, warmup_cosine_schedule
 from vit_locality.run.builders import build_datamodule, build_loggers, build_module, build_trainer
 from vit_locality.train import cell_callbacks
 

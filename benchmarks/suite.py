@@ -47,12 +47,11 @@ from benchmarks.common import (
 )
 from benchmarks.host_time import host
 from vit_locality.attention.probe import probe_attention
-from vit_locality.augment.per_sample import build_train_transform
+from vit_locality.augment.mixing import build_train_transform
 from vit_locality.catalog import GRID_SIZE
 from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.data import UInt8ImageDataset
-from vit_locality.model.classifier import ViTClassifier
-from vit_locality.model.optimization import adamw_with_decay_groups, warmup_cosine_schedule
+from vit_locality.model.classifier import ViTClassifier, adamw_with_decay_groups, warmup_cosine_schedule
 from vit_locality.model.vit import VisionTransformer, count_parameters
 from vit_locality.run.builders import build_datamodule, build_loggers, build_module, build_trainer
 

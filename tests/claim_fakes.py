@@ -1,4 +1,4 @@
-"""Ablation sweeps written for the claims: the paper's numbers, their units and precision, uniform heads."""
+"""Ablation sweeps written for the claims: the paper's numbers, their precision, uniform heads."""
 
 from __future__ import annotations
 
@@ -18,21 +18,16 @@ from vit_locality.report.render.tables import ablation_table, protocols_table
 ACC = {"Baseline": 50.0, "+AA": 56.0, "+CM": 57.0, "+LS": 50.5, "Modern": 63.0, "-AA": 58.0, "-CM": 56.5, "-LS": 62.0}
 
 
-PER_UNIT = {"unit": 1.0, "grid": 8.0, "pixels": 32.0, "diagonal": 1 / math.sqrt(2.0)}  # recorded = unit x this
-
-
-def recorded(run_dir: Path, units: str, cast: Callable[[float], float]) -> None:
-    """Rewrite a unit-square run as a probe measuring in `units` at the precision `cast` would have stored it."""
+def recorded(run_dir: Path, cast: Callable[[float], float]) -> None:
+    """Rewrite a run's distances at the precision `cast` would have stored them."""
     path = run_dir / "results.json"
     data = json.loads(path.read_text())
-    final, k = data["attention"]["final"], PER_UNIT[units]
-    final["min_mad_early"] = cast(final["min_mad_early"] * k)
-    final["per_head"]["mad"] = [[cast(v * k) for v in layer] for layer in final["per_head"]["mad"]]
+    final = data["attention"]["final"]
+    final["min_mad_early"] = cast(final["min_mad_early"])
+    final["per_head"]["mad"] = [[cast(v) for v in layer] for layer in final["per_head"]["mad"]]
     for row in final["per_layer"]:
         for key in ("mad_min", "mad_mean", "mad_max"):
-            row[key] = cast(row[key] * k)
-    final["settings"]["units"] = units
-    data["model"]["patch_size"], data["data"]["image_size"] = 4, 32
+            row[key] = cast(row[key])
     path.write_text(json.dumps(data))
 
 
@@ -60,10 +55,10 @@ def float32(value: float) -> float:
     return struct.unpack("f", struct.pack("f", value))[0]
 
 
-def write_sweep(root: Path, mad: dict[str, list[float]], units: str = "unit", cast=float, acc=ACC) -> Path:
+def write_sweep(root: Path, mad: dict[str, list[float]], cast=float, acc=ACC) -> Path:
     for cell, values in mad.items():
         for seed, value in enumerate(values):
-            recorded(write_run(root, "cifar100", cell, seed, acc[cell], value, 0.5), units, cast)
+            recorded(write_run(root, "cifar100", cell, seed, acc[cell], value, 0.5), cast)
     return root
 
 

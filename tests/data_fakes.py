@@ -13,10 +13,11 @@ import pickle
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -244,3 +245,24 @@ def served(folder: Path) -> Iterator[str]:
         finally:
             server.shutdown()
             thread.join()
+
+
+def redeclare(monkeypatch: pytest.MonkeyPatch, name: str, **changes: object) -> None:
+    """Data set `name` declared with `changes` where every reader reads declarations (datasets.declared_in), for
+    this test only."""
+    from vit_locality import datasets
+
+    read = datasets.declared_in
+
+    def changed(module: str) -> tuple[datasets.DatasetSpec, ...]:
+        return tuple(replace(spec, **changes) if spec.name == name else spec for spec in read(module))
+
+    monkeypatch.setattr(datasets, "declared_in", changed)
+
+
+def undeclare(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Data set `name`'s declaration removed from its module, for this test only."""
+    from vit_locality import datasets
+
+    read = datasets.declared_in
+    monkeypatch.setattr(datasets, "declared_in", lambda module: tuple(s for s in read(module) if s.name != name))

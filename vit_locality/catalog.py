@@ -1,9 +1,9 @@
-"""The study's fixed vocabulary, importable without torch so `config` checks values before torch loads: data sets,
-their default policy, the patch grid, the augmentation policies, the names of the 8 protocol cells."""
+"""The study's fixed vocabulary, importable without torch so `config` checks values before torch loads: the built-in
+data sets, the patch grid, the augmentation policies, the names of the 8 protocol cells."""
 
 from __future__ import annotations
 
-from vit_locality.datasets import BUILT_IN
+from vit_locality.datasets import built_in
 
 # Every data set is cut into an 8 x 8 patch grid: 32 px images get 4 px patches, 64 px images 8 px patches.
 GRID_SIZE = 8
@@ -16,17 +16,16 @@ COLORJITTER = "colorjitter"
 AUGMENT_POLICIES = (*AUTOAUGMENT_POLICIES, COLORJITTER)
 
 # How a model's position embeddings start (`model.pos_init`): small random values (the paper's) or a 2-D
-# sine-cosine code (vit_locality/model/position_code.py); learned either way.
+# sine-cosine code (vit_locality/model/vit.py); learned either way.
 POSITION_INITS = ("learned", "sincos")
 
-# Data set name -> the policy `aug.policy=auto` means on it: views of each data set's declaration (datasets.py).
-DATASET_DEFAULT_POLICY = {name: spec.default_policy for name, spec in BUILT_IN.items()}
-DATASETS = tuple(BUILT_IN)
+DATASETS = tuple(built_in())  # the built-in data sets (datasets.py); a user's is named by data.module
 
 
-def resolve_policy(policy: str, dataset: str) -> str:
-    """`auto` is the data set's own policy; any other value must be one of AUGMENT_POLICIES."""
-    chosen = DATASET_DEFAULT_POLICY[dataset] if policy == "auto" else policy
+def resolve_policy(policy: str, default: str) -> str:
+    """`auto` is the data set's own policy (`default`, its declaration's); any other value must be one of
+    AUGMENT_POLICIES."""
+    chosen = default if policy == "auto" else policy
     if chosen not in AUGMENT_POLICIES:
         raise ValueError(f"aug.policy={policy!r} is not allowed: auto, {', '.join(AUGMENT_POLICIES)}")
     return chosen

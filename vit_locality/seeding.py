@@ -1,10 +1,5 @@
-"""Seeds derived from the run's seed, so a resumed run draws the same random numbers (shuffle order, AutoAugment,
-CutMix) as an unbroken one, whatever the number of data workers. Each is a pure function of where the run is:
-- the main process's generators start epoch e from `epoch_seed(seed, e)` and each training batch b from
-  `batch_seed(seed, e, b)` (callbacks/seeding.py says when);
-- the data: epoch e's order from `epoch_seed(seed, e)`, each sample's augmentation from `sample_seed(seed, e, index)`
-  (data/sampling.py), whichever worker transforms it.
-"""
+"""Seeds derived from the run's seed and where the run is (epoch, batch, sample index), so a resumed run draws the
+same random numbers as an unbroken one, whatever the number of data workers."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Train one protocol cell, or a sweep of them with `-m`.
-
-    python train.py                                   # paper ViT, Modern protocol, CIFAR-100
-    python train.py data=synthetic model=vit_tiny trainer.max_epochs=1
-    python train.py -m aug.cutmix=true,false aug.autoaug=true,false loss.ls=0,0.1   # the 8-cell ablation
-
-Every cell of the command is checked before the first one starts. Exit status: 0 every cell complete,
-1 a cell failed (with sweep.continue_on_error=true, after the others ran), 2 bad config or data, 3 a non-finite
-loss, 130/143 interrupted by SIGINT/SIGTERM (run the same command again to resume).
-"""
+"""Train one protocol cell, or a sweep of them with `-m` (usage: the checkout's train.py; exit statuses:
+docs/troubleshooting.md). Every cell of the command is checked before the first one starts (docs/runs.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +7,8 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +19,13 @@ from omegaconf import DictConfig
 from vit_locality.config.identity import identities_of
 from vit_locality.config.settings import RunSettings
 from vit_locality.errors import ConfigError, exit_code_of, first_line
-from vit_locality.paths import CONF_DIR, CONF_PATH
-from vit_locality.precheck.preflight import CheckedCommand, Plan, plan_command
+from vit_locality.paths import CONF_DIR, CONF_PACKAGE, CONF_PATH
+from vit_locality.precheck.command_line import command_args
+from vit_locality.precheck.preflight import check_command, plan_command
 from vit_locality.precheck.refusals import config_groups_text
 from vit_locality.precheck.resolvers import register_resolvers
-from vit_locality.run.wait_policy import sleep_while_waiting
-from vit_locality.sweep.command import CommandContext, current_command, new_command_id, publish_command, run_dirs_of
+from vit_locality.run.threads import sleep_while_waiting
+from vit_locality.sweep.command import CommandContext, current_command, new_command_id, publish_command
 from vit_locality.sweep.launch import (
     in_multirun,
     is_ddp,
@@ -42,8 +37,6 @@ from vit_locality.sweep.progress import (
     cell_start_line,
     complete_already,
     finished_durations,
-    in_sweep_command,
-    sweep_cells,
 )
 
 log = logging.getLogger("vit_locality")
@@ -114,17 +107,6 @@ def is_complete_cell(run_dir: Path, settings: RunSettings | None) -> bool:
         return False
 
 
-def gated_or_none(cfg: DictConfig) -> RunSettings | None:
-    """A DDP cell's settings as its own process will have them (this machine aside), or None where it refuses them:
-    that process then says why."""
-    from vit_locality.precheck.gate import settings_from
-
-    try:
-        return settings_from(cfg, machine=False)
-    except ConfigError:
-        return None
-
-
 def announce_cell(cfg: DictConfig, run_dir: Path, settings: RunSettings | None, child: bool = False) -> None:
     """What a cell shows as it starts: `cell k of N` (with the sweep's time left) in a sweep, the config tree in a
     single run (`startup.print_config`). Nothing in a DDP rank > 0, nor for a cell complete already, which the
@@ -134,31 +116,33 @@ def announce_cell(cfg: DictConfig, run_dir: Path, settings: RunSettings | None, 
     if in_multirun():
         hydra_job = HydraConfig.get()
         durations = finished_durations(Path(hydra_job.sweep.dir))
-        log.info("%s", cell_start_line(int(hydra_job.job.num) + 1, sweep_cells(), durations))
-    elif cfg.startup.print_config and not in_sweep_command():
+        log.info("%s", cell_start_line(int(hydra_job.job.num) + 1, current_command().cell_count, durations))
+    elif cfg.startup.print_config and not current_command().sweep:  # a sweep's command printed its tree
         from vit_locality.precheck.tree import config_tree_text
 
         print(config_tree_text(cfg), flush=True)
 
 
-@hydra.main(version_base="1.3", config_path=CONF_PATH, config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def run_cell_job(cfg: DictConfig, checked: RunSettings | None = None) -> float | None:
+    """Hydra's job for one cell. `checked`: the cell's settings as the command's check validated and named them
+    (machine checks included, but for a SLURM node's), else validated here through the gate."""
     # Heavy imports only after Hydra has parsed the command line (so --help and typos answer at once).
-    from vit_locality.precheck.gate import settings_from
-    from vit_locality.run.advice import remove_refused_run_dir
+    from vit_locality.precheck.gate import on_this_machine, settings_from
     from vit_locality.run.cell import CellInterrupted, run_cell
-    from vit_locality.store.disk_space import disk_full_cause
-    from vit_locality.tracking.quiet import quiet_library_noise
+    from vit_locality.run.lock import remove_refused_run_dir
+    from vit_locality.store.atomic import disk_full_cause
+    from vit_locality.tracking.wandb_mode import quiet_library_noise
 
     quiet_library_noise()
     print_each_line_once()
-    cfg.run_name = str(cfg.run_name)  # resolved once: the name is computed from the rest (precheck/names.py)
+    # Resolved once: the name is computed from the rest (precheck/names.py), or was by the command's check.
+    cfg.run_name = str(cfg.run_name) if checked is None else checked.run_name
     if in_multirun() and "BasicLauncher" not in str(HydraConfig.get().launcher.get("_target_", "")):
         name_the_cell_in_each_line(cfg.run_name)  # cells run side by side
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     on_slurm = "SLURM_JOB_ID" in os.environ  # SLURM starts one task per rank itself: nothing to re-launch
     if is_ddp(cfg) and in_multirun() and not on_slurm:
-        announce_cell(cfg, run_dir, gated_or_none(cfg))
+        announce_cell(cfg, run_dir, checked)
         code = run_ddp_cell_in_own_process(run_dir)  # it skips a complete cell itself
         if code and not cfg.sweep.continue_on_error:
             sys.exit(code)
@@ -168,14 +152,14 @@ def main(cfg: DictConfig) -> float | None:
     child = "LOCAL_RANK" in os.environ  # a DDP rank > 0 started by Lightning: it must not re-point anything
     original_argv = sys.argv if child else point_ddp_children_at_this_cell(run_dir)
     try:
-        settings = settings_from(cfg)  # the job's own cell through the gate: on a SLURM node, the node's machine
+        settings = settings_from(cfg) if checked is None else on_this_machine(checked) if on_slurm else checked
         announce_cell(cfg, run_dir, settings, child)
-        record = run_cell(settings, run_dir, cell_callbacks)
+        record = run_cell(settings, run_dir, cell_callbacks, current_command().command_id)
     except CellInterrupted as stop:
         log.error("%s", stop)
         sys.exit(stop.exit_code)
     except Exception as error:
-        full = disk_full_cause(error, run_dir)  # said as such, whatever the writer raised (store/disk_space.py)
+        full = disk_full_cause(error, run_dir)  # said as such, whatever the writer raised (store/atomic.py)
         log.error("%s failed: %s", cfg.run_name, first_line(full or error))
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             log.exception("full traceback")
@@ -192,41 +176,6 @@ def main(cfg: DictConfig) -> float | None:
     return value if math.isfinite(value) else failed_trial(cfg)
 
 
-def sweep_configs(plan: Plan) -> list[dict[str, Any]]:
-    """The resolved config of each run directory of a sweep (its first cell's), as the pre-check composed it."""
-    from omegaconf import OmegaConf
-
-    composed = {" ".join(cell): tree for cell, tree in plan.composer.composed.items()}
-    trees = [composed[shown] for shown in plan.directories.values() if shown in composed]
-    return [OmegaConf.to_container(OmegaConf.create(tree), resolve=True) for tree in trees]
-
-
-def every_cell_complete(plan: Plan) -> bool:
-    """Whether every cell of a grid sweep is complete already (each then skipped in one line); a search's cells are
-    the bounds it draws from, never complete."""
-    if plan.cell_count is None or not plan.run_dirs:
-        return False
-    identities = (plan.identities.get(run_dir.name) for run_dir in plan.run_dirs.values())
-    pairs = zip(plan.run_dirs.values(), identities, strict=True)
-    return all(identity is not None and complete_already(run_dir, (identity,)) for run_dir, identity in pairs)
-
-
-def print_sweep_tree(plan: Plan) -> None:
-    """A sweep's config tree, once, before its first cell (`startup.print_config` of its first cell): what its
-    cells share, and each setting they sweep with its values (precheck/tree.py). None where every cell is complete
-    already: the re-run only says, cell by cell, that it skips them."""
-    from vit_locality.precheck.tree import sweep_tree_text
-
-    configs = sweep_configs(plan)
-    if not configs or not (configs[0].get("startup") or {}).get("print_config") or every_cell_complete(plan):
-        return
-    if plan.cell_count is None:
-        title = "config of the search (a swept setting lists the bounds or choices its trials are drawn from)"
-    else:
-        title = f"config of the {plan.cell_count} cells of this sweep (a swept setting lists its values)"
-    print(sweep_tree_text(configs, title), flush=True)
-
-
 def register_help() -> None:
     """`--help` lists the config groups through `${config_groups:}` (conf/train.yaml's hydra.help.template):
     Hydra's own list would offer each group's shared parts (`data: _downloadable, _shared, ...`) too."""
@@ -236,39 +185,77 @@ def register_help() -> None:
         OmegaConf.register_new_resolver(HELP_GROUPS_RESOLVER, lambda: config_groups_text(CONF_DIR))
 
 
-def command_context(checked: CheckedCommand) -> CommandContext:
-    """What this command hands its cells (sweep/command.py): a new id, and from its plan the cell count, whether it
-    is a sweep and each cell's run directory. Without a plan (a DDP cell's own process, started on the cell's saved
-    config) the sweep's count and mark are the ones it inherited."""
-    plan = checked.plan
-    if plan is None:
-        inherited = current_command()
-        return CommandContext(new_command_id(), inherited.cell_count, inherited.sweep)
-    return CommandContext(new_command_id(), plan.cell_count, plan.multirun, run_dirs_of(plan.run_dirs))
+main = hydra.main(version_base="1.3", config_path=CONF_PATH, config_name="train")(run_cell_job)
+
+
+def run_hydra(argv: list[str], args: Any, overrides: list[str], task: Callable[..., Any]) -> None:
+    """Hydra's run or multirun of the command, as `hydra.main` starts them less its first composition, made only to
+    read `hydra.mode` (which `-m` says here): one composition for the command. Where Hydra refuses the command, the
+    pre-check says why in one line (exit status 2)."""
+    from hydra import initialize_config_module
+    from hydra._internal.utils import run_and_report
+    from hydra.core.global_hydra import GlobalHydra
+
+    mode = "MULTIRUN" if args.multirun else "RUN"
+    try:
+        with initialize_config_module(config_module=CONF_PACKAGE, job_name="train", version_base="1.3"):
+            app = GlobalHydra.instance().hydra
+            start = app.multirun if args.multirun else app.run
+            name = args.config_name or "train"
+            start(config_name=name, task_function=task, overrides=[*overrides, f"hydra.mode={mode}"])
+    except Exception as error:
+        problems = check_command(argv, CONF_DIR)
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        if problems:
+            sys.exit(2)
+        run_and_report(partial(_raise, error))
+
+
+def _raise(error: Exception) -> None:
+    raise error
 
 
 def cli() -> None:
     """`python train.py` and the installed `vit-locality-train`: check every cell, run, give the verdict."""
-    sleep_while_waiting()  # OMP_WAIT_POLICY=PASSIVE on a CPU, before anything loads torch (run/wait_policy.py)
-    # Every cell composed, checked and named; data to download: its server must answer before anything is made.
-    checked = plan_command(sys.argv[1:], CONF_DIR, ask_servers=True)
-    for problem in checked.problems:
+    sleep_while_waiting()  # OMP_WAIT_POLICY=PASSIVE on a CPU, before anything loads torch (run/threads.py)
+    argv = sys.argv[1:]
+    args, problem = command_args(argv)
+    if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
-    if checked.problems:
         sys.exit(2)
-    register_resolvers()  # before main(): Hydra resolves run_name when it builds the output directory
+    register_resolvers()  # before Hydra: it resolves run_name when it builds the output directory
     register_help()
     from vit_locality.sweep.verdict import report_verdict, started_sweep_dir
 
-    # This command's id (its cells and verdict, no other's), cell count ("cell k of N") and sweep mark (a sweep's
-    # cells print no tree), handed to every process that runs one of its cells.
-    context = publish_command(command_context(checked))
-    if checked.plan is not None and checked.plan.multirun:
-        print_sweep_tree(checked.plan)
-    main()
+    # This command's id (its cells and verdict, no other's) and sweep mark (a sweep's cells print no tree), handed to
+    # every process that runs one of its cells; a sweep's sweeper adds its cell count (plugins/sweeper.py).
+    if args is None:  # --help, --cfg, ...; another config tree (a DDP cell's own process): Hydra's own
+        inherited = current_command()
+        context = publish_command(CommandContext(new_command_id(), inherited.cell_count, inherited.sweep))
+        main()
+    elif args.multirun:  # the sweeper composes and checks every cell before the first starts
+        context = publish_command(CommandContext(new_command_id(), sweep=True))
+        run_hydra(argv, args, args.overrides, run_cell_job)
+    else:  # the one cell composed and checked here, run on those settings in its directory as checked
+        checked = plan_command(argv, CONF_DIR, ask_servers=True)
+        for problem in checked.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        if checked.problems or checked.plan is None:
+            sys.exit(2)
+        context = publish_command(CommandContext(new_command_id()))
+        settings = next((settings for _, settings in checked.plan.checked.values()), None)
+        run_dir = next(iter(checked.plan.run_dirs.values()), None)  # Hydra then resolves no run name
+        named_dir = [f"hydra.run.dir={quoted(str(run_dir))}"] if run_dir is not None else []
+        run_hydra(argv, args, [*args.overrides, *named_dir], partial(run_cell_job, checked=settings))
     sweep_dir = started_sweep_dir()  # where Hydra's multirun wrote (None: a single run)
     if sweep_dir is not None and (status := report_verdict(sweep_dir, context.command_id)):
         sys.exit(status)
+
+
+def quoted(value: str) -> str:
+    """A value as a Hydra override reads it literally (no sweep at a comma, no interpolation)."""
+    return "'" + value.replace("'", "\\'") + "'"
 
 
 if __name__ == "__main__":

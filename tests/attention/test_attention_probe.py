@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 
-from vit_locality.attention.min_head import min_head_control
 from vit_locality.attention.probe import probe_attention
 from vit_locality.attention.stats_log import (
     CSV_FIELDS,
@@ -18,6 +17,7 @@ from vit_locality.attention.stats_log import (
     scalar_metrics,
     write_csv,
 )
+from vit_locality.attention.units import min_head_control
 from vit_locality.config.schema import StatsConfig
 from vit_locality.model.vit import VisionTransformer
 
@@ -224,8 +224,8 @@ def test_min_head_control_reads_the_minimum_heads_control(tiny_model: VisionTran
 
 def test_ablation_table_shows_the_min_heads_control(tmp_path) -> None:
     """The ablation table's columns for the minimum-MAD head: mean ± sd of its control and surround preference over
-    seeds, in the unit square like min MAD (a run recorded in grid units is converted with it), '-' for a cell whose
-    records predate the control. write_run's minimum head is layer 0, head 0 (per_head below)."""
+    seeds, in the unit square like min MAD, '-' for a cell whose records predate the control. write_run's minimum
+    head is layer 0, head 0 (per_head below)."""
     import json
 
     from record_fakes import write_run
@@ -233,24 +233,17 @@ def test_ablation_table_shows_the_min_heads_control(tmp_path) -> None:
     from vit_locality.report.load.aggregate import aggregate
     from vit_locality.report.render.tables import MIN_HEAD_HEADERS, ablation_table
 
-    def add_control(run_dir, control: float, scale: float = 1.0) -> None:
+    def add_control(run_dir, control: float) -> None:
         path = run_dir / "results.json"
         record = json.loads(path.read_text())
         final = record["attention"]["final"]
         mad = final["per_head"]["mad"]
-        final["per_head"]["mad_control"] = [[control * scale] * len(row) for row in mad]
-        final["per_head"]["surround_pref"] = [[(control - v) * scale for v in row] for row in mad]
-        if scale != 1.0:  # the same run measured in patch steps
-            final["settings"]["units"] = "grid"
-            final["min_mad_early"] *= scale
-            final["per_head"]["mad"] = [[v * scale for v in row] for row in mad]
-            final["per_layer"] = [
-                {k: v * scale if k.startswith("mad") else v for k, v in r.items()} for r in final["per_layer"]
-            ]
+        final["per_head"]["mad_control"] = [[control] * len(row) for row in mad]
+        final["per_head"]["surround_pref"] = [[control - v for v in row] for row in mad]
         path.write_text(json.dumps(record))
 
     add_control(write_run(tmp_path, "cifar100", "Baseline", 0, 50.0, 0.30, 0.5), 0.40)
-    add_control(write_run(tmp_path, "cifar100", "Baseline", 1, 52.0, 0.32, 0.5), 0.46, scale=8.0)
+    add_control(write_run(tmp_path, "cifar100", "Baseline", 1, 52.0, 0.32, 0.5), 0.46)
     write_run(tmp_path, "cifar100", "Modern", 0, 60.0, 0.10, 0.5)  # recorded before the control existed
     table = ablation_table(aggregate([tmp_path]), "cifar100", "vit_paper")
     columns = [table.headers.index(header) for header in MIN_HEAD_HEADERS]

@@ -76,7 +76,7 @@ def test_the_worker_path_is_torchvisions_random_erasing_last() -> None:
     transform = build_datamodule(typed([*QUICK, "protocol=baseline", "aug.erasing=true"])).train_transform
     last = transform.transforms[-1]
     assert isinstance(last, v2.RandomErasing) and last.p == 0.5 and tuple(last.scale) == SCALE
-    from vit_locality.augment.per_sample import build_train_transform
+    from vit_locality.augment.mixing import build_train_transform
 
     built = build_train_transform(SIZE, protocol).transforms[-1]
     assert isinstance(built, v2.RandomErasing) and built.p == 0.25 and tuple(built.scale) == (0.1, 0.2)

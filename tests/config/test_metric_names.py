@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import QUICK, InProcessTraining, compose_config
 
-from vit_locality.config.metric_names import eval_prefix, selection_problem
+from vit_locality.config.settings import eval_prefix, selection_problem
 from vit_locality.errors import ConfigError
 from vit_locality.precheck.gate import settings_from
 

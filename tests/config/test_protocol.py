@@ -15,8 +15,7 @@ from vit_locality.config.protocol import AugConfig, TrainingProtocol
 from vit_locality.config.refusal import typed_section
 from vit_locality.config.schema import OptimConfig
 from vit_locality.errors import ConfigError
-from vit_locality.model.classifier import ViTClassifier
-from vit_locality.model.optimization import adamw_with_decay_groups
+from vit_locality.model.classifier import ViTClassifier, adamw_with_decay_groups
 from vit_locality.model.vit import VisionTransformer
 
 # A record's protocol section as train.py wrote it before this type existed (no mixup key at all).
@@ -35,7 +34,7 @@ OLD_RECORD = {
 def protocol_of(*overrides: str, on_device: bool = False) -> TrainingProtocol:
     """The protocol of a cell of these overrides, derived from its settings (on_device: its data on the device)."""
     settings = typed(["data=synthetic", "model=vit_tiny", *overrides])
-    return TrainingProtocol.of(settings.aug, settings.loss, settings.data.name, on_device)
+    return TrainingProtocol.of(settings.aug, settings.loss, settings.data.spec.default_policy, on_device)
 
 
 def test_protocol_imports_without_torch(spawns: Spawner) -> None:

@@ -93,7 +93,7 @@ def test_the_settings_outside_the_identity_are_the_fields_marked_so() -> None:
     assert set(NOT_IDENTITY) == {
         *("hydra", "run_name", "sweep_name", "sweep", "tags", "logger", "callbacks", "startup", "threads"),
         *("optimized_metric", "ckpt_path", "ckpt_mode", "model.compile", "stats.pictures", "stats.batch_size"),
-        *("data.root", "data.num_workers", "data.download", "data.verify", "data.eval_batch_size"),
+        *("data.root", "data.num_workers", "data.download", "data.verify", "data.eval_batch_size", "data.module"),
         *("trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy"),
         *("trainer.log_every_n_steps", "trainer.profiler", "trainer.enable_model_summary", "trainer.detect_anomaly"),
     }

@@ -14,7 +14,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from vit_locality.callbacks import build_callbacks
 
 from vit_locality.config import extensions
-from vit_locality.config.schema import DISPLAY_ONLY_CALLBACKS, display_only, user_entries
+from vit_locality.config.extensions import DISPLAY_ONLY_CALLBACKS, display_only, user_entries
 from vit_locality.precheck.preflight import check_command
 from vit_locality.run.builders import build_loggers
 from vit_locality.run.checkpoints import IdentityStamp

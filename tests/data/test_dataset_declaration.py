@@ -1,6 +1,6 @@
-"""A data set is declared once (vit_locality/datasets.py): the catalog, the schema, the datamodule registry and the
-data check read that declaration; a missing declaration is refused by the data check in one line, never skipped;
-whether the data check asks a server is its caller's argument, not module state."""
+"""A data set is declared once, in its own module (a DatasetSpec constant): the catalog, the schema, the datamodule
+registry and the data check read that declaration from the module's source; a missing declaration is refused by the
+data check in one line, never skipped; whether the data check asks a server is its caller's argument."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from data_fakes import redeclare, undeclare
 from helpers import compose_config
 
-from vit_locality.catalog import DATASET_DEFAULT_POLICY, DATASETS
-from vit_locality.config.schema import DATA_VARIANTS, TRAIN_SIZES
-from vit_locality.data import DATAMODULES, datamodule_class, workers
-from vit_locality.datasets import BUILT_IN, spec_of
+from vit_locality.catalog import DATASETS
+from vit_locality.data import datamodule_class, workers
+from vit_locality.datasets import BUILT_IN_MODULES, built_in, declared_in, spec_of
 from vit_locality.errors import ConfigError
 from vit_locality.precheck import data_presence
-from vit_locality.precheck.data_presence import ARCHIVES, check_data_present
+from vit_locality.precheck.data_presence import check_data_present
 from vit_locality.precheck.gate import settings_from
 
 
@@ -35,30 +35,29 @@ def downloadable(root: Path, name: str = "cifar10", download: bool = True) -> Si
     return SimpleNamespace(name=name, root=str(root), download=download)
 
 
-def declare(monkeypatch: pytest.MonkeyPatch, name: str, **changes: object) -> None:
-    """Data set `name` declared with `changes`, for this test only."""
-    monkeypatch.setitem(BUILT_IN, name, replace(BUILT_IN[name], **changes))
-
-
 # ---- every reader reads the declaration ----------------------------------------------------------------------
 
 
-def test_the_catalog_schema_registry_and_data_check_read_the_declarations() -> None:
-    assert tuple(BUILT_IN) == DATASETS
-    assert {name: spec.default_policy for name, spec in BUILT_IN.items()} == DATASET_DEFAULT_POLICY
-    assert {name: spec.train_images for name, spec in BUILT_IN.items() if spec.archives} == TRAIN_SIZES
-    assert {name: spec.config_class() for name, spec in BUILT_IN.items()} == DATA_VARIANTS
-    assert {name: spec.datamodule for name, spec in BUILT_IN.items()} == DATAMODULES
-    assert {name: spec.archives[0] for name, spec in BUILT_IN.items() if spec.archives} == ARCHIVES
+def test_the_declarations_read_from_source_are_the_modules_own() -> None:
+    """What the pre-check reads without importing a module equals the constant the module's datamodule uses."""
+    from importlib import import_module
+
+    assert DATASETS == tuple(built_in()) == ("cifar10", "cifar100", "tiny_imagenet", "synthetic", "glyphs")
+    for module in BUILT_IN_MODULES:
+        imported = import_module(module)
+        constants = [value for value in vars(imported).values() if type(value).__name__ == "DatasetSpec"]
+        assert [replace(spec, module=module) for spec in constants] == list(declared_in(module))
 
 
 def test_each_datamodule_matches_its_declaration() -> None:
-    for name, spec in BUILT_IN.items():
+    for name, spec in built_in().items():
         module = datamodule_class(name)
-        assert module.name == name
+        assert module.name == name and module.__module__ == spec.module
         if spec.archives:
             assert module.archive == spec.archives[0]
             assert (module.num_classes, module.image_size) == (spec.num_classes, spec.image_size)
+        cfg = compose_config([f"data={name}"])
+        assert cfg.data.module == spec.module  # each YAML names the module that declares its data set
 
 
 def test_the_cifar_declarations_are_torchvisions_archives() -> None:
@@ -66,7 +65,7 @@ def test_the_cifar_declarations_are_torchvisions_archives() -> None:
     from torchvision.datasets import CIFAR10, CIFAR100
 
     for name, official in (("cifar10", CIFAR10), ("cifar100", CIFAR100)):
-        archive = BUILT_IN[name].archive()
+        archive = spec_of(name).archive()
         assert (archive.url, archive.filename, archive.md5, archive.folder) == (
             official.url,
             official.filename,
@@ -75,10 +74,21 @@ def test_the_cifar_declarations_are_torchvisions_archives() -> None:
         )
 
 
+def test_a_declaration_must_be_literal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "computed.py").write_text(
+        'from vit_locality.datasets import DatasetSpec\nNAME = "x"\n'
+        'X = DatasetSpec(name=NAME, default_policy="cifar10", config="m:C", datamodule="D")\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"computed\.py, line 3: a DatasetSpec is read without running its module"):
+        declared_in("computed")
+    with pytest.raises(ConfigError, match=r"^data\.module='no_such_module' is not allowed: no such Python module"):
+        declared_in("no_such_module")
+
+
 def test_the_data_check_follows_a_changed_declaration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No copy of the archive list is left in the data check: a declaration moved elsewhere moves what it looks for."""
-    archive = BUILT_IN["cifar10"].archive()
-    declare(monkeypatch, "cifar10", archives=(replace(archive, folder="moved"),))
+    redeclare(monkeypatch, "cifar10", archives=(replace(spec_of("cifar10").archive(), folder="moved"),))
     (tmp_path / "moved").mkdir()
     check_data_present(downloadable(tmp_path, download=False), ask_servers=False)
 
@@ -96,7 +106,7 @@ def test_an_absent_archive_with_download_off_is_refused_in_one_line(tmp_path: Pa
 def test_a_download_without_a_declared_archive_is_refused_not_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    declare(monkeypatch, "cifar10", archives=None)
+    redeclare(monkeypatch, "cifar10", archives=None)
     with pytest.raises(ConfigError) as refused:
         check_data_present(downloadable(tmp_path), ask_servers=False)
     (line,) = str(refused.value).splitlines()
@@ -112,6 +122,25 @@ def test_a_data_set_without_a_declaration_is_refused_not_skipped(tmp_path: Path)
         spec_of("toy")
 
 
+def test_a_removed_declaration_is_refused_by_the_data_check_not_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The module is there, its DatasetSpec is not: the gate and the data check refuse in one line."""
+    undeclare(monkeypatch, "cifar10")
+    cfg = compose_config(["data=cifar10", f"data.root={tmp_path}", "data.download=false", "trainer=cpu"])
+    with pytest.raises(ConfigError) as refused:
+        settings_from(cfg, ask_servers=False)
+    (line,) = str(refused.value).splitlines()
+    assert (
+        line
+        == "data.name='cifar10' is not allowed: one of cifar100, tiny_imagenet, synthetic, glyphs (the built-in ones)"
+    )
+    with pytest.raises(ConfigError) as refused:
+        check_data_present(downloadable(tmp_path, download=False), ask_servers=False)
+    (line,) = str(refused.value).splitlines()
+    assert line.startswith("data set 'cifar10' declares nothing (no DatasetSpec): known data sets are cifar100, ")
+
+
 def test_a_generated_set_has_nothing_to_check() -> None:
     check_data_present(SimpleNamespace(name="synthetic"), ask_servers=True)
 
@@ -121,7 +150,7 @@ def test_a_generated_set_has_nothing_to_check() -> None:
 
 def test_the_server_is_asked_only_when_the_caller_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"http://127.0.0.1:{closed_port()}/cifar-10-python.tar.gz"
-    declare(monkeypatch, "cifar10", archives=(replace(BUILT_IN["cifar10"].archive(), url=url),))
+    redeclare(monkeypatch, "cifar10", archives=(replace(spec_of("cifar10").archive(), url=url),))
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     data_presence.unreachable_reason.cache_clear()
@@ -132,7 +161,7 @@ def test_the_server_is_asked_only_when_the_caller_says(tmp_path: Path, monkeypat
 
 def test_the_gate_passes_its_callers_choice_to_the_data_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"http://127.0.0.1:{closed_port()}/cifar-10-python.tar.gz"
-    declare(monkeypatch, "cifar10", archives=(replace(BUILT_IN["cifar10"].archive(), url=url),))
+    redeclare(monkeypatch, "cifar10", archives=(replace(spec_of("cifar10").archive(), url=url),))
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     data_presence.unreachable_reason.cache_clear()

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset, DistributedSampler
 
-from vit_locality.augment.per_sample import build_train_transform
+from vit_locality.augment.mixing import build_train_transform
 from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.data import SyntheticDataModule
 from vit_locality.data.on_device import DeviceTrainLoader

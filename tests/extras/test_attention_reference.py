@@ -154,7 +154,7 @@ def test_default_is_unchanged_and_checkpoints_are_shared() -> None:
     assert reference.blocks[0].attn.attn_mask is not None
 
 
-def _run(per_layer_mad: list[float], units: str = "unit", image_size: int | None = None) -> RunRecord:
+def _run(per_layer_mad: list[float]) -> RunRecord:
     per_layer = [
         {
             "layer": i,
@@ -167,9 +167,8 @@ def _run(per_layer_mad: list[float], units: str = "unit", image_size: int | None
         }
         for i, m in enumerate(per_layer_mad)
     ]
-    final = {"early_layers": 1, "settings": {"units": units}, "per_layer": per_layer}
-    data = {} if image_size is None else {"data": {"image_size": image_size}}
-    return RunRecord(Path("no-such-run"), {"attention": {"final": final}, **data})
+    final = {"early_layers": 1, "settings": {"units": "unit"}, "per_layer": per_layer}
+    return RunRecord(Path("no-such-run"), {"attention": {"final": final}})
 
 
 def _texts(ax: plots.plt.Axes) -> list[str]:
@@ -205,21 +204,6 @@ def test_layer_and_emergence_figures_show_the_references(tmp_path: Path) -> None
     (tmp_path / "attention_stats.csv").write_text("epoch,step,layer,head,mad\n0,0,0,0,0.5\n1,10,0,0,0.45\n")
     fig = emergence_figure({"Baseline": Group(key=None, runs=[run])}, "demo", [], figure_references)  # type: ignore[arg-type]
     assert {"3x3 neighbourhood (0.128)", "self only (0)", "uniform"} <= set(_texts(fig.axes[0]))
-    plots.plt.close(fig)
-
-
-def test_layer_figure_in_pixels_uses_the_recorded_patch_size() -> None:
-    """64-pixel images on the 8 x 8 grid: 8 pixels a patch, so the 3x3 reference is 8 x 1.0212 = 8.169 pixels; a
-    record without the image size gets no reference rather than one in the wrong units."""
-    cells = {"Baseline": Group(key=None, runs=[_run([5.0, 4.0], "pixels", 64)])}  # type: ignore[arg-type]
-    fig = layers_figure(cells, "demo", [], figure_references)
-    assert "3x3 neighbourhood (8.169)" in _texts(fig.axes[0])
-    assert round(8 * HAND_MAD_3X3_STEPS, 3) == 8.169
-    assert plots.UNIFORM_MAD_8X8 not in _hlines(fig.axes[0])  # the uniform constant is in unit distance only
-    plots.plt.close(fig)
-    cells = {"Baseline": Group(key=None, runs=[_run([5.0, 4.0], "pixels")])}  # type: ignore[arg-type]
-    fig = layers_figure(cells, "demo", [], figure_references)
-    assert not any("neighbourhood" in text for text in _texts(fig.axes[0]))
     plots.plt.close(fig)
 
 

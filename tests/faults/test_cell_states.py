@@ -108,7 +108,7 @@ def test_no_training_batches_is_refused_before_anything_is_recorded(tmp_path: Pa
     assert not (run_dir / "results.json").exists()
 
 
-# spawns: the failed cell's record holds the code's git commit (`git rev-parse`, tracking/versions.py).
+# spawns: the failed cell's record holds the code's git commit (`git rev-parse`, run/record_sections.py).
 def test_a_failure_building_the_callbacks_is_recorded(tmp_path: Path, spawns: Spawner) -> None:
     run_dir = tmp_path / "run"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,7 @@ def test_the_entry_point_finds_the_sweep_directory_hydra_uses(tmp_path: Path, mo
     callback = SweepVerdict()
     callback.on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(where)}, "launcher": {}}}))
     assert started_sweep_dir() == where
-    assert current_command() == command.with_sweep_dir(where) and callback.command_id == command.command_id
+    assert current_command() == replace(command, sweep_dir=str(where)) and callback.command_id == command.command_id
 
 
 def test_a_multirun_started_without_the_entry_point_gets_an_id_its_jobs_inherit(

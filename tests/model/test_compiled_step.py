@@ -15,8 +15,7 @@ import torch
 import torch._dynamo as dynamo
 from helpers import QUICK, InProcessTraining, compose_config, typed
 
-from vit_locality.model.classifier import ViTClassifier
-from vit_locality.model.step_graph import compile_choice
+from vit_locality.model.classifier import ViTClassifier, compile_choice
 from vit_locality.run.cell import CellInterrupted
 
 NO_COMPILER = shutil.which("cc") is None and shutil.which("gcc") is None  # CPU inductor compiles C++ (CI has one)

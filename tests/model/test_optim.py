@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import InProcessTraining, typed
 
-from vit_locality.model.optimization import warmup_cosine, warmup_cosine_schedule
+from vit_locality.model.classifier import warmup_cosine, warmup_cosine_schedule
 from vit_locality.run.builders import build_datamodule, build_module, split_global_batch
 
 # The tiny runs below: 64 synthetic images in global batches of 8 (8 steps an epoch), warm-up 1 epoch, cosine to 0.

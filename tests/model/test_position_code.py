@@ -17,8 +17,7 @@ from vit_locality.extras.instruments.position_embedding import (
     position_similarity,
     similarity_at_distances,
 )
-from vit_locality.model.position_code import sincos_position_code
-from vit_locality.model.vit import VisionTransformer
+from vit_locality.model.vit import VisionTransformer, sincos_position_code
 from vit_locality.precheck.gate import settings_from
 
 

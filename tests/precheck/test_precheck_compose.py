@@ -1,6 +1,7 @@
-"""The pre-check composes every cell once with Hydra's public compose API and names its run directory as the job will;
-Hydra then runs its own checks (its mode, its sweeper's check of each cell) and composes each cell once more, in its
-job, and `run_name` composes nothing: a single run is composed at most 3 times, a sweep of N cells 3N + 3 times."""
+"""A single run is composed twice: by the pre-check (Hydra's compose API) and by Hydra for its job, which gets the
+pre-check's settings and run directory. A sweep of N cells N + 1 times: Hydra's config of the command, and each cell
+once by the sweeper (plugins/sweeper.py), which checks it and hands that config to its launcher. A cell's settings are
+validated once, in the launching process, whatever the launcher."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from helpers import CONF, QUICK, Spawner
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
-from vit_locality.precheck import composer, preflight
+from vit_locality.precheck import command_line, composer
 from vit_locality.precheck.preflight import check_command, plan_command
 from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.sweep.command import CommandContext, run_dirs_of
@@ -29,7 +30,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
         calls.append(list(kwargs["overrides"]))
         return compose(*args, **kwargs)
 
-    for module in (preflight, composer):  # a cell's config; a launcher's or sweeper's own options
+    for module in (command_line, composer):  # a cell's config; a launcher's or sweeper's own options
         monkeypatch.setattr(module, "compose", counting_compose)
     return calls
 
@@ -139,30 +140,27 @@ LAUNCHERS = ["hydra/launcher=basic", "hydra/launcher=joblib"]
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_a_four_cell_sweep_is_composed_fifteen_times(
+def test_a_four_cell_sweep_is_composed_five_times(
     launcher: str, tmp_path: Path, spawns: Spawner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Counted by wrapping Hydra's config loader in every process (the launcher's workers too): the pre-check's 4
-    cells and the command's own config, Hydra's master config and its sweeper's check of each cell, and each job's
-    own: 3N + 3. A cell's settings are validated once by the pre-check and three times in its job's process (Hydra
-    names the output directory, the job resolves its run name once, the gate)."""
+    """Counted by wrapping Hydra's config loader in every process (the launcher's workers too): the command's own
+    config and each cell once, N + 1; each cell's settings are validated once, in the launching process, and reach
+    its job there or in a joblib worker."""
     counted = tmp_path / "compositions"
     monkeypatch.setenv("COMPOSE_COUNT_FILE", str(counted))
     monkeypatch.setenv("PYTHONPATH", f"{COUNTER}:{__import__('os').environ.get('PYTHONPATH', '')}")
     sweep = ["aug.cutmix=true,false", "loss.ls=0,0.1", "+trainer.fast_dev_run=true", "stats.enabled=false"]
     proc = spawns.run_train(["-m", *QUICK, *sweep, launcher, f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(counted.read_text().splitlines()) == 15
+    assert len(counted.read_text().splitlines()) == 4 + 1
     validated = Path(f"{counted}.validated").read_text().split()
-    launching = validated[0]  # the pre-check's process validates first
-    jobs = [pid for pid in validated if pid != launching]
-    assert len(validated) == 16 and len(jobs) == (0 if launcher.endswith("basic") else 12)
+    assert len(validated) == 4 and len(set(validated)) == 1  # the launching process's check, nowhere else
     counted.unlink()
     Path(f"{counted}.validated").unlink()
     single = spawns.run_train([*QUICK, "+trainer.fast_dev_run=true", "stats.enabled=false"], cwd=tmp_path)
     assert single.returncode == 0, single.stderr[-3000:]
-    assert len(counted.read_text().splitlines()) <= 3
-    assert len(Path(f"{counted}.validated").read_text().split()) == 4  # the pre-check's 1, the job's 3
+    assert len(counted.read_text().splitlines()) == 2
+    assert len(Path(f"{counted}.validated").read_text().split()) == 1
 
 
 def test_a_schema_refusal_names_the_declared_type() -> None:
@@ -174,7 +172,7 @@ def test_a_resume_is_checked_against_its_checkpoint_in_the_pre_check(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from vit_locality.errors import ConfigError
-    from vit_locality.precheck import start_check
+    from vit_locality.precheck import gate
 
     checkpoint = tmp_path / "last.ckpt"
     checkpoint.write_bytes(b"not read here")
@@ -184,7 +182,7 @@ def test_a_resume_is_checked_against_its_checkpoint_in_the_pre_check(
         asked.append(str(cfg.ckpt_mode))
         raise ConfigError("ckpt_mode=resume is not allowed: refused")
 
-    monkeypatch.setattr(start_check, "check_start", refuse)
+    monkeypatch.setattr(gate, "check_start", refuse)
     assert check_command([*SHORT, f"ckpt_path={checkpoint}"], CONF) == []  # weights: nothing to compare
     assert check_command([*SHORT, f"ckpt_path={checkpoint}", "ckpt_mode=resume"], CONF) == [
         "ckpt_mode=resume is not allowed: refused"

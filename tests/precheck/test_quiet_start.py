@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers import CONF, QUICK, Spawner, compose_config
+from hydra_plugins.vit_locality import sweeper
 
 from vit_locality import train
 from vit_locality.precheck.preflight import Plan, check_command, plan_command
@@ -31,7 +32,7 @@ def tree_lines(text: str) -> list[str]:
 
 def test_a_sweeps_tree_shows_what_its_cells_share_and_lists_what_they_sweep(tmp_path: Path) -> None:
     plan = planned(["-m", *FAST, "aug.cutmix=true,false", "loss.ls=0,0.1", f"hydra.sweep.dir={tmp_path}"])
-    lines = tree_lines(sweep_tree_text(train.sweep_configs(plan), "config of the 4 cells"))
+    lines = tree_lines(sweep_tree_text(sweeper.sweep_configs(plan), "config of the 4 cells"))
     assert lines[0] == "config of the 4 cells"
     assert f"cutmix: true, false{SWEPT_MARK}" in lines and f"ls: 0, 0.1{SWEPT_MARK}" in lines
     assert sum(SWEPT_MARK in line for line in lines) == 2  # nothing else differs between the cells
@@ -52,12 +53,12 @@ def test_the_sweeps_tree_is_printed_once_unless_turned_off_or_all_complete(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sweep = ["-m", *FAST, "seed=0,1", f"hydra.sweep.dir={tmp_path}"]
-    train.print_sweep_tree(planned(sweep))
+    sweeper.print_sweep_tree(planned(sweep))
     assert capsys.readouterr().out.count("├── data") == 1
-    train.print_sweep_tree(planned([*sweep, "startup.print_config=false"]))
+    sweeper.print_sweep_tree(planned([*sweep, "startup.print_config=false"]))
     assert capsys.readouterr().out == ""
-    monkeypatch.setattr(train, "complete_already", lambda run_dir, identities: True)
-    train.print_sweep_tree(planned(sweep))  # a re-run of a finished sweep: each cell says it is skipped, no more
+    monkeypatch.setattr(sweeper, "complete_already", lambda run_dir, identities: True)
+    sweeper.print_sweep_tree(planned(sweep))  # a re-run of a finished sweep: each cell says it is skipped, no more
     assert capsys.readouterr().out == ""
 
 

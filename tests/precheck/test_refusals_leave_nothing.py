@@ -8,11 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from data_fakes import served
+from data_fakes import redeclare, served
 from helpers import Spawner
 from record_fakes import complete_payload
 
-from vit_locality.datasets import BUILT_IN
+from vit_locality.datasets import spec_of
 from vit_locality.paths import CONF_DIR
 from vit_locality.precheck import data_presence
 from vit_locality.precheck.preflight import check_command, plan_command
@@ -38,9 +38,8 @@ def asking(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def cifar10_from(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
-    """CIFAR-10 declared (datasets.py) with its archive at `url`."""
-    spec = BUILT_IN["cifar10"]
-    monkeypatch.setitem(BUILT_IN, "cifar10", replace(spec, archives=(replace(spec.archive(), url=url),)))
+    """CIFAR-10 declared (data/cifar.py) with its archive at `url`."""
+    redeclare(monkeypatch, "cifar10", archives=(replace(spec_of("cifar10").archive(), url=url),))
 
 
 def test_a_download_whose_server_does_not_answer_is_refused_and_nothing_made(

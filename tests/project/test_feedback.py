@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from helpers import QUICK, REPO, Spawner
-from vit_locality.callbacks.epoch_log import duration_text, epochs_left
+from vit_locality.callbacks import duration_text, epochs_left
 
 
 @pytest.mark.parametrize(

@@ -156,7 +156,9 @@ def test_a_missing_data_root_is_refused_before_anything_is_made(tmp_path: Path, 
 def test_the_pre_checks_archive_names_are_the_data_modules() -> None:
     from vit_locality.data.cifar import CIFAR10DataModule, CIFAR100DataModule
     from vit_locality.data.tiny_imagenet import TinyImageNetDataModule
-    from vit_locality.precheck.data_presence import ARCHIVES
+    from vit_locality.datasets import built_in
+
+    ARCHIVES = {name: spec.archive() for name, spec in built_in().items() if spec.archives}  # as the pre-check reads
 
     for name, module in (("cifar10", CIFAR10DataModule), ("cifar100", CIFAR100DataModule)):
         spec = module.archive
@@ -256,7 +258,7 @@ def test_the_summary_make_demo_ends_with_prints_the_table_last(tmp_path: Path, s
     line of units."""
     from record_fakes import ORDER, write_run
 
-    from vit_locality.report.load.record_units import UNITS_NOTE
+    from vit_locality.report.load.aggregate import UNITS_NOTE
 
     recipe = (REPO / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()
     assert recipe[-1].strip() == "@$(VENV_PY) -m vit_locality.report.summary $(SWEEP_ROOT)/demo"
@@ -307,7 +309,7 @@ def test_a_refused_resume_names_the_settings_and_leaves_no_run_directory(tmp_pat
     resume = [f"ckpt_path={cell / 'checkpoints' / 'last.ckpt'}", "ckpt_mode=resume"]
     refused = spawns.run_train([*args, "optim.lr=0.003", *resume, "startup.print_config=true"], cwd=tmp_path)
     assert refused.returncode == 2
-    # The pre-check's one line (precheck/start_check.py), before Hydra makes a directory or prints the config.
+    # The pre-check's one line (precheck/gate.py), before Hydra makes a directory or prints the config.
     assert refused.stdout == "" and refused.stderr.startswith("error: ckpt_path="), refused.stderr[-3000:]
     (line,) = refused.stderr.splitlines()
     assert "with ckpt_mode=resume: the checkpoint is another cell's; the settings that differ: optim.lr 0.001" in line

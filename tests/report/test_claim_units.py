@@ -1,7 +1,7 @@
-"""The paper's claims judged in the units each record was measured in, and under both distance conventions.
+"""The paper's claims judged in the paper's convention, and under both distance conventions.
 
-Every expected value is arithmetic on the numbers written here: a MAD of 0.02 on the unit square is 0.64 pixels on
-32 px images (x 32), 0.16 patch steps (x 8) and 0.02 / sqrt 2 = 0.01414 on the diagonal scale.
+Every expected value is arithmetic on the numbers written here: a MAD of 0.02 on the unit square is 0.02 / sqrt 2 =
+0.01414 on the diagonal scale.
 """
 
 from __future__ import annotations
@@ -61,30 +61,6 @@ def test_diagonal_units_divide_the_unit_square_by_sqrt_2() -> None:
 # ---- one record brought to the paper's convention ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("recorded", "units", "changes", "expected"),
-    [
-        (0.02, "unit", {}, 0.02),
-        (0.64, "pixels", {}, 0.02),  # patch 4 px, 8 x 8 grid: / 32
-        (1.28, "pixels", {"data": {"name": "tiny", "image_size": 64}, "model": {"name": "m", "patch_size": 8}}, 0.02),
-        (0.64, "pixels", {"model": {"name": "m"}}, 0.02),  # no patch size, but the image size and the 8 x 8 grid
-        (0.16, "grid", {}, 0.02),  # / 8 patch steps
-        (0.08, "grid", {"model": {"name": "m", "grid_size": 4}}, 0.02),  # a recorded 4 x 4 grid: / 4
-        (0.02 / math.sqrt(2), "diagonal", {}, 0.02),
-    ],
-)
-def test_exact_conversions(recorded: float, units: str, changes: dict, expected: float) -> None:
-    paper = paper_value(record(recorded, units, **changes))
-    assert paper.comparable and paper.value == pytest.approx(expected, rel=1e-12)
-    assert (paper.converted is None) == (units == "unit")
-
-
-def test_pixels_without_patch_or_image_size_are_not_comparable() -> None:
-    paper = paper_value(record(0.64, "pixels", data={"name": "cifar100"}, model={"name": "vit_paper"}))
-    assert not paper.comparable and math.isnan(paper.value)
-    assert paper.reason == "stats.units=pixels, and the record holds no model.patch_size or data.image_size"
-
-
 def test_raw_weights_are_not_comparable_and_the_config_fills_a_missing_setting() -> None:
     raw = record(0.02)
     raw.data["attention"]["final"]["settings"]["renormalize"] = False
@@ -137,32 +113,26 @@ def claims(root: Path) -> dict[str, dict[str, Any]]:
 PAPER_LIKE = {cell: 0.02 if cell in CUTMIX else 0.3 for cell in ORDER}
 
 
-def test_a_pixels_record_is_judged_after_conversion(tmp_path: Path) -> None:
+def test_the_claims_list_the_probe_sizes(tmp_path: Path) -> None:
     write_sweep(tmp_path, PAPER_LIKE)
-
-    def to_pixels(data: dict) -> None:  # the same run, recorded in pixels: 0.02 x 32 = 0.64
-        data["attention"]["final"]["min_mad_early"] *= 32
-        data["attention"]["final"]["settings"]["units"] = "pixels"
-        data["model"]["patch_size"], data["data"]["image_size"] = 4, 32
-
-    edit(next(tmp_path.glob("*_aa0_cm1_ls0_s0")), to_pixels)
     found = claims(tmp_path)
     local = found["a_cutmix_local"]
-    assert (local["run_value"], local["run_verdict"]) == (pytest.approx(0.02), "holds")  # not 0.64 vs 0.024
-    assert (
-        "+CM seed 0: min MAD converted to the paper's convention (stats.units=pixels, / 32 (8 patches of 4 px))"
-        in (local["notes"])
-    )
+    assert (local["run_value"], local["run_verdict"]) == (pytest.approx(0.02), "holds")
     assert (
         "probe images per run: 64 (8 runs); the size sets the noise of a mean, not what it measures" in local["notes"]
     )
 
 
-def test_a_record_that_cannot_be_converted_is_not_comparable(tmp_path: Path) -> None:
+def test_a_record_that_cannot_be_judged_is_not_comparable(tmp_path: Path) -> None:
     write_sweep(tmp_path, PAPER_LIKE, seeds=2)
-    edit(next(tmp_path.glob("*_aa0_cm1_ls0_s0")), lambda d: d["attention"]["final"]["settings"].update(units="pixels"))
+
+    def unstated(data: dict) -> None:  # silent on renormalisation: read, but not comparable with the paper
+        del data["attention"]["final"]["settings"]["renormalize"]
+        data.get("config", {}).get("stats", {}).pop("renormalize", None)
+
+    edit(next(tmp_path.glob("*_aa0_cm1_ls0_s0")), unstated)
     found = claims(tmp_path)
-    why = "+CM seed 0: stats.units=pixels, and the record holds no model.patch_size or data.image_size"
+    why = "+CM seed 0: the record does not state stats.renormalize"
     for key in ("a_cutmix_local", "a_other_not_local", "a_separation"):
         assert found[key]["run_verdict"] == found[key]["mean_verdict"] == "not comparable"
         assert found[key]["row"][2] == why and found[key]["run_reason"] == why

@@ -1,5 +1,5 @@
 """What a verdict rests on: claim (b) as a conjunction judged in order, half-way values decided by one rounding rule
-in every convention and record unit, "not informative" whichever way a claim on uniform heads would go, and the
+in every convention and precision, "not informative" whichever way a claim on uniform heads would go, and the
 number of seeds beside every verdict.
 
 Sweeps are written by tests/claim_fakes.py; every expected value is arithmetic on the numbers written here.
@@ -45,19 +45,16 @@ def test_claim_b_judges_its_fixed_bounds_on_any_number_of_seeds(
     assert verdict == expected.split(",")[0]
 
 
-# ---- half-way values: one rule in every convention and record unit ----------------------------------------------
-
-UNITS = ("unit", "grid", "pixels", "diagonal")
+# ---- half-way values: one rule in every convention and precision ------------------------------------------------
 
 
-@pytest.mark.parametrize("units", UNITS)
 @pytest.mark.parametrize("cast", [float, float32], ids=["float64", "float32"])
-def test_a_half_way_value_is_decided_alike_in_every_convention(tmp_path: Path, units: str, cast) -> None:
+def test_a_half_way_value_is_decided_alike_in_every_convention(tmp_path: Path, cast) -> None:
     # Half up at the bound's three decimals: 0.0245 is 0.025, above 0.024 (fails); 0.2095 is 0.210 (holds). Over the
     # image side: +CM's run at 0.0245, -CM's at 0.2095. Over the diagonal: runs whose diagonal values are 0.0245 and
     # 0.2095 (unit square x sqrt 2), in a second sweep.
     side = {**PAPER_EXACT, "+CM": [0.0245, 0.020], "-CM": [0.2095, 0.214]}
-    found = claims(write_sweep(tmp_path / "side", side, units, cast))
+    found = claims(write_sweep(tmp_path / "side", side, cast))
     assert found["a_cutmix_local"]["run_verdict"] == "fails", found["a_cutmix_local"]["run_value"]
     assert found["a_other_not_local"]["run_verdict"] == "holds", found["a_other_not_local"]["run_value"]
     root2 = math.sqrt(2.0)
@@ -67,7 +64,7 @@ def test_a_half_way_value_is_decided_alike_in_every_convention(tmp_path: Path, u
         "+CM": [0.0245 * root2, 0.020],
         "-CM": [0.2095 * root2, 0.300],
     }
-    found = claims(write_sweep(tmp_path / "diagonal", diagonal, units, cast))
+    found = claims(write_sweep(tmp_path / "diagonal", diagonal, cast))
     cutmix, other = found["a_cutmix_local"], found["a_other_not_local"]
     assert cutmix["run_diagonal_value"] == pytest.approx(0.0245, abs=1e-8)
     assert cutmix["run_diagonal_verdict"] == "fails", cutmix["run_diagonal_value"]

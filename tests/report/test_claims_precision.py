@@ -1,10 +1,9 @@
-"""The paper's claims at the paper's precision, on sweeps that reproduce its figures exactly, in every record unit.
+"""The paper's claims at the paper's precision, on sweeps that reproduce its figures exactly, in either precision.
 
 A paper-exact sweep: every cell at the paper's figures (Baseline 0.316, Modern 0.008, -CM at the non-CutMix bound
 0.210, +CM at the CutMix bound 0.024) with a second seed a little inside the bounds, stored as the probe stores
-them: in the record's own units (unit, grid x 8, pixels x 32 on 32 px images with 4 px patches, diagonal / sqrt 2),
-in float64 or rounded to float32 (0.210 becomes 0.20999999344). Every expected value is arithmetic on the numbers
-written here.
+them: on the unit square, in float64 or rounded to float32 (0.210 becomes 0.20999999344). Every expected value is
+arithmetic on the numbers written here.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import pytest
 from claim_fakes import (
     ACC,
     PAPER_EXACT,
-    PER_UNIT,
     UNIFORM_8,
     claims,
     float32,
@@ -48,19 +46,18 @@ def test_a_bound_holds_at_its_printed_precision() -> None:
     assert Bound("5.00").at_or_above(4.996) and not Bound("5.00").at_or_above(4.994)
 
 
-# ---- paper-exact sweeps hold every claim in every record unit and precision --------------------------------------
+# ---- paper-exact sweeps hold every claim in either precision ----------------------------------------------------
 
 
-@pytest.mark.parametrize("units", list(PER_UNIT))
 @pytest.mark.parametrize("cast", [float, float32], ids=["float64", "float32"])
-def test_a_paper_exact_sweep_holds_every_claim(tmp_path: Path, units: str, cast: Callable[[float], float]) -> None:
-    found = claims(write_sweep(tmp_path, PAPER_EXACT, units, cast))
+def test_a_paper_exact_sweep_holds_every_claim(tmp_path: Path, cast: Callable[[float], float]) -> None:
+    found = claims(write_sweep(tmp_path, PAPER_EXACT, cast))
     for key, claim in found.items():
         assert (claim["run_verdict"], claim["mean_verdict"]) == ("holds", "holds"), (key, claim["row"])
-    # The bounds are met at the paper's figures themselves, whatever the record's units and precision.
+    # The bounds are met at the paper's figures themselves, whatever the record's precision.
     assert found["a_other_not_local"]["run_value"] == pytest.approx(0.210, abs=1e-7)
     assert found["a_cutmix_local"]["run_value"] == pytest.approx(0.024, abs=1e-7)
-    # Claim (d)'s margin is the floor 0.02 in the unit square for every record unit, / sqrt 2 over the diagonal.
+    # Claim (d)'s margin is the floor 0.02 in the unit square, / sqrt 2 over the diagonal.
     keeps = found["d_ls_keeps"]
     assert keeps["run_bound"] == pytest.approx(0.02) and keeps["run_diagonal_bound"] == pytest.approx(0.02 / 2**0.5)
     assert keeps["run_diagonal_verdict"] == "holds" and keeps["conventions"] == "agree"

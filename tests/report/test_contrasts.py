@@ -15,7 +15,7 @@ from record_fakes import write_run
 
 from vit_locality.report.load.aggregate import aggregate
 from vit_locality.report.render.tables import ablation_table
-from vit_locality.report.stats.contrasts import HIGHER, LOWER, NO_DIFFERENCE, NOT_AVAILABLE, contrast
+from vit_locality.report.stats.effects import HIGHER, LOWER, NO_DIFFERENCE, NOT_AVAILABLE, contrast
 
 BASELINE = [0.30, 0.31, 0.32]
 HALF = 2.7764451 * (2 * 0.0001 / 3) ** 0.5

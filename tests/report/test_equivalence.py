@@ -14,7 +14,7 @@ from scipy import stats
 
 from vit_locality.report.load.aggregate import aggregate
 from vit_locality.report.render.tables import ablation_table
-from vit_locality.report.stats.equivalence import (
+from vit_locality.report.stats.effects import (
     EQUIVALENT,
     NOT_EQUIVALENT,
     UNDETERMINED,

@@ -39,7 +39,7 @@ from vit_locality.report.load.aggregate import Aggregate, aggregate
 from vit_locality.report.render.figures import emergence_series
 from vit_locality.report.render.table_format import Table
 from vit_locality.report.render.tables import ablation_table, protocols_table
-from vit_locality.report.stats.factorial import main_effects
+from vit_locality.report.stats.effects import main_effects
 from vit_locality.store.record import read_record
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from vit_locality.report.__main__ import main
 from vit_locality.report.load.aggregate import Aggregate, aggregate
 from vit_locality.report.render.table_format import Table
 from vit_locality.report.render.tables import ablation_table, protocols_table
-from vit_locality.report.stats.factorial import main_effects
+from vit_locality.report.stats.effects import main_effects
 
 CUTMIX = [cell for cell in ORDER if FLAGS[cell][1]]
 OTHER = [cell for cell in ORDER if not FLAGS[cell][1]]

@@ -18,8 +18,8 @@ from helpers import CONF, QUICK, InProcessTraining, Spawner, compose_config, typ
 
 from vit_locality.config.identity import file_content_hash, identity_hash
 from vit_locality.errors import ConfigError
+from vit_locality.precheck.gate import check_start
 from vit_locality.precheck.preflight import check_command
-from vit_locality.precheck.start_check import check_start
 from vit_locality.run import cell
 from vit_locality.run.checkpoints import DamagedCheckpoint, ForeignCheckpoint
 from vit_locality.run.start import settings_that_differ
@@ -110,7 +110,7 @@ def _hash_like(line: str) -> list[str]:
 def test_a_resume_of_another_cells_checkpoint_is_refused_by_the_pre_check(
     source: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
-    """check_start (precheck/start_check.py): the checkpoint's own cell passes; another config is one ConfigError
+    """check_start (precheck/gate.py): the checkpoint's own cell passes; another config is one ConfigError
     naming the settings that differ (never two hashes); weights mode is not its concern."""
     checkpoint, _ = source
     resume = [f"ckpt_path={checkpoint}", "ckpt_mode=resume"]

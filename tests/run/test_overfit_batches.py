@@ -1,5 +1,5 @@
 """`debug=overfit` (Lightning's `trainer.overfit_batches`) trains on fixed images: both data paths hand out the same
-unaugmented images every epoch and the module mixes nothing (augment/fixed_batches.py); without it, epochs differ."""
+unaugmented images every epoch and the module mixes nothing (augment/mixing.py); without it, epochs differ."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import InProcessTraining, typed
 
-from vit_locality.augment.fixed_batches import fixed_batches
+from vit_locality.augment.mixing import fixed_batches
 from vit_locality.model.classifier import ViTClassifier
 from vit_locality.run.builders import build_datamodule, build_module, build_trainer
 

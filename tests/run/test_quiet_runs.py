@@ -14,7 +14,7 @@ from lightning.fabric.plugins.environments import slurm as lightning_slurm
 
 from vit_locality.data import workers
 from vit_locality.data.synthetic import SyntheticDataModule
-from vit_locality.tracking.quiet import quiet_library_noise
+from vit_locality.tracking.wandb_mode import quiet_library_noise
 
 
 @pytest.mark.parametrize(("asked", "used"), [(4, 2), (2, 2), (1, 1), (0, 0)])

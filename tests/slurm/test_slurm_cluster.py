@@ -239,15 +239,17 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_8_cell_grid_runs_as_an_array_job(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """8 one-epoch cells as one array job, two at a time; the Modern cell against a run outside SLURM. Hydra's config
-    is composed 3N + 3 times in all the sweep's processes, its jobs' included: the pre-check's 8 cells and the
-    command's own config, Hydra's master config and its sweeper's check of each cell, and each job's own."""
+    is composed N + 1 times in all the sweep's processes, its jobs' included: the command's own config and each cell
+    once by the sweeper, which hands the configs to the jobs; each cell's settings are validated once, on the
+    submission host (a job checks its node's machine on them)."""
     args = GRID_CELL
     sweep_dir, log, counted = tmp_path / "grid", tmp_path / "grid.log", tmp_path / "compositions"
     grid = ["aug.cutmix=true,false", "aug.autoaug=true,false", "loss.ls=0,0.1"]
     proc = start_sweep([*args, *grid], sweep_dir, log, count_compositions=counted)
     out = finish(proc, log)
     assert proc.returncode == 0, out[-3000:]
-    assert len(counted.read_text().splitlines()) == 3 * 8 + 3
+    assert len(counted.read_text().splitlines()) == 8 + 1
+    assert len(Path(f"{counted}.validated").read_text().split()) == 8
     ids = job_ids(log)
     assert len(ids) == 8 and len({i.split("_")[0] for i in ids}) == 1, ids  # one array job of 8 tasks
     assert out.count("ended (COMPLETED); the cell is complete") == 8, out[-3000:]

@@ -39,7 +39,7 @@ def _files(directory: Path) -> list[str]:
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path, failing_fsync: None) -> None:
     target = tmp_path / "notes.txt"
     target.write_text("old\n")
-    with pytest.raises(OSError, match="^no space left on device: writing "):  # said as such (store/disk_space.py)
+    with pytest.raises(OSError, match="^no space left on device: writing "):  # said as such (store/atomic.py)
         atomic.atomic_write_text(target, "new\n")
     assert target.read_text() == "old\n" and _files(tmp_path) == ["notes.txt"]
 
@@ -60,7 +60,7 @@ def test_a_writer_that_raises_half_way_leaves_the_old_file_and_no_temporary(tmp_
 def test_a_record_whose_write_fails_keeps_the_previous_record(tmp_path: Path, monkeypatch) -> None:
     write_record(tmp_path, complete_payload(), status="running")
     monkeypatch.setattr(atomic.os, "fsync", lambda descriptor: (_ for _ in ()).throw(DiskFull(28, "full")))
-    with pytest.raises(OSError, match="^no space left on device: writing "):  # said as such (store/disk_space.py)
+    with pytest.raises(OSError, match="^no space left on device: writing "):  # said as such (store/atomic.py)
         write_record(tmp_path, complete_payload(), status="complete")
     assert read_record(tmp_path).status == "running" and _files(tmp_path) == [RESULTS_FILE]
 
@@ -69,7 +69,7 @@ def test_a_checkpoint_whose_write_fails_keeps_the_previous_checkpoint(tmp_path: 
     target = tmp_path / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint(lightning_checkpoint(4, 1), target)
     monkeypatch.setattr(atomic.os, "fsync", lambda descriptor: (_ for _ in ()).throw(DiskFull(28, "full")))
-    with pytest.raises(OSError, match="^no space left on device: writing "):  # said as such (store/disk_space.py)
+    with pytest.raises(OSError, match="^no space left on device: writing "):  # said as such (store/atomic.py)
         AtomicCheckpointIO().save_checkpoint(lightning_checkpoint(8, 2), target)
     assert saved_step(target) == 4 and _files(tmp_path) == ["last.ckpt"]
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from helpers import QUICK, TRAIN_THREADS, Spawner
 
-from vit_locality.store import disk_space
-from vit_locality.store.atomic import replace_atomically
-from vit_locality.store.disk_space import DiskFull, disk_full_cause
+from vit_locality.store import atomic
+from vit_locality.store.atomic import DiskFull, disk_full_cause, replace_atomically
 
 TORCH_ON_A_FULL_DISK = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1317504 vs 1317392")
 
@@ -30,7 +29,7 @@ def failing(error: BaseException):  # noqa: ANN201
 def test_a_failed_atomic_write_on_a_full_file_system_says_so(
     free: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(disk_space, "free_bytes", lambda directory: free)
+    monkeypatch.setattr(atomic, "free_bytes", lambda directory: free)
     target = tmp_path / "checkpoints" / "last.ckpt"
     expected = DiskFull if free == 0 else RuntimeError  # with space to spare the failure is what it is
     with pytest.raises(expected) as raised:
@@ -47,7 +46,7 @@ def test_an_enospc_write_is_a_full_disk_whatever_the_space_now(tmp_path: Path) -
 
 def test_the_first_full_write_of_a_chain_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checkpoint's write failed first; the failed record written after it failed too: the checkpoint is named."""
-    monkeypatch.setattr(disk_space, "free_bytes", lambda directory: 0)
+    monkeypatch.setattr(atomic, "free_bytes", lambda directory: 0)
     try:
         try:
             replace_atomically(tmp_path / "last.ckpt", failing(TORCH_ON_A_FULL_DISK))

@@ -28,13 +28,6 @@ def test_status_is_written_last_and_read_back(tmp_path: Path) -> None:
         write_record(tmp_path, complete_payload(), status="done")
 
 
-def test_a_record_that_gives_no_version_is_version_1(tmp_path: Path) -> None:
-    write_record(tmp_path, complete_payload(), status="complete")
-    assert read_record(tmp_path).record_version == 1
-    write_record(tmp_path, complete_payload(record_version=2), status="complete")
-    assert read_record(tmp_path).record_version == 2
-
-
 def test_no_record_is_none_not_an_error(tmp_path: Path) -> None:
     assert read_record(tmp_path) is None
 

@@ -22,7 +22,7 @@ from vit_locality.callbacks.attention_stats import AttentionStatsCallback
 from vit_locality.attention import stats_log
 from vit_locality.config.schema import StatsConfig
 from vit_locality.extras.references import reference_model
-from vit_locality.report.load.record_units import csv_scale, in_unit_square
+from vit_locality.report.load.run_settings import old_units_note
 from vit_locality.store.record import ATTENTION_CSV, read_record, write_record
 
 SQRT2 = math.sqrt(2.0)
@@ -153,16 +153,13 @@ def test_a_record_written_today_is_read_as_it_is(tmp_path: Path, monkeypatch: py
     measured = measure(tmp_path, "grid", monkeypatch)
     write_complete(tmp_path, measured["section"], "grid")
     run = read_record(tmp_path)
-    assert run is not None and run.stats_units == "unit"
-    read = in_unit_square(run)
-    assert read.headline().min_mad == pytest.approx(UNIT_3X3, abs=1e-5)
-    assert "converted" not in read.final_attention
-    assert csv_scale(read) == 1.0
+    assert run is not None and run.stats_units == "unit" and old_units_note(run) is None
+    assert run.headline().min_mad == pytest.approx(UNIT_3X3, abs=1e-5)
 
 
-def test_an_old_record_in_grid_units_is_converted_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A record from before the one stored unit: distances and CSV in patch steps, `settings.units=grid`. Read, it
-    is the unit square (/ 8), and reading the read record again changes nothing."""
+def test_an_old_record_in_grid_units_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record from before the one stored unit (older than the previous release): distances in patch steps,
+    `settings.units=grid`. The reports leave it out, saying why."""
     section = measure(tmp_path, "grid", monkeypatch)["section"]
     final = section["final"]
     final["min_mad_early"] *= 8
@@ -175,13 +172,4 @@ def test_an_old_record_in_grid_units_is_converted_once(tmp_path: Path, monkeypat
     write_complete(tmp_path, section, "grid")
     run = read_record(tmp_path)
     assert run is not None and run.headline().min_mad == pytest.approx(STEPS_3X3, abs=1e-4)
-    once = in_unit_square(run)
-    twice = in_unit_square(once)
-    for read in (once, twice):
-        assert read.headline().min_mad == pytest.approx(UNIT_3X3, abs=1e-5)
-        assert flat(read.final_attention["per_head"]["mad"]) == pytest.approx([UNIT_3X3] * 4, abs=1e-5)
-        assert read.data["attention"]["initial"]["min_mad_early"] == pytest.approx(
-            section["initial"]["min_mad_early"] / 8
-        )
-        assert csv_scale(read) == pytest.approx(1 / 8)
-    assert once.final_attention["converted"]["from"] == "grid"
+    assert old_units_note(run) == "distances stored in stats.units=grid, from before the one stored unit: not read"

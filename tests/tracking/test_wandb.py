@@ -23,8 +23,7 @@ from vit_locality.attention import plots
 from vit_locality.config.identity import identity_hash
 from vit_locality.errors import ConfigError
 from vit_locality.precheck.gate import settings_from
-from vit_locality.tracking.quiet import quiet_wandb
-from vit_locality.tracking.wandb_mode import resolve_mode
+from vit_locality.tracking.wandb_mode import quiet_wandb, resolve_mode
 from vit_locality.tracking.wandb_run import run_group, run_tags
 
 

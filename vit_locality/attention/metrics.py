@@ -1,18 +1,5 @@
-"""Per-head attention statistics (docs/metrics.md), in float32 (float64 for float64 input); imports torch alone.
-
-Input (B, heads, T, T), T = 1 + g * g: the CLS token, then the g x g patches row-major. Only patch queries count; their
-weights over the patch keys are renormalised to sum 1 (``renormalize=True``) or used raw (probing-vits). Then
-
-    MAD(k)      = sum_l a(k, l) d(k, l)         d on the unit square (one patch step = 1 / g)
-    entropy(k)  = -sum_l a(k, l) log a(k, l) / log(g * g)        (0 log 0 = 0)
-    cls_mass(k) = share of the raw row on the CLS key
-    self_mass, neighbour_mass, far_mass = sum of a(k, l) over l = k, the (up to 8) patches one step away, the rest
-    mad_control = sum_l abar(l) D(l),  abar the head's query-averaged row, D(l) = mean_k d(k, l)
-    surround_pref = mad_control - MAD: 0 for a head whose rows are all alike, > 0 when it looks nearer each query
-
-A head's value is the mean over patch queries and images; ``mad_std`` and ``entropy_std`` are the population spread
-of the per-image means.
-"""
+"""Per-head attention statistics, defined in docs/metrics.md: input (B, heads, T, T), T = 1 + g * g (the CLS token,
+then the patches row-major); only patch queries count. float32 (float64 for float64 input); imports torch alone."""
 
 from __future__ import annotations
 
@@ -20,7 +7,7 @@ import math
 
 import torch
 
-from vit_locality.attention.units import UNITS, display_factor  # noqa: F401  (UNITS re-exported)
+from vit_locality.attention.units import display_factor
 
 MASS_KEYS = ("self_mass", "neighbour_mass", "far_mass")
 
@@ -72,7 +59,7 @@ def _per_mass(value: torch.Tensor, mass: torch.Tensor | None) -> torch.Tensor:
 
 
 def _entropy_per_image(weights: torch.Tensor, mass: torch.Tensor | None) -> torch.Tensor:
-    """(B, H) query means of -sum a log a / log N; for a = w / t, that is (-sum w log w) / t + log t, one pass."""
+    """(B, H) query means of -sum a log a / log N; for a = w / t: (-sum w log w) / t + log t, in one pass."""
     num_keys = weights.shape[-1]
     if num_keys == 1:  # a single key carries no uncertainty; avoids dividing by log 1 = 0
         return torch.zeros(weights.shape[:-2], dtype=weights.dtype, device=weights.device)
@@ -158,7 +145,7 @@ def attention_summary(attn: torch.Tensor, renormalize: bool = True) -> dict[str,
 
 
 class AttentionStatsAccumulator:
-    """One layer's per-image statistics over batches; ``compute`` equals ``attention_summary`` of them all at once."""
+    """One layer's per-image statistics over batches: `compute` is `attention_summary` of them all at once."""
 
     def __init__(self, renormalize: bool = True) -> None:
         self.renormalize = renormalize

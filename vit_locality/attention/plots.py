@@ -18,9 +18,8 @@ UNIFORM_MAD_8X8 = 0.5171  # MAD of uniform attention over the 8 x 8 grid, in uni
 CHAR_WIDTH_EM = 0.6  # a generous average glyph width of the default sans-serif font, in ems
 REFERENCE_COLOURS = {"3x3 neighbourhood": "tab:red", "self only": "tab:purple"}
 REFERENCE_MARKERS = {"3x3 neighbourhood": "P", "self only": "X"}
-# Where the reference lines a picture draws come from: a function of (units, patch size) giving objects with `label`,
-# `mad_value`, `entropy_value` and `legend()` (vit_locality.extras.references.figure_references). The entry points
-# pass it down; a picture given none draws none.
+# Where a picture's reference lines come from: (units, patch size) -> objects with `label`, `mad_value`,
+# `entropy_value` and `legend()` (extras/references.py); a picture given none draws none.
 ReferenceSource = Callable[[str, int | None], Sequence[Any]]
 
 

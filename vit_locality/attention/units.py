@@ -1,9 +1,10 @@
-"""Distance conventions: every distance written is in `STORED`, fractions of the image side (a patch step is 1 / g);
-`stats.units` only chooses how a person sees it. Torch-free, so the reports and the record readers share it."""
+"""Torch-free readings of the statistics, shared by the reports and the record readers. Every distance written is in
+`STORED`, fractions of the image side (a patch step is 1 / g); `stats.units` only chooses how a person sees it."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 STORED = "unit"
 UNITS = ("unit", "grid", "pixels", "diagonal")
@@ -13,19 +14,6 @@ LABELS = {  # how each convention is named beside a shown number
     "pixels": "pixels",
     "diagonal": "fraction of the image diagonal",
 }
-
-# Each statistic that is a distance declares so here (docs/metrics.md): MAD and its spread over images, the control's
-# MAD, the surround preference (a difference of two MADs) and MAD's range over a layer's heads; per-layer reductions
-# of a distance (`mad_min`, `mad_mean`, `mad_max`) are distances too. Every other statistic (entropies, masses,
-# shares) is unit-free, so no change of units touches it.
-DISTANCE_STATISTICS = ("mad", "mad_std", "mad_control", "surround_pref", "mad_range", "mad_layer_range")
-LAYER_REDUCTIONS = ("min", "mean", "max")
-
-
-def is_distance(statistic: str) -> bool:
-    """Whether a statistic, or a per-layer reduction of one (`mad_mean`), is a distance (DISTANCE_STATISTICS)."""
-    base, _, reduction = statistic.rpartition("_")
-    return statistic in DISTANCE_STATISTICS or (reduction in LAYER_REDUCTIONS and base in DISTANCE_STATISTICS)
 
 
 def display_factor(units: str, grid: int, patch_size: float | None = None) -> float:
@@ -54,3 +42,36 @@ def shown(value: float, units: str, grid: int, patch_size: float | None = None, 
     """A stored distance as a log line prints it: '1.2345 patch steps (0.1543 of the image side)'."""
     text = f"{to_display(value, units, grid, patch_size):.{digits}f} {LABELS[units]}"
     return text if units == STORED else f"{text} ({value:.{digits}f} of the image side)"
+
+
+MIN_HEAD_KEYS = ("mad_control", "surround_pref")  # what the report shows of the minimum-MAD head beside its MAD
+PREFERENCE, NONE_MEASURED, NOT_RECORDED = "surround preference", "none measured", "band not recorded"
+
+
+def min_head_control(final: dict[str, Any]) -> dict[str, float] | None:
+    """MIN_HEAD_KEYS of the head with the minimum MAD over `attention.final`'s early layers; None without the tables."""
+    per_head = final.get("per_head")
+    try:
+        early = int(final.get("early_layers", 2))
+        tables = {key: [[float(v) for v in row] for row in per_head[key][:early]] for key in ("mad", *MIN_HEAD_KEYS)}
+        flat = [(mad, layer, head) for layer, row in enumerate(tables["mad"]) for head, mad in enumerate(row)]
+        _, layer, head = min(flat)
+        return {key: tables[key][layer][head] for key in MIN_HEAD_KEYS}
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+
+
+def recorded_band(data: dict[str, Any]) -> float | None:
+    """A record's noise band of `surround_pref` (unit square); None where it was not measured."""
+    try:
+        value = float(data["attention"]["noise_band"]["surround_pref"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if value == value else None  # NaN: not measured
+
+
+def surround_reading(pref: float, band: float | None) -> str:
+    """A minimum-MAD head's surround preference against the noise band: a preference only above it."""
+    if band is None:
+        return NOT_RECORDED
+    return PREFERENCE if pref > band else NONE_MEASURED

@@ -1,11 +1,6 @@
 """Per-sample AutoAugment for a whole uint8 batch on its device, distributed exactly like torchvision: `draw` makes
-every image's choices, `apply` runs them, `grouped` through torchvision's ops, `select` (the GPU path) through
-autoaugment_ops.py without host reads.
-
-Draw order: per image torchvision draws `randint(n_sub)`, then per op `rand() <= p` (applied) and, for an applied
-signed op only, `rand() <= 0.5` (negative). `draw` takes one randint per image and a (B, 4) block of uniforms read
-in that order, so `draw(1)` after `torch.manual_seed(s)` on the CPU makes `v2.AutoAugment`'s choice.
-"""
+every image's choices in torchvision's order (`draw(1)` after `torch.manual_seed(s)` on the CPU is `v2.AutoAugment`'s
+choice), `apply` runs them, `grouped` through torchvision's ops, `select` (the GPU path) without host reads."""
 
 from __future__ import annotations
 
@@ -14,11 +9,8 @@ from dataclasses import dataclass
 import torch
 from torchvision.transforms import v2
 
-from vit_locality.augment.autoaugment_ops import apply_slots
-from vit_locality.augment.autoaugment_tables import NUM_OPS, _magnitude, built_once, pixel_tables
+from vit_locality.augment.autoaugment_tables import NUM_OPS, _magnitude, apply_slots, built_once, pixel_tables
 from vit_locality.upstream import apply_autoaugment_op, autoaugment_space, autoaugment_sub_policies
-
-__all__ = ["AutoAugmentDraws", "BatchedAutoAugment", "apply", "draw"]
 
 _NEVER = -1.0  # a threshold no uniform in [0, 1) is <=
 
@@ -97,7 +89,8 @@ def draw(
     *,
     policy: str = "cifar10",
 ) -> AutoAugmentDraws:
-    """Draw every image's sub-policy, op flags and signs at once, in the order the module docstring gives."""
+    """Draw every image's sub-policy, op flags and signs at once: per image torchvision draws `randint(n_sub)`, then
+    per op `rand() <= p` (applied) and, for an applied signed op only, `rand() <= 0.5` (negative)."""
     if device is None:
         device = generator.device if generator is not None else torch.device("cpu")
     device = torch.device(device)

@@ -1,15 +1,45 @@
-"""Batch mixing on the device (`mix_batch`): CutMix pastes one box of a partner (a random permutation) per batch,
-sized by a Beta(alpha, alpha) lambda corrected to the pasted area; MixUp blends whole images. Targets mix the labels
-alike. Nothing is read by the host: with `cutmix_prob < 1` every batch draws CutMix, and `torch.where` keeps it."""
+"""The protocol's augmentations. Per sample in the data workers: crop + flip, AutoAugment or ColorJitter, Random
+Erasing. Per batch on the device (`mix_batch`): CutMix pastes one box of a partner (a random permutation), sized by a
+Beta(alpha, alpha) lambda corrected to the pasted area; MixUp blends whole images; targets mix the labels alike, and
+nothing is read by the host. While Lightning overfits, neither: the same pixels every epoch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import torch
+from torchvision.transforms import v2
 
+from vit_locality.catalog import COLORJITTER
 from vit_locality.config.protocol import TrainingProtocol
+
+COLORJITTER_STRENGTH = 0.4  # brightness, contrast and saturation, on both data paths (data/on_device.py)
+FIXED_BATCHES_LINE = (
+    "trainer.overfit_batches=%s: the same training images every epoch, in data set order; random crop, flip, "
+    "AutoAugment, ColorJitter, CutMix and MixUp are off"
+)
+
+
+def fixed_batches(trainer: Any) -> bool:
+    """Whether `trainer` (a Lightning Trainer, or None outside a fit) overfits a few batches."""
+    overfit = getattr(trainer, "overfit_batches", 0) if trainer is not None else 0
+    return isinstance(overfit, int | float) and overfit > 0
+
+
+def build_train_transform(image_size: int, protocol: TrainingProtocol) -> v2.Compose:
+    """RandomCrop(size, padding=size/8) + flip, the policy when it runs per sample, then erasing (to 0)."""
+    steps: list[torch.nn.Module] = [v2.RandomCrop(image_size, padding=image_size // 8), v2.RandomHorizontalFlip()]
+    if protocol.per_sample_autoaugment:
+        if protocol.policy == COLORJITTER:
+            strength = COLORJITTER_STRENGTH
+            steps.append(v2.ColorJitter(brightness=strength, contrast=strength, saturation=strength))
+        else:
+            steps.append(v2.AutoAugment(v2.AutoAugmentPolicy(protocol.policy)))
+    if protocol.erasing:
+        steps.append(v2.RandomErasing(p=protocol.erasing_prob, scale=protocol.erasing_scale, value=0))
+    return v2.Compose(steps)
 
 
 def _beta(alpha: float, device: torch.device) -> torch.Tensor:
@@ -17,14 +47,13 @@ def _beta(alpha: float, device: torch.device) -> torch.Tensor:
     return torch._sample_dirichlet(_constant(("concentration", float(alpha)), str(device)))[0]
 
 
-def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+def one_hot_rows(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     """float32 one-hot rows, without `F.one_hot`'s range check on the host."""
     return _constant(("eye", num_classes), str(labels.device)).index_select(0, labels)
 
 
 def _constant(what: tuple, device: str) -> torch.Tensor:
-    """A batch's constant: made once per device when eager; built in the graph when compiled (dynamo traces through
-    a cache anyway, and warns that it does)."""
+    """A batch's constant: made once per device when eager, built in the graph when compiled."""
     return _make_constant(what, device) if torch.compiler.is_compiling() else _cached_constant(what, device)
 
 
@@ -90,7 +119,7 @@ def cutmix_batch(
     inside = ((pixels >= low) & (pixels < high)).all(2)
     mixed = torch.where(inside, images[partner], images)
     kept = 1.0 - (high - low).prod().double() / (height * width)  # high >= centre >= low: no empty side
-    own = _one_hot(labels, num_classes)
+    own = one_hot_rows(labels, num_classes)
     share, rest = kept.to(torch.float32), (1.0 - kept).to(torch.float32)  # each rounded from float64
     targets = torch.addcmul(share * own, rest, own[partner])  # products of 0 or 1: one rounding, the sum's
     return CutMixResult(mixed, targets, kept, partner, torch.cat([low, high]))
@@ -123,7 +152,7 @@ def mixup_batch(
     partner = torch.randperm(len(images), device=device)
     pixels = images.float()
     mixed = weight * pixels + rest * pixels[partner]
-    own = _one_hot(labels, num_classes)
+    own = one_hot_rows(labels, num_classes)
     return MixUpResult(mixed, weight * own + rest * own[partner], wide, partner)
 
 
@@ -143,7 +172,7 @@ def mix_batch(
         mixed = cutmix_batch(images, labels, num_classes, protocol.cutmix_alpha)
         if coin is None:
             return mixed.images, mixed.targets, mixed.targets.argmax(dim=1)
-        own = _one_hot(labels, num_classes)
+        own = one_hot_rows(labels, num_classes)
         targets = torch.where(coin, mixed.targets, own)
         return torch.where(coin, mixed.images, images), targets, targets.argmax(dim=1)
     if protocol.mixup:

@@ -1,8 +1,5 @@
-"""User callbacks and loggers by `_target_`, the lightning-hydra-template's form: any entry of the `callbacks` or
-`logger` section whose value is a mapping with a `_target_` class path is instantiated (with Hydra's `instantiate`)
-next to the cell's own. Here: which entries are the user's, the rules their classes meet (the gate checks them before
-any cell starts), and which callbacks only show or measure, so that the identity may leave them out. Importing this
-module loads neither torch nor Lightning: a target is imported only when it is resolved."""
+"""User callbacks and loggers by `_target_` (the lightning-hydra-template's form): which entries are the user's, the
+rules their classes meet, and which callbacks only show or measure. A target is imported only when resolved."""
 
 from __future__ import annotations
 
@@ -12,22 +9,21 @@ import importlib
 import importlib.util
 import inspect
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
-from vit_locality.errors import ConfigError
+from vit_locality.errors import ConfigError, first_line
 
 TARGET = "_target_"
 CALLBACKS_MODULE = "lightning.pytorch.callbacks"
 LEGACY_PREFIX = "pytorch_lightning."  # the standalone package's spelling of lightning.pytorch
-# Callbacks that only show or measure: a cell computes with one of them what it computes without it. Timer is not one:
-# with a duration it stops the fit, as trainer.max_time does (which is part of the identity).
+# Callbacks that only show or measure (not Timer: with a duration it stops the fit).
 DISPLAY_ONLY_CALLBACKS = tuple(
     f"{CALLBACKS_MODULE}.{name}"
     for name in ("LearningRateMonitor", "ModelSummary", "RichModelSummary", "DeviceStatsMonitor")
 )
 # A logger's arguments that say where it writes: left out or null, `<run dir>/<entry name>` (filled_directories).
 LOGGER_DIRECTORIES = ("save_dir", "root_dir")
-# Packages a Lightning logger needs when it is built (its module imports without them): class name -> any one of them.
+# Packages a Lightning logger needs when it is built: class name -> any one of them.
 LOGGER_PACKAGES = {
     "TensorBoardLogger": ("tensorboard", "tensorboardX"),
     "MLFlowLogger": ("mlflow",),
@@ -36,49 +32,32 @@ LOGGER_PACKAGES = {
 }
 
 
-class Kind(NamedTuple):
-    """What a section's user entries must be: a subclass of `base` in `module`, called `noun` in refusals."""
-
-    module: str
-    base: str
-    noun: str
-    example: str
-
-
+# A section's user entries: subclasses of (module, base), called `noun` in refusals.
 KINDS = {
-    "callbacks": Kind(CALLBACKS_MODULE, "Callback", "callback", "lightning.pytorch.callbacks.LearningRateMonitor"),
-    "logger": Kind("lightning.pytorch.loggers", "Logger", "logger", "lightning.pytorch.loggers.TensorBoardLogger"),
+    "callbacks": (CALLBACKS_MODULE, "Callback", "callback", "LearningRateMonitor"),
+    "logger": ("lightning.pytorch.loggers", "Logger", "logger", "TensorBoardLogger"),
 }
-
-
-def is_entry(value: Any) -> bool:
-    """Whether a section's value is a user entry: a mapping with a `_target_` string."""
-    return isinstance(value, Mapping) and isinstance(value.get(TARGET), str)
 
 
 def user_entries(section: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The section's user entries as given, by name: every key whose value is a mapping with a `_target_` string."""
-    return {str(name): dict(value) for name, value in section.items() if is_entry(value)}
-
-
-def entry_rule(section: str, name: str) -> str:
-    """How a user entry is written, for refusals."""
-    noun = KINDS[section].noun
-    return f"a user {noun} is a mapping with _target_, its class: +{section}.{name}._target_=<class path>"
+    entries = {name: value for name, value in section.items() if isinstance(value, Mapping)}
+    return {str(name): dict(value) for name, value in entries.items() if isinstance(value.get(TARGET), str)}
 
 
 def check_entry_shape(section: str, name: str, value: Any) -> None:
-    """A key the section does not declare must be a user entry (a mapping with a `_target_` class path) or null (an
-    entry switched off, as the template does): a plain value or a mapping without `_target_` is one line here."""
+    """A key the section does not declare must be a user entry (a mapping with a `_target_` class path) or null."""
+    module, _, noun, example = KINDS[section]
+    rule = f"a user {noun} is a mapping with _target_, its class: +{section}.{name}._target_=<class path>"
     if value is None:
         return
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{section}.{name}: no such setting ({entry_rule(section, name)})")
+        raise ConfigError(f"{section}.{name}: no such setting ({rule})")
     if TARGET not in value:
-        raise ConfigError(f"{section}.{name}.{TARGET}: missing ({entry_rule(section, name)})")
+        raise ConfigError(f"{section}.{name}.{TARGET}: missing ({rule})")
     target = value[TARGET]
     if not (isinstance(target, str) and all(part.isidentifier() for part in target.split(".")) and "." in target):
-        allowed = f"a dotted class path such as {KINDS[section].example}"
+        allowed = f"a dotted class path such as {module}.{example}"
         raise ConfigError(f"{section}.{name}.{TARGET}={target!r} is not allowed: {allowed}")
 
 
@@ -89,8 +68,8 @@ def modern_spelling(target: str) -> str:
 
 @functools.lru_cache(maxsize=256)
 def locate(target: str) -> Any:
-    """The object a dotted path names, importing the longest module prefix that is a module; ImportError with one line
-    of reason where it cannot (cached: a sweep's cells ask for the same few targets)."""
+    """The object a dotted path names, importing the longest module prefix that is a module; ImportError in one line
+    where it cannot."""
     parts = target.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:cut])
@@ -101,7 +80,7 @@ def locate(target: str) -> Any:
                 continue  # this prefix is not a module: the rest may be attributes of a shorter one
             raise ImportError(f"importing {module_name} fails: {error}") from None
         except Exception as error:  # the module's own code fails: its first line says why
-            raise ImportError(f"importing {module_name} fails: {type(error).__name__}: {first_line(error)}") from None
+            raise ImportError(f"importing {module_name} fails: {first_line(error)}") from None
         return _attribute(found, module_name, parts[cut:])
     raise ImportError(f"no module named {parts[0]}")
 
@@ -118,16 +97,10 @@ def _attribute(module: Any, module_name: str, names: list[str]) -> Any:
     return found
 
 
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 @functools.lru_cache(maxsize=256)
 def display_only(target: str) -> bool:
-    """Whether the callback class `target` names only shows or measures (DISPLAY_ONLY_CALLBACKS), in any spelling of
-    it: `pytorch_lightning.callbacks.X` or `lightning.pytorch.callbacks.<module>.X` are the same class. A subclass, or
-    a class of the user's own, may do anything: not display-only."""
+    """Whether `target` names a DISPLAY_ONLY_CALLBACKS class in any spelling (`pytorch_lightning.callbacks.X`,
+    `lightning.pytorch.callbacks.<module>.X`); a subclass may do anything."""
     spelled = modern_spelling(target)
     if spelled in DISPLAY_ONLY_CALLBACKS:
         return True
@@ -141,8 +114,7 @@ def display_only(target: str) -> bool:
 
 def check_user_entries(section: str, entries: Mapping[str, Mapping[str, Any]]) -> None:
     """Each user entry's class against the installed packages, before any cell starts: it imports, it is a Lightning
-    callback (logger), it does not clash with the cell's own, its packages are there, and it takes the arguments
-    given. One line naming the key (imports Lightning, and only for a section with user entries)."""
+    callback (logger) that does not clash with the cell's own, its packages are there and it takes the arguments."""
     for name, entry in entries.items():
         cls = entry_class(section, name, entry[TARGET])
         clash = CLASHES[section](cls)
@@ -153,22 +125,22 @@ def check_user_entries(section: str, entries: Mapping[str, Mapping[str, Any]]) -
 
 def entry_class(section: str, name: str, target: str) -> type:
     """The class `target` names; ConfigError unless it imports and is a subclass of the section's Lightning base."""
-    kind = KINDS[section]
+    module, base_name, noun, _ = KINDS[section]
     key = f"{section}.{name}.{TARGET}={target!r} is not allowed"
     try:
         cls = locate(target)
     except ImportError as error:
         raise ConfigError(f"{key}: it does not import: {error}") from None
-    base = getattr(importlib.import_module(kind.module), kind.base)
+    base = getattr(importlib.import_module(module), base_name)
     if not (inspect.isclass(cls) and issubclass(cls, base)):
         legacy = modern_spelling(target) != target
         hint = f"; spell it {modern_spelling(target)}: the cell's Trainer is lightning.pytorch's" if legacy else ""
-        raise ConfigError(f"{key}: not a Lightning {kind.noun} (a subclass of {kind.module}.{kind.base}){hint}")
+        raise ConfigError(f"{key}: not a Lightning {noun} (a subclass of {module}.{base_name}){hint}")
     return cls
 
 
 def callback_clash(cls: type) -> str | None:
-    """Why a user callback class would clash with the cell's own callbacks (two progress bars, two checkpointers)."""
+    """Why a user callback class would clash with the cell's own (two progress bars, two checkpointers)."""
     from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 
     if issubclass(cls, ProgressBar):
@@ -196,7 +168,7 @@ CLASHES = {"callbacks": callback_clash, "logger": logger_clash}
 
 def check_arguments(section: str, name: str, entry: Mapping[str, Any], cls: type) -> None:
     """The entry's arguments against the class's signature: each one a parameter (unless it takes **kwargs), each
-    required parameter given (a logger's directory is filled in: filled_directories). Hydra's own keys (`_x_`) pass."""
+    required one given (a logger's directory is filled in); Hydra's own keys (`_x_`) pass."""
     parameters = inspect.signature(cls).parameters
     given = [key for key in entry if not (key.startswith("_") and key.endswith("_"))]
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
@@ -216,7 +188,6 @@ def check_arguments(section: str, name: str, entry: Mapping[str, Any], cls: type
 
 
 def filled_directories(entry: Mapping[str, Any], directory: str) -> dict[str, str]:
-    """The directory arguments of a user logger that the entry leaves out or null, each set to `directory` (the
-    cell's `<run dir>/<entry name>`): a logger writes inside the cell's run directory unless told otherwise."""
+    """The directory arguments a user logger's entry leaves out or null, each set to `directory` (in the run's)."""
     parameters = inspect.signature(locate(entry[TARGET])).parameters
     return {name: directory for name in LOGGER_DIRECTORIES if name in parameters and entry.get(name) is None}

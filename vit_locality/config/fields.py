@@ -1,11 +1,11 @@
-"""How a config field is declared: its type, its range with the words its refusal uses (the `Field` description),
-and whether it is part of the run identity (`outside_identity`, `NeutralAt`)."""
+"""How a config field is declared: its type, its range with the words its refusal uses, and its identity mark."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, Field
@@ -18,16 +18,9 @@ SAFE_NAME_RULE = "letters, digits and _ . + - (it names a directory), not starti
 BOOL_RULE = "true or false"
 
 
-class OutsideIdentity:
-    """Marks a field whose value cannot change what a cell computes (a path, a worker count, a display or logging
-    choice, device placement): the run identity and the directory name leave it out. A field without the mark is
-    part of the identity, so a new setting is unless marked."""
-
-    def __repr__(self) -> str:
-        return "OUTSIDE_IDENTITY"
-
-
-OUTSIDE_IDENTITY = OutsideIdentity()
+# Marks a field whose value cannot change what a cell computes (a path, a worker count, a display choice): the run
+# identity and the directory name leave it out. A field without the mark is part of the identity.
+OUTSIDE_IDENTITY = "OUTSIDE_IDENTITY"
 
 
 def outside_identity(hint: Any) -> Any:
@@ -35,15 +28,11 @@ def outside_identity(hint: Any) -> Any:
     return Annotated[hint, OUTSIDE_IDENTITY]
 
 
+@dataclass(frozen=True)
 class NeutralAt:
-    """Marks the value at which a setting changes nothing (model.drop_path=0.0): the identity leaves it out there,
-    so cells recorded without the setting keep their identity."""
+    """Marks the value at which a setting changes nothing (model.drop_path=0.0): the identity leaves it out there."""
 
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"NeutralAt({self.value!r})"
+    value: Any
 
 
 def check(condition: bool, key: str, value: Any, allowed: str) -> None:
@@ -57,7 +46,7 @@ def is_int(value: Any) -> bool:
 
 
 def is_finite(value: Any) -> bool:
-    """A number that is not inf or nan (inf passes `> 0`; a learning rate of inf trains nothing but NaNs)."""
+    """A number that is not inf or nan (inf passes `> 0`)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -74,7 +63,7 @@ def Int(  # noqa: N802
     **constraints: Any,
 ) -> Any:
     """An integer field in [minimum, maximum] (a bool is not one); `nullable`: null too; `below`: the words for a
-    value under the minimum where they differ (a count >= 1 with a large cap says so)."""
+    value under the minimum where they differ."""
     base = Optional[int] if nullable else int  # noqa: UP045
     extra = {"below": below} if below else None
     text = allowed or integer_rule(minimum, maximum) + (", or null" if nullable else "")
@@ -98,8 +87,7 @@ def Choice(*names: str) -> Any:  # noqa: N802
 
 
 def Rule(test: Callable[[Any], bool], allowed: str, base: Any = Any) -> Any:  # noqa: N802
-    """A field of type `base` whose value must pass `test` (what a range cannot say: a set of values of several
-    types, a pattern)."""
+    """A field of type `base` whose value must pass `test` (what a range cannot say)."""
 
     def passes(value: Any) -> Any:
         if not test(value):

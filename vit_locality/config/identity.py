@@ -1,12 +1,5 @@
-"""What makes two cells the same cell: the run identity, hashed from the validated config.
-
-The identity is what can change a cell's weights: the whole config minus the settings marked as unable to change a
-result (schema.py), minus how the cell is measured (the `stats` section: the statistics probe reads the weights and
-never moves them, since every batch reseeds from (seed, epoch, batch)) and minus a setting that cannot act under the
-others (`aug.cutmix_alpha` while `aug.cutmix=false`: `applies_when` in its declaration). A new setting is part of it
-unless someone decides otherwise; the data actually read is the data's fingerprint (data/fingerprint.py), and a run
-directory's name is the pre-check's (precheck/names.py). docs/runs.md says, key by key, why.
-"""
+"""The run identity, hashed from the validated config: what can change a cell's weights (the config minus the
+settings marked outside it, the `stats` section and settings that cannot act). docs/runs.md says, key by key, why."""
 
 from __future__ import annotations
 
@@ -24,8 +17,6 @@ from vit_locality.config.protocol import AugConfig
 from vit_locality.config.schema import StatsConfig
 from vit_locality.config.settings import RESUME_MODE, RunSettings, applies_when_marks, identity_marks
 
-# Dotted keys that cannot change what a cell computes (a key covers everything below it), and keys left out at a
-# neutral value (NeutralAt).
 NOT_IDENTITY, NEUTRAL = identity_marks()
 HASH_CHARS = 10  # hex digits of a hash shown in a name (a run directory's, a start checkpoint's)
 START_NAME = "ckpt"  # `..._ckpt-<content hash>`: a cell started from a checkpoint's weights
@@ -33,8 +24,7 @@ CONTENT_HASH_CHARS = 16
 ID_NAME = "id"  # a run directory's `..._id-<hex>`: the start of the cell's identity hash, what tells cells apart
 ID_CHARS = 8
 ID_SUFFIX = re.compile(rf"_{ID_NAME}-([0-9a-f]{{{ID_CHARS}}})$")
-# The code's random streams: CutMix, MixUp and on-device augmentation draw from (seed, epoch, batch). Part of the
-# hash, so a checkpoint or record of another stream is never resumed or skipped as if it were this one.
+# The code's random streams' version, hashed: a checkpoint of another stream is never resumed as this one.
 RANDOM_STREAM_VERSION = 2
 MEASUREMENT_SECTION = "stats"  # how a cell is measured, never what it trains
 APPLIES_WHEN = applies_when_marks()  # a setting -> the flag it acts under
@@ -55,8 +45,7 @@ def _config_of(cfg: RunSettings | Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def inert_keys(cfg: RunSettings | Mapping[str, Any]) -> list[str]:
-    """The settings that cannot act under the config's other values: each `applies_when` setting whose flag is off
-    (`aug.cutmix_alpha` with `aug.cutmix=false`)."""
+    """The `applies_when` settings whose flag is off (`aug.cutmix_alpha` with `aug.cutmix=false`)."""
     config = _config_of(cfg)
 
     def value(key: str) -> Any:
@@ -69,15 +58,13 @@ def inert_keys(cfg: RunSettings | Mapping[str, Any]) -> list[str]:
 
 
 def outside_training(key: str, inert: Iterable[str] = ()) -> bool:
-    """Whether the dotted `key` leaves the identity: it cannot change a result, it says how the cell is measured, or
-    it is one of the `inert` settings of this config."""
+    """Whether the dotted `key` leaves the identity (NOT_IDENTITY, the `stats` section or one of `inert`)."""
     return _covered(key, (*NOT_IDENTITY, MEASUREMENT_SECTION, *inert))
 
 
 def run_identity(cfg: RunSettings | Mapping[str, Any], previous_release: bool = False) -> dict[str, Any]:
-    """The settings that define the cell (dotted key -> value, as validated): what can change its weights.
-    `previous_release`: as the previous release counted them, with the `stats` section and the settings that cannot
-    act (`stats.units` as the stored unit): the identity its records and checkpoints carry."""
+    """The settings that define the cell (dotted key -> value, as validated); `previous_release`: as that release
+    counted them, with the `stats` section and the inert settings (`stats.units` as the stored unit)."""
     flat: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -101,8 +88,7 @@ TIMER = "lightning.pytorch.callbacks.Timer"
 
 
 def result_changing_callbacks(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The user's callbacks (`callbacks.<name>._target_=...`) that can change a result, by their config: every one
-    but the display-only (config/extensions.py) and a Timer without a duration (with one it stops the fit)."""
+    """The user's callbacks that can change a result: all but the display-only and a Timer without a duration."""
     section = config.get("callbacks")
     entries = user_entries(section) if isinstance(section, Mapping) else {}
 
@@ -116,8 +102,7 @@ def result_changing_callbacks(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def processes(cfg: RunSettings | Mapping[str, Any]) -> int | str:
-    """How many processes share the cell (devices x nodes; `auto` and -1 as written). Each DDP process mixes its own
-    share of the batch, so the count is part of the identity, though `trainer.devices` itself is not."""
+    """How many processes share the cell (devices x nodes; `auto` and -1 as written): each mixes its own share."""
     trainer = _config_of(cfg).get("trainer") or {}
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
     devices = len(devices) if isinstance(devices, list) else devices
@@ -134,8 +119,7 @@ def start_checkpoint(cfg: RunSettings | Mapping[str, Any]) -> str | None:
 
 
 def file_content_hash(path: str) -> str:
-    """The sha256 of a file's bytes (hex, shortened), cached by path, inode, size and times (a file replaced by
-    `os.replace` is never a stale hit)."""
+    """The sha256 of a file's bytes (hex, shortened), cached by path, inode, size and times."""
     path = os.path.realpath(os.path.expanduser(path))
     status = os.stat(path)
     return _content_hash(path, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
@@ -156,9 +140,8 @@ def _content_hash(path: str, *_status: int) -> str:
 
 
 def _held_values() -> dict[str, Any]:
-    """The values the previous release hashed, for a cell at the defaults, under the keys that have left the identity
-    since: hashed at these values whatever the cell says, they keep every such cell's hash (and so its directory,
-    checkpoints and record) what it was. Keys at a NeutralAt value were left out then too, and stay out."""
+    """The defaults the previous release hashed under the keys that have left the identity since: hashed at these
+    whatever the cell says, a default cell keeps its hash (and so its directory, checkpoints and record)."""
     stats = StatsConfig().model_dump(mode="json")
     held = {f"{MEASUREMENT_SECTION}.{k}": v for k, v in stats.items() if not _covered(f"stats.{k}", NOT_IDENTITY)}
     aug = AugConfig().model_dump(mode="json")
@@ -170,10 +153,8 @@ HELD_VALUES = _held_values()
 
 
 def identity_hash(cfg: RunSettings | Mapping[str, Any], previous_release: bool = False) -> str:
-    """The cell's identity: its settings, its process count, the random streams' version (a compiled step's
-    stream apart) and, for a cell started from a checkpoint's weights, that checkpoint's content hash. The keys that
-    have left the identity are hashed at HELD_VALUES, so a cell the previous release trained keeps its hash where
-    they were at their defaults; `previous_release`: the hash that release gave (identities_of)."""
+    """The cell's identity: its settings, process count, random streams' version and start checkpoint's content hash;
+    `previous_release`: the hash that release gave (identities_of)."""
     settings = run_identity(cfg, previous_release)
     if not previous_release:
         before = run_identity(cfg, previous_release=True)
@@ -191,14 +172,13 @@ def identity_hash(cfg: RunSettings | Mapping[str, Any], previous_release: bool =
 
 def identities_of(cfg: RunSettings | Mapping[str, Any]) -> tuple[str, ...]:
     """The hashes a record or checkpoint of this cell may carry: today's, then the previous release's where it
-    differs (a cell it trained with `stats.probe_size=32`, or `aug.cutmix_alpha=0.3` beside `aug.cutmix=false`)."""
+    differs."""
     return tuple(dict.fromkeys((identity_hash(cfg), identity_hash(cfg, previous_release=True))))
 
 
 def record_training_identity(record: Mapping[str, Any]) -> str | None:
-    """The identity of the cell a record (`results.json` as data) trained, whichever release wrote it: its config's
-    hash, where the config reproduces the hash the record carries (so this machine reads the config as the training
-    one did); else the hash it carries."""
+    """The identity of the cell a record trained: its config's hash where the config reproduces the hash the record
+    carries, else the hash it carries."""
     stored = record.get("identity_hash")
     config = record.get("config")
     if not isinstance(config, Mapping):
@@ -212,15 +192,14 @@ def record_training_identity(record: Mapping[str, Any]) -> str | None:
 
 
 def holds_cell(record: Mapping[str, Any], identities: tuple[str, ...]) -> bool:
-    """Whether a record (results.json as data) is of the cell whose hashes are `identities` (identities_of): it
-    carries one of them, or its config trained the same cell (a previous release's record of other `stats`)."""
+    """Whether a record is of the cell whose hashes are `identities`: it carries one, or its config trained it."""
     stored = record.get("identity_hash")
     return stored in identities or (stored is not None and record_training_identity(record) == identities[0])
 
 
 def canonical_value(value: Any) -> Any:
     """One value, one spelling: a string that spells a number or a bool as Hydra's grammar reads it (`1e-3` ->
-    0.001, `True` -> true); ints and floats stay apart (a count of batches is not a fraction)."""
+    0.001); ints and floats stay apart."""
     if isinstance(value, Enum):
         return value.name
     if isinstance(value, dict):

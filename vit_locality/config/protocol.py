@@ -1,6 +1,5 @@
-"""The training protocol: the `aug` and `loss` sections as declared (type, range and default beside each field), and
-the protocol a cell trains with, derived from them in one place (`TrainingProtocol.of`) or read back from a record
-(`from_record`). It names, describes and tags the cell. Importable without torch."""
+"""The `aug` and `loss` sections, and the protocol a cell trains with, derived from them in one place
+(`TrainingProtocol.of`) or read back from a record; it names, describes and tags the cell. Torch-free."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ def applies_when(flag: str) -> dict[str, Any]:
 
 
 class AugConfig(BaseModel):
-    """The `aug` section. `policy: auto` is the data set's own (catalog.DATASET_DEFAULT_POLICY); `device`: where
+    """The `aug` section. `policy: auto` is the data set's own (its declaration's, datasets.py); `device`: where
     AutoAugment runs, per sample in the data workers (cpu) or batched on the training device (gpu)."""
 
     model_config = SECTION
@@ -68,10 +67,10 @@ class LossConfig(BaseModel):
     ls: Number("a number in [0, 1)", ge=0, lt=1) = 0.0
 
 
-def check_policy_device(aug: AugConfig, data_name: str) -> None:
+def check_policy_device(aug: AugConfig, default_policy: str) -> None:
     """Batched AutoAugment has the policies' operations; ColorJitter (Tiny-ImageNet's) runs per sample only."""
     if aug.autoaug and aug.device == "gpu":
-        resolved = resolve_policy(str(aug.policy), data_name)
+        resolved = resolve_policy(str(aug.policy), default_policy)
         check(resolved != COLORJITTER, "aug.device", "gpu", "cpu when the policy is colorjitter (Tiny-ImageNet)")
 
 
@@ -81,28 +80,27 @@ WHERE_SHOWN = {"gpu": ", batched on gpu", "data_on_device": ", batched on the de
 
 
 class TrainingProtocol(AugConfig):
-    """A cell's protocol: its `aug` section with the policy resolved for the data set (`auto` replaced; None in a
-    record of a run without AutoAugment), where AutoAugment runs (`autoaug_device`: cpu, gpu or data_on_device),
-    and label smoothing's epsilon."""
+    """A cell's protocol: its `aug` section with the policy resolved for the data set, where AutoAugment runs
+    (`autoaug_device`: cpu, gpu or data_on_device) and label smoothing's epsilon."""
 
     policy: Optional[str] = Field(None, **applies_when("autoaug"))  # type: ignore[assignment]
     ls: Number("a number in [0, 1)", ge=0, lt=1) = 0.0
     autoaug_device: str = Field("cpu", **applies_when("autoaug"))
 
     @classmethod
-    def of(cls, aug: AugConfig, loss: LossConfig, data_name: str, on_device: bool) -> TrainingProtocol:
+    def of(cls, aug: AugConfig, loss: LossConfig, default_policy: str, on_device: bool) -> TrainingProtocol:
         """The protocol of a cell's validated sections; `on_device`: its data augment on the training device."""
         return cls(
             **aug.model_dump(exclude={"policy"}),
-            policy=resolve_policy(str(aug.policy), data_name),
+            policy=resolve_policy(str(aug.policy), default_policy),
             ls=loss.ls,
             autoaug_device="data_on_device" if on_device else aug.device,
         )
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> TrainingProtocol:
-        """The protocol of a record's (or a checkpoint's) `protocol` section; a key it lacks, or holds None for (a
-        setting that did not apply), is at its default: a record from before MixUp is a run without it."""
+        """The protocol of a record's (or a checkpoint's) `protocol` section; a key it lacks or holds None for is at
+        its default."""
         return cls(**{name: record[name] for name in cls.model_fields if record.get(name) is not None})
 
     def _applies(self, name: str) -> bool:
@@ -111,8 +109,7 @@ class TrainingProtocol(AugConfig):
         return when is None or bool(getattr(self, str(when)))
 
     def record(self) -> dict[str, Any]:
-        """The record's `protocol` section: the flags, the settings that apply (None when off) and the description
-        (`device` is said by `autoaug_device`)."""
+        """The record's `protocol` section: the flags, the settings that apply (None when off), the description."""
         values = {name: getattr(self, name) if self._applies(name) else None for name in type(self).model_fields}
         values.pop("device")
         device = values.pop("autoaug_device")
@@ -140,8 +137,7 @@ class TrainingProtocol(AugConfig):
 
     @property
     def cell_name(self) -> str:
-        """The paper's name of the cell, `+MU` added under MixUp and `+RE` under Random Erasing (`Baseline+RE`): a
-        cell the paper did not run is never named as one it did."""
+        """The paper's name of the cell, `+MU` added under MixUp and `+RE` under Random Erasing (`Baseline+RE`)."""
         return CELL_NAMES[self.flags] + ("+MU" if self.mixup else "") + ("+RE" if self.erasing else "")
 
     def describe(self) -> str:
@@ -163,8 +159,7 @@ class TrainingProtocol(AugConfig):
         return " | ".join(parts)
 
     def tags(self) -> list[str]:
-        """W&B tags: the cell's name and its flags (`Modern`, `aa1`, `cm1`, `ls0.1`), `mu1` under MixUp, `re1` under
-        Random Erasing."""
+        """W&B tags: the cell's name and its flags (`Modern`, `aa1`, `cm1`, `ls0.1`, `mu1`, `re1`)."""
         tags = [self.cell_name, f"aa{int(self.autoaug)}", f"cm{int(self.cutmix_mixes)}", f"ls{self.ls:g}"]
         return tags + ["mu1"] * self.mixup + ["re1"] * self.erasing
 

@@ -1,5 +1,4 @@
-"""pydantic's errors as the project's one line: the dotted setting, its value as typed and what the field allows,
-read from the field's description (`model.depth=0 is not allowed: an integer in [1, 64]`), never pydantic's report."""
+"""pydantic's errors as the project's one line: `model.depth=0 is not allowed: an integer in [1, 64]`."""
 
 from __future__ import annotations
 
@@ -27,8 +26,8 @@ def _adapter(cls: Any) -> TypeAdapter:
 
 
 def refusal(error: ValidationError, cls: Any, values: Any, prefix: str = "") -> ConfigError:
-    """pydantic's first error as the project's one line: the dotted setting, its value as composed and what the
-    field allows (its description), or the rule's own ConfigError where a model validator raised one."""
+    """pydantic's first error as the dotted setting, its value as composed and what the field allows (its
+    description), or the rule's own ConfigError where a model validator raised one."""
     first = error.errors(include_url=False)[0]
     cause = (first.get("ctx") or {}).get("error")
     if isinstance(cause, ConfigError):
@@ -70,8 +69,8 @@ def _declared_field(cls: Any, values: Any, loc: list[str]) -> tuple[list[str], A
 
 
 def _model_in(hint: Any, section: str, values: Any) -> Any:
-    """The section model a field's type holds (`Optional[WandbConfig]` -> WandbConfig; a data or model section:
-    its variant), or None."""
+    """The section model a field's type holds (`Optional[WandbConfig]` -> WandbConfig; a data or model section's
+    variant), or None."""
     if section in VARIANTS and isinstance(hint, type) and issubclass(hint, BaseModel) and hint in VARIANTS[section]:
         return variant_of(section, values)
     for candidate in (hint, *typing.get_args(hint)):

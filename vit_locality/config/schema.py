@@ -1,6 +1,5 @@
-"""The config's sections, one pydantic model per config group: each field's type, range and identity mark beside the
-field, with the words its refusal uses; a section's own cross-field rules in its `model_validator`. The values are
-in conf/; torch- and Lightning-free, so the pre-check validates before either loads."""
+"""The config's sections, one pydantic model per config group: each field's type, range, identity mark and refusal
+words beside it, a section's own rules in its `model_validator`. Torch- and Lightning-free."""
 
 from __future__ import annotations
 
@@ -9,9 +8,7 @@ from typing import Annotated, Any, ClassVar, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vit_locality.catalog import DATASETS, GRID_SIZE, POSITION_INITS
-from vit_locality.config.extensions import DISPLAY_ONLY_CALLBACKS as DISPLAY_ONLY_CALLBACKS  # for identity.py
 from vit_locality.config.extensions import check_entry_shape, user_entries
-from vit_locality.config.extensions import display_only as display_only  # for identity.py
 from vit_locality.config.fields import (
     Choice,
     Flag,
@@ -37,14 +34,12 @@ from vit_locality.config.trainer_checks import (
     limit_ok,
     trains_a_batch,
 )
-from vit_locality.datasets import BUILT_IN
+from vit_locality.datasets import BUILT_IN_MODULES, DatasetSpec, declared, spec_of
+from vit_locality.errors import ConfigError
 
 # OmegaConf-free, but pydantic reads these annotations at runtime on Python 3.10: Optional, not `X | None`.
 # ruff: noqa: UP007, UP045
 
-# Official training-set sizes, which data.val_size must leave images of (the generated sets' is data.train_size):
-# a view of each data set's declaration (datasets.py).
-TRAIN_SIZES = {name: spec.train_images for name, spec in BUILT_IN.items() if spec.train_images is not None}
 # Sizes beyond what this project's runs are for; stated so that a typo (an extra zero) is refused before it allocates.
 MAX_IMAGE_SIZE = 512  # pixels a side: 64 x 64 patches of 8 pixels at the 8 x 8 grid
 MAX_SYNTHETIC_IMAGES = 2_000_000  # per split
@@ -58,11 +53,12 @@ COUNT = "an integer >= 1"
 
 
 class DataConfig(BaseModel):
-    """What every data set's loaders share (conf/data/_shared.yaml)."""
+    """What every data set's loaders share (conf/data/_shared.yaml); this class validates a name nothing declares."""
 
     model_config = SECTION
 
     name: Choice(*DATASETS)
+    module: outside_identity(Optional[str]) = None  # declares the data set (DatasetSpec); None: the built-in ones
     batch_size: Int(1)
     eval_batch_size: outside_identity(
         Rule(lambda v: v is None or (is_int(v) and v >= 1), "an integer >= 1, or null (the training batch size)")
@@ -73,9 +69,14 @@ class DataConfig(BaseModel):
     split_seed: Int(0)
 
     @property
+    def spec(self) -> DatasetSpec:
+        """The data set's declaration."""
+        return spec_of(self.name, self.module)
+
+    @property
     def train_size_total(self) -> int:
-        """Images in the training split before data.val_size holds some out."""
-        return TRAIN_SIZES[self.name]
+        """Images in the training split before data.val_size holds some out (a generated set: data.train_size)."""
+        return int(self.spec.train_images or getattr(self, "train_size", 0))
 
     @property
     def train_batches(self) -> int:
@@ -100,15 +101,16 @@ class DataConfig(BaseModel):
 class DownloadableDataConfig(DataConfig):
     """The data sets fetched from an official archive."""
 
-    name: Choice(*TRAIN_SIZES)
+    name: SafeName()
     root: outside_identity(Rule(lambda v: isinstance(v, str) and v != "", "a directory path", str))
     download: outside_identity(Flag())
     verify: outside_identity(Flag())  # the official checksums (per file on CIFAR, the archive on Tiny-ImageNet)
 
 
 class GeneratedDataConfig(DataConfig):
-    """What the two generated sets share (data/generated.py): sizes, classes, pixel noise and the data's own seed."""
+    """What the generated sets share (data/base.py): sizes, classes, pixel noise and the data's own seed."""
 
+    name: SafeName()
     train_size: Int(1, MAX_SYNTHETIC_IMAGES, below=COUNT)
     test_size: Int(1, MAX_SYNTHETIC_IMAGES, below=COUNT)
     num_classes: Int(2)
@@ -116,22 +118,16 @@ class GeneratedDataConfig(DataConfig):
     noise: Number(NUMBER_GE_0, ge=0)
     generator_seed: Int(0)
 
-    @property
-    def train_size_total(self) -> int:
-        return self.train_size
-
 
 class SyntheticDataConfig(GeneratedDataConfig):
     """The built-in seeded textures (conf/data/synthetic.yaml)."""
 
-    name: Choice("synthetic")
     period: Number("a number of pixels >= 2, finite", ge=2)
 
 
 class GlyphsDataConfig(GeneratedDataConfig):
     """The built-in seeded stroke glyphs, the demo's locality variant (conf/data/glyphs.yaml)."""
 
-    name: Choice("glyphs")
     num_classes: Int(2, GLYPH_CLASSES)
     min_height: Number("a fraction of the image side in [0.2, 1]", ge=0.2, le=1)
     max_height: Number("a fraction of the image side in [data.min_height, 1]", le=1)
@@ -208,9 +204,8 @@ def _devices(devices: Any) -> bool:
 
 
 class TrainerConfig(BaseModel):
-    """The declared Trainer settings (conf/trainer/default.yaml). Any other Trainer argument may be set too (by the
-    command line or a debug config); RunSettings holds those apart (`trainer_options`), checked by the installed
-    Trainer (precheck/trainer_options.py)."""
+    """The declared Trainer settings (conf/trainer/default.yaml); any other Trainer argument may be set too
+    (RunSettings.trainer_options)."""
 
     model_config = SECTION
 
@@ -258,9 +253,7 @@ class WandbConfig(BaseModel):
 
 
 class UserEntries(BaseModel):
-    """A section that takes, besides its declared settings, user entries by `_target_` (config/extensions.py): any
-    other key whose value is a mapping with a `_target_` class path, kept as given (the record and the identity see
-    it), or null (an entry switched off)."""
+    """A section that also takes user entries by `_target_` (config/extensions.py), kept as given, or null (off)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
     section: ClassVar[str]
@@ -294,8 +287,7 @@ class CallbacksConfig(UserEntries):
 
 
 class StatsConfig(BaseModel):
-    """How the attention statistics are measured and shown (conf/stats/default.yaml; docs/metrics.md). Distances are
-    always stored on the unit square: `units` only chooses how logs and pictures show them."""
+    """How the attention statistics are measured and shown (docs/metrics.md); `units` is display only."""
 
     model_config = SECTION
 
@@ -323,13 +315,11 @@ class SweepConfig(BaseModel):
     continue_on_error: Flag()  # true: a failed cell is recorded (status "failed") and the sweep goes on
 
 
-# A section's values are validated by the variant `variant_of` picks: the data set's by its name (the section class
-# its declaration names, datasets.py), the model's by the fields its option file sets (a conv stem's, a position
-# code's). The classes are defined above, so loading them from this module while it loads finds them.
-DATA_VARIANTS: dict[str, type[DataConfig]] = {name: spec.config_class() for name, spec in BUILT_IN.items()}
+# A section's values are validated by the variant `variant_of` picks: the data set's by the section class its
+# declaration names (datasets.py), the model's by the fields its option file sets (a conv stem's, a position code's).
 MODEL_VARIANTS = (ConvStemModelConfig, PositionCodeModelConfig)
 VARIANTS = {
-    "data": tuple(dict.fromkeys(DATA_VARIANTS[name] for name in ("synthetic", "glyphs", *TRAIN_SIZES))),
+    "data": (SyntheticDataConfig, GlyphsDataConfig, DownloadableDataConfig, GeneratedDataConfig),
     "model": (ModelConfig, *MODEL_VARIANTS),
 }
 
@@ -338,7 +328,20 @@ def variant_of(section: str, values: Any) -> type[BaseModel]:
     """The model that validates a data or model section."""
     if not isinstance(values, dict):
         return DownloadableDataConfig if section == "data" else ModelConfig
-    if section == "data":  # an unknown name is validated by DataConfig, which refuses it naming every data set
-        return DATA_VARIANTS.get(values.get("name"), DataConfig)
+    if section == "data":  # a name nothing declares is validated by DataConfig, which refuses it
+        return data_variant(values)
     extra = set(values) - set(ModelConfig.model_fields)
     return next((cls for cls in MODEL_VARIANTS if extra and extra <= set(cls.model_fields)), ModelConfig)
+
+
+def data_variant(values: dict[str, Any]) -> type[BaseModel]:
+    """The section class a data section's declaration names; for a name nothing declares, a refusal naming the sets
+    its `data.module` may name (DataConfig's for a record without data.module)."""
+    name, module = values.get("name"), values.get("module")
+    known = declared(None if module is None else str(module))
+    if isinstance(name, str) and name in known:
+        return known[name].config_class()
+    if module is None:
+        return DataConfig
+    where = "the built-in ones" if module in BUILT_IN_MODULES else f"declared in data.module={module}"
+    raise ConfigError(f"data.name={name!r} is not allowed: one of {', '.join(known)} ({where})")

@@ -1,6 +1,5 @@
-"""One cell's config as one typed, frozen object, `RunSettings`: what every function below the entry point takes.
-The gate (precheck/gate.py) builds it from the composed values (`from_values`); a record's config comes back
-through `from_record`. refusal.py turns pydantic's first error into the project's one line."""
+"""One cell's config as one typed, frozen object, `RunSettings`: what every function below the entry point takes,
+built by the gate from the composed values (`from_values`) or from a record's config (`from_record`)."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ from vit_locality.config.fields import (
     outside_identity,
     safe_name,
 )
-from vit_locality.config.metric_names import selection_problem
 from vit_locality.config.protocol import AugConfig, LossConfig, TrainingProtocol, check_policy_device
 from vit_locality.config.refusal import _model_in, missing, typed_section
 from vit_locality.config.schema import (
@@ -54,17 +52,34 @@ from vit_locality.errors import ConfigError
 MAX_SEED = 2**32 - 1  # the range of numpy's seed, which Lightning's seed_everything enforces
 MAX_THREADS = 1024  # torch threads per cell: more than any machine here has cores; an extra zero is a typo
 TAGS_RULE = "a list of strings of 1 to 64 printable characters (no newline or escape), e.g. tags=[paper,v2]"
-# What every record holds that optimized_metric may name: the figures the LightningModule logs each epoch (the last
-# value of each is in the record's `metrics`) and, with stats.enabled, the final attention headline pair.
+# The per-epoch figures: `val/*` on a held-out split (data.val_size > 0), else `test_epoch/*` on the test set (the
+# paper's protocol); `test/*` after fit. A search never selects on the test set.
+HELD_OUT, TEST_EPOCH, TEST = "val", "test_epoch", "test"
+# What every record holds that optimized_metric may name: the epoch figures and the attention headline pair.
 ATTENTION_METRICS = ("min_mad_early", "mean_entropy_early")
 RECORD_METRICS = (
-    *(f"{split}/{figure}" for split in ("val", "test_epoch", "test") for figure in ("acc1", "acc5", "loss")),
+    *(f"{split}/{figure}" for split in (HELD_OUT, TEST_EPOCH, TEST) for figure in ("acc1", "acc5", "loss")),
     "train/acc1",
     "train/loss_epoch",
     *ATTENTION_METRICS,
 )
 METRIC_RULE = f"null or a figure every record has: one of {', '.join(RECORD_METRICS)}"
 RESUME_MODE = "resume"  # ckpt_mode that continues the checkpoint's own cell; `weights` starts a new one from it
+
+
+def eval_prefix(val_size: int) -> str:
+    """The name of the per-epoch evaluation figures: `val` with a held-out split, `test_epoch` without."""
+    return HELD_OUT if val_size and val_size > 0 else TEST_EPOCH
+
+
+def selection_problem(metric: str, val_size: int) -> str | None:
+    """Why selecting on `metric` would select on the test set (one line), or None."""
+    prefix = metric.split("/", 1)[0] if "/" in metric else ""
+    if prefix == HELD_OUT and not (val_size and val_size > 0):
+        return f"optimized_metric={metric} needs data.val_size > 0: the evaluation split is the test set"
+    if prefix in (TEST, TEST_EPOCH):
+        return f"optimized_metric={metric} is measured on the test set: select on val/* with data.val_size > 0"
+    return None
 
 
 def _variant(section: str, values: Any) -> Any:
@@ -86,14 +101,13 @@ def uses_cuda(accelerator: str) -> bool:
 
 
 class RunSettings(BaseModel):
-    """A cell's validated config: every section typed, the Trainer's other arguments apart (`trainer_options`), and
-    the rules across sections checked (CutMix needs two images a batch, the early layers are the model's, ...)."""
+    """A cell's validated config: every section typed, the Trainer's other arguments apart (`trainer_options`) and
+    the rules across sections checked."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(cached_property,))
 
     seed: Int(0, MAX_SEED)
-    # The thread count changes the order of float sums, hence a cell's last bits: how a cell is computed, recorded
-    # with the run facts, not which cell it is.
+    # The thread count changes the order of float sums (a cell's last bits): recorded with the run facts.
     threads: outside_identity(Int(1, MAX_THREADS, nullable=True))  # null: torch's default
     optimized_metric: outside_identity(Rule(lambda m: m is None or m in RECORD_METRICS, METRIC_RULE))
     tags: outside_identity(Rule(_tags, TAGS_RULE))  # labels for W&B and the record
@@ -114,13 +128,12 @@ class RunSettings(BaseModel):
     callbacks: outside_identity(CallbacksConfig)
     stats: StatsConfig
     startup: outside_identity(StartupConfig)  # what a cell shows when it starts
-    # The content hash of the `ckpt_path` bytes the running cell read once (run/start.py): its identity names those
-    # bytes, whatever happens to the file later. None: hashed from the file (the pre-check, a record's config).
+    # The content hash of the `ckpt_path` bytes the running cell read (run/start.py); None: hashed from the file.
     _start_sha256: Optional[str] = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _across_sections(self) -> RunSettings:
-        check_policy_device(self.aug, self.data.name)
+        check_policy_device(self.aug, self.data.spec.default_policy)
         batch = self.data.batch_size
         check(batch >= 2 or not self.aug.cutmix, "data.batch_size", batch, ">= 2 when aug.cutmix=true")
         check_global_batch(batch, self.trainer.devices, self.trainer.num_nodes)
@@ -135,7 +148,7 @@ class RunSettings(BaseModel):
         measured = metric not in ATTENTION_METRICS or self.stats.enabled
         check(measured, "optimized_metric", metric, "a figure the cell measures: set stats.enabled=true for it")
         test_set = selection_problem(metric, self.data.val_size) if metric else None
-        if test_set:  # a search selects: it must never select on the test set (metric_names.py)
+        if test_set:  # a search must never select on the test set
             raise ConfigError(test_set)
         resume_alone = self.ckpt_path is None and self.ckpt_mode == RESUME_MODE
         check(not resume_alone, "ckpt_mode", RESUME_MODE, "only with ckpt_path=FILE (the checkpoint to resume from)")
@@ -144,8 +157,7 @@ class RunSettings(BaseModel):
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> RunSettings:
         """Resolved config values (Hydra's own section left out) as settings; ConfigError, in one line, names the
-        first setting that is not allowed, or one the config lacks (the YAML files hold every key: one deleted with
-        `~key` is refused, never replaced by a default)."""
+        first setting that is not allowed or missing (one deleted with `~key` is never replaced by a default)."""
         for name, field in cls.model_fields.items():
             section = values.get(name)
             model = variant_of(name, section) if name in VARIANTS else _model_in(field.annotation, "", None)
@@ -161,8 +173,7 @@ class RunSettings(BaseModel):
 
     @classmethod
     def from_record(cls, config: Mapping[str, Any]) -> RunSettings:
-        """A record's config as settings: a setting added since the record was written takes the value at which it
-        changes nothing (NeutralAt), the value its run had in effect."""
+        """A record's config as settings: a setting added since takes its NeutralAt value, the one its run had."""
         values = {key: dict(value) if isinstance(value, Mapping) else value for key, value in config.items()}
         for key, value in identity_marks()[1].items():
             section, _, name = key.rpartition(".")
@@ -186,9 +197,8 @@ class RunSettings(BaseModel):
         return {**self.trainer.arguments(), **self.trainer_options}
 
     def as_record(self) -> dict[str, Any]:
-        """The config as JSON data, each value as validated (`loss.ls=0` and `0.0` are one value), the Trainer's
-        other arguments in its section: the record's `config` as written and read back, W&B's config and the
-        identity's source."""
+        """The config as JSON data, each value as validated, the Trainer's other arguments in its section: the
+        record's `config`, W&B's config and the identity's source."""
         values = self.model_dump(mode="json", exclude={"trainer_options"}, serialize_as_any=True)
         values["trainer"] = self.trainer_arguments()
         return values
@@ -207,11 +217,11 @@ class RunSettings(BaseModel):
     @cached_property
     def protocol(self) -> TrainingProtocol:
         """The cell's training protocol, the one place it is derived from the settings."""
-        return TrainingProtocol.of(self.aug, self.loss, self.data.name, self.data_on_device)
+        return TrainingProtocol.of(self.aug, self.loss, self.data.spec.default_policy, self.data_on_device)
 
     @property
     def compiles(self) -> bool:
-        """`model.compile`: the training step compiled as one graph (model/step_graph.py); auto: on for CUDA."""
+        """`model.compile`: the training step compiled as one graph (model/classifier.py); auto: on for CUDA."""
         setting = self.model.compile
         return uses_cuda(self.trainer.accelerator) if setting == "auto" else bool(setting)
 
@@ -235,50 +245,30 @@ def undeclared_trainer_arguments(values: Mapping[str, Any]) -> dict[str, Any]:
 UNDECLARED_OUTSIDE_IDENTITY = ("hydra", "trainer.profiler", "trainer.enable_model_summary", "trainer.detect_anomaly")
 
 
-def _marks(model: type[BaseModel]) -> Iterator[tuple[str, Any, list[Any]]]:
+def _fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every field below `model` by dotted key (variants included), not descending into a section marked outside."""
     for name, field in model.model_fields.items():
-        yield name, field.annotation, field.metadata
-
-
-def _sections(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, type[BaseModel]]]:
-    """Every section model below `model` (variants included), with its dotted prefix: `("aug.", AugConfig)`."""
-    for name, hint, _ in _marks(model):
-        section = _model_in(hint, "", None)
-        for variant in VARIANTS.get(f"{prefix}{name}", [section] if section is not None else []):
-            yield f"{prefix}{name}.", variant
-            yield from _sections(variant, f"{prefix}{name}.")
+        key = f"{prefix}{name}"
+        yield key, field
+        if OUTSIDE_IDENTITY not in field.metadata:
+            section = _model_in(field.annotation, "", None)
+            for variant in VARIANTS.get(key, [section] if section is not None else []):
+                yield from _fields(variant, key + ".")
 
 
 def applies_when_marks() -> dict[str, str]:
-    """Each setting that acts only while a flag is on (`applies_when` in its declaration), with that flag:
-    `{"aug.cutmix_alpha": "aug.cutmix", ...}`. Off, the setting cannot change a result."""
+    """Each setting that acts only while a flag is on, with that flag: `{"aug.cutmix_alpha": "aug.cutmix", ...}`."""
     marks: dict[str, str] = {}
-    for prefix, section in _sections(RunSettings):
-        for name, field in section.model_fields.items():
-            extra = field.json_schema_extra
-            if isinstance(extra, dict) and extra.get("when"):
-                marks[f"{prefix}{name}"] = f"{prefix}{extra['when']}"
+    for key, field in _fields(RunSettings):
+        extra = field.json_schema_extra
+        if isinstance(extra, dict) and extra.get("when"):
+            marks[key] = f"{key[: key.rfind('.') + 1]}{extra['when']}"
     return marks
 
 
 def identity_marks() -> tuple[tuple[str, ...], dict[str, Any]]:
-    """The dotted keys marked OUTSIDE_IDENTITY (a marked section covers its keys), then the undeclared ones: what
-    identity.NOT_IDENTITY holds; and the keys left out of the identity at a neutral value (NeutralAt), with it."""
-    keys: list[str] = []
-    neutral: dict[str, Any] = {}
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, hint, metadata in _marks(model):
-            key = f"{prefix}{name}"
-            if OUTSIDE_IDENTITY in metadata:
-                keys.append(key)
-                continue
-            for mark in metadata:
-                if isinstance(mark, NeutralAt):
-                    neutral[key] = mark.value
-            section = _model_in(hint, "", None)
-            for variant in VARIANTS.get(key, [section] if section is not None else []):
-                walk(variant, key + ".")
-
-    walk(RunSettings, "")
+    """The dotted keys outside the identity (marked, then undeclared), and the keys left out at a NeutralAt value."""
+    fields = list(_fields(RunSettings))
+    keys = [key for key, field in fields if OUTSIDE_IDENTITY in field.metadata]
+    neutral = {key: mark.value for key, field in fields for mark in field.metadata if isinstance(mark, NeutralAt)}
     return tuple(dict.fromkeys([*keys, *UNDECLARED_OUTSIDE_IDENTITY])), neutral

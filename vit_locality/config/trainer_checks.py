@@ -1,7 +1,5 @@
-"""The rules of the trainer section that its schema's field ranges cannot hold: the names Lightning takes, the
-Trainer arguments beyond the declared ones, the validation interval against an epoch's batches and the global batch
-against the devices. This machine's devices, and what only Lightning can judge, are the pre-check's (precheck/gate.py).
-"""
+"""The trainer section's rules beyond field ranges: the names Lightning takes, the other Trainer arguments, the
+validation interval against an epoch and the global batch against the devices."""
 
 from __future__ import annotations
 
@@ -11,9 +9,8 @@ from typing import Any
 
 from vit_locality.config.fields import check, is_int
 
-# Names the trainer takes, from Lightning's own registries (AcceleratorRegistry plus the connector's `auto` and `gpu`,
-# StrategyRegistry plus `auto`, and the `_PRECISION_INPUT` literal plus this project's `auto`). Written out so the
-# check needs no Lightning import (2 s); tests/config/test_config.py compares them with the installed Lightning.
+# Names from Lightning's registries, written out so the check needs no Lightning import (2 s); tests/config/
+# test_config.py compares them with the installed Lightning.
 ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps", "tpu")
 _DDP = ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
 _DEEPSPEED = ("stage_1", "stage_2", "stage_2_offload", "stage_3", "stage_3_offload", "stage_3_offload_nvme")
@@ -53,14 +50,12 @@ def limit_ok(value: Any) -> bool:
 
 
 def trains_a_batch(value: Any) -> bool:
-    """A training limit that leaves a batch to train: 0 would train nothing and record the untrained model's test
-    figures as a complete cell."""
+    """A training limit that leaves a batch to train (0 would record the untrained model as a complete cell)."""
     return limit_ok(value) and (value is None or value > 0)
 
 
 def limit_allowed(key: str) -> str:
-    """The test split must keep a batch: a cell's record is its test figures, and Lightning would train the whole
-    cell before failing. The training split too: a cell that trains nothing is no cell."""
+    """The words of a limit's refusal: the test and training splits must keep a batch."""
     if key == "trainer.limit_test_batches":
         return "null, a count of batches >= 1 or a fraction in (0, 1]"
     if key == "trainer.limit_train_batches":
@@ -70,7 +65,7 @@ def limit_allowed(key: str) -> str:
 
 def check_trainer_limits(others: Mapping[str, Any]) -> dict[str, Any]:
     """The ranges of the other Trainer arguments a quick check or a debug config sets (limits, step counts,
-    fast_dev_run); whether the installed Trainer takes each at all is precheck/trainer_options.py's to ask Lightning."""
+    fast_dev_run)."""
     for name in LIMITS:
         value = others.get(name)
         keeps_one = name not in ("limit_test_batches", "limit_train_batches") or value is None or value > 0
@@ -89,13 +84,12 @@ MAX_EPOCHS_RULE = "an integer >= 1, or -1 (no epoch limit) with trainer.max_step
 
 
 def epochs_ok(value: Any) -> bool:
-    """Lightning's -1 is "no epoch limit"; whether another limit ends the run is check_epoch_limit's to say."""
+    """Lightning's -1 is "no epoch limit" (check_epoch_limit asks for another)."""
     return is_int(value) and (value >= 1 or value == -1)
 
 
 def check_epoch_limit(trainer: Mapping[str, Any]) -> None:
-    """`trainer.max_epochs=-1` only with `trainer.max_steps` ending the run: the learning-rate schedule spans the
-    run's steps, so a time limit alone cannot bound it (the warm-up still counts epochs of the loader's steps)."""
+    """`trainer.max_epochs=-1` only with `trainer.max_steps` ending the run: the schedule spans the run's steps."""
     if trainer.get("max_epochs") != -1:
         return
     steps = trainer.get("max_steps")
@@ -103,8 +97,7 @@ def check_epoch_limit(trainer: Mapping[str, Any]) -> None:
 
 
 def check_val_check_interval(trainer: Mapping[str, Any], batches: int) -> None:
-    """Lightning reads a float as a fraction of the epoch and an int as a count of its batches, and refuses either
-    beyond one epoch (this project validates every epoch: check_val_every_n_epoch is always set)."""
+    """A float is a fraction of the epoch, an int a count of its batches; Lightning refuses either beyond one."""
     interval = trainer.get("val_check_interval")
     limit = trainer.get("limit_train_batches")
     if is_int(limit):

@@ -1,33 +1,27 @@
-"""Datamodules by `data.name`, read from each data set's declaration (vit_locality.datasets), each module imported
-only when its data set is chosen, so a synthetic run never loads the pickle reader, the downloader or the
-Tiny-ImageNet reader, and the pre-check reads the declarations without torch."""
+"""The datamodule a data section selects, read from its data set's declaration (vit_locality.datasets): only the
+chosen data set's module is imported, so a synthetic run never loads the pickle reader, downloader or other readers."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from vit_locality.datasets import BUILT_IN, load
-
-# data.name -> "module:class": a view of the declarations, kept for callers that list them.
-DATAMODULES: dict[str, str] = {name: spec.datamodule for name, spec in BUILT_IN.items()}
-_BASE = ("DataError", "ImageArrays", "ImageDataModule", "UInt8ImageDataset")
+from vit_locality.datasets import spec_of
 
 
-def datamodule_class(name: str) -> Any:
-    """The datamodule class `data.name` selects; an unknown name is a ValueError listing the known ones."""
-    if name not in BUILT_IN:
-        raise ValueError(f"data.name={name!r}: allowed values are {', '.join(BUILT_IN)}")
-    return BUILT_IN[name].datamodule_class()
+def datamodule_class(name: str, module: str | None = None) -> Any:
+    """The datamodule class of data set `name`, declared in `module` (None: the built-in ones)."""
+    return spec_of(name, module).datamodule_class()
 
 
 def __getattr__(attr: str) -> Any:
-    """`from vit_locality.data import SyntheticDataModule` (or DataError, ...) and the like, imported on first use."""
-    if attr in _BASE:
-        return load(f"vit_locality.data.base:{attr}")
-    for path in DATAMODULES.values():
-        if path.endswith(f":{attr}"):
-            return load(path)
+    """`from vit_locality.data import ImageDataModule` (or a built-in datamodule), imported on first use."""
+    from importlib import import_module
+
+    from vit_locality.datasets import built_in
+
+    if attr in ("DataError", "ImageArrays", "ImageDataModule", "UInt8ImageDataset"):
+        return getattr(import_module("vit_locality.data.base"), attr)
+    for spec in built_in().values():
+        if spec.datamodule == attr:
+            return spec.datamodule_class()
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
-
-
-__all__ = ["DATAMODULES", "DataError", "ImageArrays", "ImageDataModule", "UInt8ImageDataset", "datamodule_class"]

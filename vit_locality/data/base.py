@@ -14,8 +14,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
-from vit_locality.augment.fixed_batches import FIXED_BATCHES_LINE, fixed_batches
-from vit_locality.catalog import DATASET_DEFAULT_POLICY
+from vit_locality.augment.mixing import FIXED_BATCHES_LINE, fixed_batches
 from vit_locality.data.fingerprint import data_fingerprint
 from vit_locality.data.on_device import BatchAugment, DeviceArrays, DeviceEvalLoader, DeviceTrainLoader
 from vit_locality.data.sampling import EpochShardSampler, SampleDraw, transform_seeded
@@ -130,11 +129,6 @@ class ImageDataModule(L.LightningDataModule):
         self._val_index: torch.Tensor | None = None
         self._fingerprint: dict[str, Any] | None = None
         self._workers_said: set[tuple[int, int]] = set()  # worker caps logged already (workers.usable_workers)
-
-    @property
-    def default_policy(self) -> str:
-        """What `aug.policy=auto` means on this data set (vit_locality.catalog)."""
-        return DATASET_DEFAULT_POLICY[self.name]
 
     @abstractmethod
     def load_arrays(self) -> ImageArrays:

@@ -9,14 +9,52 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torchvision.datasets import CIFAR10, CIFAR100
+from torchvision import datasets as torchvision_sets
 
 from vit_locality.data.base import DataError, ImageArrays
 from vit_locality.data.download import DownloadableDataModule, check_file
 from vit_locality.data.safe_pickle import load_pickle
-from vit_locality.datasets import BUILT_IN
+from vit_locality.datasets import Archive, DatasetSpec
 
 _PIXELS = 3 * 32 * 32
+
+# Archive names and md5s as torchvision's CIFAR10 and CIFAR100 (tests/data/test_dataset_declaration.py).
+CIFAR10 = DatasetSpec(
+    name="cifar10",
+    default_policy="cifar10",
+    config="vit_locality.config.schema:DownloadableDataConfig",
+    datamodule="CIFAR10DataModule",
+    archives=(
+        Archive(
+            "cifar-10-batches-py",
+            "cifar-10-python.tar.gz",
+            "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+            170_498_071,
+            "c58f30108f718f92721af3b95e74349a",
+        ),
+    ),
+    train_images=50_000,
+    num_classes=10,
+    image_size=32,
+)
+CIFAR100 = DatasetSpec(
+    name="cifar100",
+    default_policy="cifar10",
+    config="vit_locality.config.schema:DownloadableDataConfig",
+    datamodule="CIFAR100DataModule",
+    archives=(
+        Archive(
+            "cifar-100-python",
+            "cifar-100-python.tar.gz",
+            "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+            169_001_437,
+            "eb9058c3a382ffc7106e4002c42a8d85",
+        ),
+    ),
+    train_images=50_000,
+    num_classes=100,
+    image_size=32,
+)
 
 
 @dataclass(frozen=True)
@@ -98,7 +136,7 @@ class _CifarDataModule(DownloadableDataModule):
         return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 
-def _official(dataset: type[CIFAR10], label_key: str) -> CifarLayout:
+def _official(dataset: type[torchvision_sets.CIFAR10], label_key: str) -> CifarLayout:
     """The extracted files torchvision's class lists, with their md5s (the archive is the data set's declaration)."""
     meta = dataset.meta
     return CifarLayout(
@@ -118,8 +156,8 @@ class CIFAR10DataModule(_CifarDataModule):
     num_classes = 10
     mean = (0.4914, 0.4822, 0.4465)
     std = (0.2470, 0.2435, 0.2616)
-    archive = BUILT_IN["cifar10"].archive()
-    layout = _official(CIFAR10, label_key="labels")
+    archive = CIFAR10.archive()
+    layout = _official(torchvision_sets.CIFAR10, label_key="labels")
 
 
 class CIFAR100DataModule(_CifarDataModule):
@@ -129,5 +167,5 @@ class CIFAR100DataModule(_CifarDataModule):
     num_classes = 100
     mean = (0.5071, 0.4865, 0.4409)
     std = (0.2673, 0.2564, 0.2762)
-    archive = BUILT_IN["cifar100"].archive()
-    layout = _official(CIFAR100, label_key="fine_labels")
+    archive = CIFAR100.archive()
+    layout = _official(torchvision_sets.CIFAR100, label_key="fine_labels")

@@ -1,7 +1,5 @@
-"""Download, verify and safely extract the official data archives: a download appears under its name only once
-checked, every failure is one DataError saying what to do, and every archive member is checked before anything is
-written. torchvision's helpers fetch and hash (download_url, calculate_md5); its extract_archive is not used, as it
-checks no member for path traversal, links or zip bombs."""
+"""Download, verify and safely extract the official archives. torchvision fetches and hashes (download_url,
+calculate_md5); its extract_archive is not used: it checks no member for path traversal, links or zip bombs."""
 
 from __future__ import annotations
 

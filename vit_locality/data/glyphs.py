@@ -10,6 +10,14 @@ from typing import Any
 import torch
 
 from vit_locality.data.base import GeneratedDataModule
+from vit_locality.datasets import DatasetSpec
+
+GLYPHS = DatasetSpec(
+    name="glyphs",
+    default_policy="cifar10",
+    config="vit_locality.config.schema:GlyphsDataConfig",
+    datamodule="GlyphsDataModule",
+)
 
 # Segment endpoints on a unit box (x right, y down): a top, b upper right, c lower right, d bottom, e lower left,
 # f upper left, g middle. A left-right mirror swaps b <-> f and c <-> e.

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import SequentialSampler
 
-from vit_locality.augment.autoaugment_ops import grey_levels
-from vit_locality.augment.autoaugment_tables import built_once
+from vit_locality.augment.autoaugment_tables import built_once, grey_levels
 from vit_locality.augment.batched_autoaugment import apply as apply_autoaugment
 from vit_locality.augment.batched_autoaugment import draw as draw_autoaugment
 from vit_locality.augment.batched_autoaugment import prepare as prepare_autoaugment
-from vit_locality.augment.per_sample import COLORJITTER_STRENGTH
+from vit_locality.augment.mixing import COLORJITTER_STRENGTH
 from vit_locality.catalog import COLORJITTER
 from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.data.sampling import ResumableEpoch

@@ -9,6 +9,14 @@ from typing import Any
 import torch
 
 from vit_locality.data.base import GeneratedDataModule
+from vit_locality.datasets import DatasetSpec
+
+SYNTHETIC = DatasetSpec(
+    name="synthetic",
+    default_policy="cifar10",
+    config="vit_locality.config.schema:SyntheticDataConfig",
+    datamodule="SyntheticDataModule",
+)
 
 PATTERNS = ("stripes", "checkerboard", "dots", "grid", "rings")
 SCALES = (1.0, 1.9)  # fine and coarse: the two periods of each pattern kind, relative to `period`

@@ -15,13 +15,32 @@ from tqdm import tqdm
 
 from vit_locality.data.base import DataError, ImageArrays
 from vit_locality.data.download import DownloadableDataModule
-from vit_locality.datasets import BUILT_IN
+from vit_locality.datasets import Archive, DatasetSpec
 from vit_locality.errors import first_line
 from vit_locality.store.atomic import replace_atomically
 
 CACHE_NAME = "cache_uint8.npz"
 CACHE_VERSION = 1
 _SPLITS = ("train_images", "train_labels", "test_images", "test_labels")
+
+TINY_IMAGENET = DatasetSpec(
+    name="tiny_imagenet",
+    default_policy="colorjitter",
+    config="vit_locality.config.schema:DownloadableDataConfig",
+    datamodule="TinyImageNetDataModule",
+    archives=(
+        Archive(
+            "tiny-imagenet-200",
+            "tiny-imagenet-200.zip",
+            "http://cs231n.stanford.edu/tiny-imagenet-200.zip",
+            248_100_043,
+            "90528d7ca1a48142e341f4ef8d21d0de",
+        ),
+    ),
+    train_images=100_000,
+    num_classes=200,
+    image_size=64,
+)
 
 
 class TinyImageNetDataModule(DownloadableDataModule):
@@ -32,7 +51,7 @@ class TinyImageNetDataModule(DownloadableDataModule):
     num_classes = 200
     mean = (0.485, 0.456, 0.406)
     std = (0.229, 0.224, 0.225)
-    archive = BUILT_IN["tiny_imagenet"].archive()
+    archive = TINY_IMAGENET.archive()
 
     @property
     def wnids_path(self) -> Path:

@@ -1,8 +1,5 @@
-"""What goes beyond the paper: the instruments (position embeddings, the pasted box, dose-response, accuracy
-trajectories) with their tables and figures, `analyze`, the surround preference's noise band, the known-answer
-references drawn on figures, the HTML page and W&B publishing of a report. It ships in the same wheel as the core;
-the core (model, data, augment, attention, config, run, store, precheck, sweep, callbacks) never imports it, and the
-entry points (train, report) import it plainly and hand what it gives to the core as arguments."""
+"""What goes beyond the paper (docs/instruments.md); the core never imports it, the entry points hand what it gives
+to the core as arguments."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from vit_locality.precheck.gate import AnalysisRequest, validate_analysis
 from vit_locality.precheck.resolvers import register_resolvers
 from vit_locality.store.atomic import atomic_write_text
 from vit_locality.store.record import ATTENTION_CSV, RESULTS_FILE, RecordError, read_record
-from vit_locality.tracking.quiet import quiet_library_noise
+from vit_locality.tracking.wandb_mode import quiet_library_noise
 
 log = logging.getLogger("vit_locality")
 CHECKPOINT_KEYS = ("state_dict", "hyper_parameters")  # what every checkpoint train.py writes holds
@@ -113,7 +113,7 @@ def analysis_device(requested: str) -> str:
 
 def recorded_run_band(run_dir: Path) -> float | None:
     """The noise band of `surround_pref` in the run's record; None where it holds none or is unreadable."""
-    from vit_locality.attention.min_head import recorded_band
+    from vit_locality.attention.units import recorded_band
 
     try:
         record = read_record(run_dir)

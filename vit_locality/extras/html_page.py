@@ -134,3 +134,25 @@ def build_page(
     out_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(render_page(f"vit-locality: {name}", source, sections, notes), encoding="utf-8")
     return path
+
+
+def write_pages(
+    sweep_dirs: list[Path],
+    out: Path,
+    data: list[str] | None,
+    model: list[str] | None,
+    box_images: int,
+    choice: MeasurementChoice = PAPER,
+) -> int:
+    """One HTML page per sweep directory, each run read in the measurement `choice` asks for; 1 when none of them
+    holds a complete run."""
+    pages, used = [], set()
+    for sweep_dir in sweep_dirs:
+        name, n = page_name(sweep_dir), 2
+        while name in used:  # two sweeps of one name (a/main, b/main): main.html and main_2.html
+            name, n = f"{page_name(sweep_dir)}_{n}", n + 1
+        used.add(name)
+        page = build_page(sweep_dir, out, data, model, box_images, name, choice)
+        print(f"{sweep_dir}: {page if page else 'no complete run, no page'}")
+        pages += [page] if page else []
+    return 0 if pages else 1

@@ -1,18 +1,26 @@
-"""The instruments' figures (docs/instruments.md) for one (data set, model), as PNG and PDF."""
+"""The instruments' figures (docs/instruments.md) for one (data set, model), as PNG and PDF, and the report's
+`instruments` command."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
 from vit_locality.attention import plots
-from vit_locality.extras.instrument_tables import MASS_KEYS, Instruments, accuracy_levels, head_masses, trajectories
+from vit_locality.extras.instrument_tables import (
+    MASS_KEYS,
+    Instruments,
+    accuracy_levels,
+    head_masses,
+    instrument_tables,
+    measure,
+    trajectories,
+)
 from vit_locality.extras.instruments.dose_response import AXES, AXIS_LABELS, PAPER_SETTINGS, dose_curves
 from vit_locality.extras.instruments.position_embedding import similarity_mosaic
-from vit_locality.report.render.figures import Empty, cell_style, panels, save_figure
-from vit_locality.store.record import RunRecord
+from vit_locality.report.load.aggregate import Aggregate
+from vit_locality.report.render.figures import UNITS, Empty, cell_style, panels, save_figure
 
 plt = plots.plt
 MASS_COLOURS = {"self_mass": "#b2182b", "neighbour_mass": "#ef8a62", "far_mass": "#67a9cf"}
@@ -77,7 +85,6 @@ def trajectory_figure(found: Instruments) -> plt.Figure | Empty:
     paths = trajectories(found)
     if not paths:
         return Empty("no run has a validation top-1 (data.val_size > 0) and attention statistics for the same epochs")
-    units = _units(run for runs in paths.values() for run, _ in runs)
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
     for name, runs in paths.items():
         style = cell_style(name)
@@ -87,9 +94,8 @@ def trajectory_figure(found: Instruments) -> plt.Figure | Empty:
             ax.scatter([acc[-1]], [t.min_mad[-1]], s=60, facecolors="none", edgecolors=style["color"])
     for level in accuracy_levels(found):
         ax.axvline(100 * level, color="grey", ls=":", lw=0.8)
-    if units == "unit":  # uniform attention's MAD is known in unit distance only
-        ax.axhline(plots.UNIFORM_MAD_8X8, color="grey", ls="--", lw=0.8)
-    ax.set(xlabel="validation top-1 (%)", ylabel=f"minimum early-layer MAD ({units})")
+    ax.axhline(plots.UNIFORM_MAD_8X8, color="grey", ls="--", lw=0.8)
+    ax.set(xlabel="validation top-1 (%)", ylabel=f"minimum early-layer MAD ({UNITS})")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     ax.set_title(f"{found.title}: locality against accuracy, epoch by epoch (ring: final)", fontsize=10)
     fig.tight_layout()
@@ -103,7 +109,6 @@ def dose_figure(found: Instruments) -> plt.Figure | Empty:
     if not swept:
         knobs = ", ".join(AXIS_LABELS[axis].split(" ")[0] for axis in AXES)
         return Empty(f"no runs along {knobs} beyond the paper's settings (the dose_* sweeps make them)")
-    units = _units(runs)
     fig, axes = plt.subplots(2, len(swept), figsize=(4.2 * len(swept), 6.2), squeeze=False)
     for col, (axis, curves) in enumerate(swept.items()):
         for curve in curves:
@@ -111,14 +116,14 @@ def dose_figure(found: Instruments) -> plt.Figure | Empty:
             xs = [p[0] for p in points]
             axes[0, col].plot(xs, [p[1] for p in points], marker="o", label=curve.label())
             axes[1, col].plot(xs, [100 * p[2] for p in points], marker="o", label=curve.label())
-        for row, label in enumerate((f"minimum early-layer MAD ({units})", "top-1 (%)")):
+        for row, label in enumerate((f"minimum early-layer MAD ({UNITS})", "top-1 (%)")):
             ax = axes[row, col]
             for x in PAPER_SETTINGS[axis]:
                 ax.axvline(x, color="grey", ls=":", lw=1)
             ax.set_ylabel(label)
             if row == 1:
                 ax.set_xlabel(AXIS_LABELS[axis], fontsize=8)
-            if row == 0 and units == "unit":  # the full scale, from "attends to itself" (0) to uniform
+            if row == 0:  # the full scale, from "attends to itself" (0) to uniform
                 ax.axhline(plots.UNIFORM_MAD_8X8, color="grey", ls="--", lw=0.8)
                 ax.set_ylim(0, max(0.6, ax.get_ylim()[1]))
         axes[0, col].legend(fontsize=6)
@@ -129,12 +134,6 @@ def dose_figure(found: Instruments) -> plt.Figure | Empty:
     )
     fig.tight_layout()
     return plots.plain_tick_labels(fig)
-
-
-def _units(runs: Iterable[RunRecord]) -> str:
-    """The MAD units the runs' records state, for an axis label: one name, or `mixed units`."""
-    found = {run.stats_units for run in runs}
-    return found.pop() if len(found) == 1 else "mixed units"
 
 
 def write_instrument_figures(found: Instruments, out_dir: Path) -> list[Path]:
@@ -150,3 +149,16 @@ def write_instrument_figures(found: Instruments, out_dir: Path) -> list[Path]:
     return [
         path for kind, fig in figures.items() for path in save_figure(fig, out_dir, f"{kind}_{found.stem}", found.notes)
     ]
+
+
+def write_instruments(agg: Aggregate, out: Path, box_images: int) -> list[Path]:
+    """Every instrument's tables (printed too) and figures for each (data set, model)."""
+    written: list[Path] = []
+    for data, model in agg.models():
+        found = measure(agg, data, model, box_images)
+        for table in instrument_tables(found):
+            print(table.markdown(), end="\n\n")
+            written += table.write(out)
+        written += write_instrument_figures(found, out)
+        agg.notes.extend(found.notes)
+    return written

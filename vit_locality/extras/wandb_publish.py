@@ -11,8 +11,7 @@ from vit_locality.report.load.aggregate import Aggregate, summarise
 from vit_locality.report.render.figures import layer_table
 from vit_locality.report.render.table_format import Table
 from vit_locality.store.file_read import PICTURE_SIZE_LIMIT, UnreadableFile, read_regular_file
-from vit_locality.tracking.quiet import quiet_wandb
-from vit_locality.tracking.wandb_mode import resolve_mode
+from vit_locality.tracking.wandb_mode import quiet_wandb, resolve_mode
 
 DEFAULT_PROJECT = "vit-locality"
 SCATTER_KEY = "runs/min_mad_vs_top1"

@@ -1,26 +1,104 @@
-"""The LightningModule: uint8 batches, the protocol's mixing and loss, AdamW; plain-dict settings (weights-only)."""
+"""The LightningModule: uint8 batches, the protocol's mixing and loss, AdamW; plain-dict settings (weights-only).
+
+With `model.compile` the training step is one graph (`fullgraph=True`, static shapes); its draws come from torch's
+default generator, reseeded every batch, but inductor's stream differs from eager's (same distributions)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
-from vit_locality.augment.fixed_batches import fixed_batches
-from vit_locality.augment.mixing import mix_batch
-from vit_locality.config.metric_names import TEST, eval_prefix
+from vit_locality.augment.mixing import fixed_batches, mix_batch
 from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.config.schema import OptimConfig
+from vit_locality.config.settings import TEST, eval_prefix
 from vit_locality.errors import VitLocalityError
-from vit_locality.model.optimization import adamw_with_decay_groups, warmup_cosine_schedule
-from vit_locality.model.step_graph import CompileChoice, StepAugment, StepFunction, compile_choice, compiled
 from vit_locality.model.vit import VisionTransformer
 
+StepFunction = Callable[..., tuple[torch.Tensor, ...]]
 TRAIN_SUMS_ENTRY = "train_running_sums"  # the checkpoint's entry of the epoch's (loss x images, correct) so far
+
+
+class StepAugment(Protocol):
+    """A batch augmentation the step runs (data/on_device.py's BatchAugment), its tables built before the first."""
+
+    def __call__(self, images: torch.Tensor, generator: None, world: int, rank: int) -> torch.Tensor: ...
+
+    def prepare(self, device: torch.device, height: int, width: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class CompileChoice:
+    """How a cell compiles its step: torch.compile's `mode` and the reason, printed in the run's first lines."""
+
+    mode: str
+    reason: str
+
+    def line(self) -> str:
+        return f"compile: the whole training step as one graph, mode={self.mode} ({self.reason})"
+
+
+def compile_choice(device_type: str, world_size: int) -> CompileChoice:
+    """CUDA graphs (`reduce-overhead`) on CUDA with one process: DDP's all-reduce runs outside the graph."""
+    if device_type != "cuda":
+        return CompileChoice("default", f"CUDA graphs need a CUDA device, this cell trains on {device_type}")
+    if world_size > 1:
+        return CompileChoice("default", f"{world_size} processes: DDP's gradient all-reduce cannot be captured")
+    return CompileChoice("reduce-overhead", "CUDA, one process, static shapes, no host read in the step")
+
+
+def compiled(function: StepFunction, choice: CompileChoice) -> StepFunction:
+    """`function` compiled whole: a graph break is an error (fullgraph), each input shape is fixed (dynamic=False)."""
+    graph = torch.compile(function, fullgraph=True, dynamic=False, mode=choice.mode)
+    if choice.mode != "reduce-overhead":
+        return graph
+
+    def replay(*args: object) -> tuple[torch.Tensor, ...]:
+        torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are no longer read
+        return graph(*args)
+
+    return replay
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """LR multiplier: linear from 1/warmup to 1 over `warmup_steps`, then cosine down to `min_ratio`."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def adamw_with_decay_groups(
+    model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float]
+) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only: not on biases, norms, nor the model's `no_weight_decay()`."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
+    groups = [
+        {"params": [p for n, p in named if p.ndim >= 2 and n not in exempt], "weight_decay": weight_decay},
+        {"params": [p for n, p in named if p.ndim < 2 or n in exempt], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+
+def warmup_cosine_schedule(
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    epochs: int,
+    warmup_epochs: float,
+    min_lr_ratio: float,
+    steps_per_epoch: int | None = None,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """`warmup_cosine` stepped per batch, the warm-up in epochs of `steps_per_epoch` (default total_steps / epochs)."""
+    per_epoch = steps_per_epoch or max(1, total_steps // max(1, epochs))
+    warmup = min(total_steps, max(1, round(warmup_epochs * per_epoch)))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup, total_steps, min_lr_ratio))
 
 
 class NonFiniteLossError(VitLocalityError, RuntimeError):
@@ -84,8 +162,8 @@ class ViTClassifier(L.LightningModule):
         return self.model(self.preprocess(images))
 
     def compile_step(self, choice: CompileChoice | None = None) -> CompileChoice:
-        """Compile the training step and the evaluation forward (`model.compile`); the mode by default from the
-        device and the process count (step_graph.compile_choice). The explicit attention path stays eager."""
+        """Compile the training step and the evaluation forward (`model.compile`); the explicit attention path stays
+        eager."""
         if choice is None:
             world = self._trainer.world_size if self._trainer is not None else 1
             choice = compile_choice(self.device.type, world)
@@ -121,15 +199,21 @@ class ViTClassifier(L.LightningModule):
     def augmented_loss(
         self, images: torch.Tensor, labels: torch.Tensor, world: int = 1, rank: int = 0
     ) -> tuple[torch.Tensor, ...]:
-        """The step's arithmetic, no host read: augmentation on the device, mixing, the model and the smoothed loss;
-        its draws from torch's default generator (the cell reseeds it every batch)."""
+        """The step's arithmetic, no host read: the protocol's batch, the model and the smoothed loss."""
+        images, targets, reference = self.protocol_batch(images, labels, world, rank)
+        logits = self(images)
+        return F.cross_entropy(logits, targets, label_smoothing=self.protocol.ls), logits, reference
+
+    def protocol_batch(
+        self, images: torch.Tensor, labels: torch.Tensor, world: int = 1, rank: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(images, loss targets, accuracy labels) after the augmentation on the device and the mixing; its draws
+        from torch's default generator (the cell reseeds it every batch). A pack (model/fused.py) calls it per cell."""
         if self.batch_augment is not None:
             images = self.batch_augment(images, None, world, rank)
         if self.device_autoaugment is not None:
             images = self.device_autoaugment(images, world, rank)
-        images, targets, reference = mix_batch(images, labels, self.num_classes, self.protocol)
-        logits = self(images)
-        return F.cross_entropy(logits, targets, label_smoothing=self.protocol.ls), logits, reference
+        return mix_batch(images, labels, self.num_classes, self.protocol)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss, logits, reference = self.training_loss(*batch)

@@ -11,7 +11,23 @@ from torch import nn
 from torchvision.ops import stochastic_depth
 
 from vit_locality.catalog import GRID_SIZE
-from vit_locality.model.position_code import sincos_position_code
+
+# Frequencies from 1 towards 1/SINCOS_BASE radian per patch: 10,000 would leave most channels of 8 patches flat.
+SINCOS_BASE = 100.0
+
+
+def sincos_position_code(dim: int, grid_size: int, base: float = SINCOS_BASE) -> torch.Tensor:
+    """(1 + g*g, dim) start of the learned positions: a zero CLS row, then per patch sin and cos of its row and column
+    index, a quarter of the channels each, at frequencies spaced geometrically from 1 towards 1/base."""
+    if dim % 4:
+        raise ValueError(f"model.dim={dim}: a sine-cosine position code needs a multiple of 4")
+    quarter = dim // 4
+    frequencies = base ** (-torch.arange(quarter, dtype=torch.float64) / quarter)
+    rows, cols = torch.meshgrid(torch.arange(grid_size), torch.arange(grid_size), indexing="ij")
+    row_angles = rows.flatten().double()[:, None] * frequencies
+    col_angles = cols.flatten().double()[:, None] * frequencies
+    code = torch.cat([row_angles.sin(), row_angles.cos(), col_angles.sin(), col_angles.cos()], dim=1)
+    return torch.cat([torch.zeros(1, dim, dtype=torch.float64), code]).float()
 
 
 class Attention(nn.Module):

@@ -1,9 +1,5 @@
-"""Whether a run could read its data set, answered before anything is made and without torch.
-
-An official data set is read from `<data.root>/<folder>`, extracted from `<data.root>/<archive>` or downloaded. With
-download off and neither there, or with a `data.root` that cannot be made, or (when its caller asks, `ask_servers`)
-a server that does not answer a HEAD request within REACH_TIMEOUT_S seconds, the command is one line and exit 2,
-with nothing created."""
+"""Whether a run could read its data set, answered before anything is made and without torch: present, or
+downloadable (a data.root that can be made, with `ask_servers` a server that answers); else one line, exit 2."""
 
 from __future__ import annotations
 
@@ -14,33 +10,21 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from vit_locality.datasets import BUILT_IN, Archive, spec_of
+from vit_locality.datasets import spec_of
 from vit_locality.errors import ConfigError, first_line
-from vit_locality.precheck.file_access import directory_problem
+from vit_locality.precheck.command_line import directory_problem
 
 REACH_TIMEOUT_S = 5.0  # a server that has not answered a HEAD request by then counts as unreachable
 
 
-# data.name -> its official archive: a view of the declarations (datasets.py), for callers that list them.
-ARCHIVES = {name: spec.archives[0] for name, spec in BUILT_IN.items() if spec.archives}
-
-
-def declared_archive(data: Any) -> Archive | None:
-    """The archive the data section reads, or None for a generated set (no archive, no data.root); a ConfigError,
-    never a skip, when the data set declares nothing or its config downloads an archive it does not declare."""
-    spec = spec_of(str(data.name))
-    if spec.archives is None and getattr(data, "root", None) is None:
-        return None
-    return spec.archive()
-
-
 def check_data_present(data: Any, ask_servers: bool) -> None:
-    """ConfigError when the data set can be neither read nor extracted and download is off, or would fail at once
-    (a data.root that cannot be made, or with `ask_servers` a server that does not answer); nothing is created.
-    `data`: the data section (typed, or as composed)."""
-    archive = declared_archive(data)
-    if archive is None:
-        return
+    """ConfigError when the data set can be neither read nor extracted and download is off, or would fail at once;
+    never a skip when the data set declares nothing, or downloads an archive it does not declare. `data`: the data
+    section (typed, or as composed)."""
+    spec = spec_of(str(data.name), getattr(data, "module", None))
+    if spec.archives is None and getattr(data, "root", None) is None:
+        return  # a generated set
+    archive = spec.archive()
     root = Path(os.path.expanduser(str(data.root)))
     if (root / archive.folder).exists() or (root / archive.filename).is_file():
         return  # present (whether it is complete and sound is the data module's to say, naming the file)

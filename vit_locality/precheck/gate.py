@@ -16,13 +16,20 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vit_locality.config.extensions import check_user_entries
 from vit_locality.config.fields import check, is_int
+from vit_locality.config.identity import identities_of
 from vit_locality.config.refusal import missing, typed_section
 from vit_locality.config.schema import StatsConfig
-from vit_locality.config.settings import REQUIRED, RunSettings, early_layers_rule, undeclared_trainer_arguments
+from vit_locality.config.settings import (
+    REQUIRED,
+    RESUME_MODE,
+    RunSettings,
+    early_layers_rule,
+    undeclared_trainer_arguments,
+)
 from vit_locality.errors import ConfigError
 from vit_locality.precheck import trainer_options
+from vit_locality.precheck.command_line import check_directory, file_problem
 from vit_locality.precheck.data_presence import check_data_present
-from vit_locality.precheck.file_access import check_directory, file_problem
 from vit_locality.tracking.wandb_mode import api_key_source, resolve_mode
 
 ANALYSIS_DEVICES = ("auto", "cpu", "cuda")
@@ -66,6 +73,14 @@ def settings_from(cfg: DictConfig, machine: bool = True, ask_servers: bool | Non
     check_installation(settings)
     if machine:
         check_this_machine(settings, bool(ask_servers))
+    return settings
+
+
+def on_this_machine(settings: RunSettings) -> RunSettings:
+    """Settings validated elsewhere (a SLURM submission host) checked where the cell runs, without validating them
+    again: this installation and this machine."""
+    check_installation(settings)
+    check_this_machine(settings)
     return settings
 
 
@@ -183,3 +198,27 @@ def validate_devices(trainer: dict[str, Any]) -> None:
         check(devices <= count, "trainer.devices", devices, f"at most {count}: this machine has {count} {kind}")
     if trainer_options.needs_lightning(trainer):
         trainer_options.check_accelerator_and_strategy(trainer)
+
+
+def check_start(settings: RunSettings) -> None:
+    """ConfigError, in one line, when `ckpt_mode=resume` names a checkpoint this config did not write (or one that
+    cannot be read as a checkpoint). Nothing to check without `ckpt_path`, with `ckpt_mode=weights`, or for a path
+    that is not a file (the value checks name that). The cell compares again as it loads the file (run/start.py);
+    torch is imported only for a resume."""
+    from vit_locality.run.checkpoints import DamagedCheckpoint, stamped_identity
+    from vit_locality.run.start import refused_resume
+
+    given = settings.ckpt_path
+    if settings.ckpt_mode != RESUME_MODE or given in (None, ""):
+        return
+    path = Path(str(given)).expanduser()
+    if not path.is_file():
+        return
+    try:
+        written_by = stamped_identity(path)
+    except DamagedCheckpoint as damage:
+        raise ConfigError(
+            f"ckpt_path={str(path)!r} is not allowed: a readable checkpoint file ({damage.why})"
+        ) from None
+    if written_by not in identities_of(settings):
+        raise ConfigError(refused_resume(settings, path, written_by))

@@ -19,12 +19,15 @@ from vit_locality.config.identity import (
     START_NAME,
     canonical_text,
     file_content_hash,
+    holds_cell,
     identities_of,
     inert_keys,
     outside_training,
     record_training_identity,
 )
 from vit_locality.config.settings import RunSettings
+from vit_locality.run.lock import way_out
+from vit_locality.store.record import RecordError, read_record
 
 # Keys (exact) the base of a run directory's name already shows (`<data>_<model>_aa<0|1>_cm<0|1>_ls<eps>_s<seed>`):
 # the data and model choices, the three flags and their presets, the seed; and config groups that only hold settings
@@ -181,3 +184,23 @@ def cell_name(base: str, overrides: Iterable[str], settings: RunSettings, parent
         return existing
     config = settings.as_record()
     return fitted_name(base, named_settings(overrides, _typed_lookup(config), inert_keys(config)), identities[0])
+
+
+def occupied_problem(
+    run_dir: Path | None, identities: tuple[str, ...] | None, multirun: bool, dirs: dict[str, str]
+) -> str | None:
+    """One line when `run_dir` holds a complete run of another cell than the one of `identities` (identities_of);
+    None otherwise or when either is unknown here. `dirs`: the output directories the command line sets (they
+    decide the advice)."""
+    if run_dir is None or not identities:
+        return None
+    try:
+        record = read_record(run_dir)
+    except RecordError:
+        return None
+    if record is None or not record.complete or holds_cell(record.data, identities):
+        return None
+    return (
+        f"run directory {run_dir} already holds a complete run with a different config (nothing has run); move that "
+        f"directory away or {way_out(run_dir, multirun, 'hydra.sweep.dir' in dirs)}"
+    )

@@ -1,8 +1,6 @@
-"""Check every cell of a command before anything runs: one line per problem, no traceback.
-
-The command line (and a sweep saved in an experiment config) is expanded into its cells with Hydra's own parser,
-each cell composed with Hydra's compose API, passed through the gate and named as its job will name it, so a typo
-costs a second and two cells never write into one directory."""
+"""Check every cell of a command before anything runs: one line per problem, no traceback. Each cell is composed
+(Hydra's compose API, or a sweep's sweeper's loader: plan_sweep), passed through the gate and named as its job will
+name it, so a typo costs a second and two cells never write into one directory."""
 
 from __future__ import annotations
 
@@ -14,14 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
+from hydra import initialize_config_dir
 from hydra.core.override_parser.types import Override
-from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
-    OmegaConfBaseException,
 )
 
 from vit_locality.config.identity import (
@@ -35,28 +31,26 @@ from vit_locality.config.settings import RESUME_MODE, RunSettings
 from vit_locality.errors import ConfigError
 from vit_locality.precheck.command_line import (
     INTERPOLATION,
+    check_directory,
+    check_hydra_keys,
+    command_args,
     output_path,
     override_axes,
     refuse_saved_sweep_without_m,
     saved_template,
     split_overrides,
 )
-from vit_locality.precheck.composer import COMPOSITION_ERRORS, Cell, Composer
-from vit_locality.precheck.file_access import check_directory
+from vit_locality.precheck.composer import COMPOSITION_ERRORS, Cell, Compose, Composer
 from vit_locality.precheck.gate import settings_from, validate_analysis
-from vit_locality.precheck.names import ABSENT, cell_name
-from vit_locality.precheck.occupied import occupied_problem
-from vit_locality.precheck.refusals import _group_options, explain, no_such_setting
+from vit_locality.precheck.names import cell_name, occupied_problem
+from vit_locality.precheck.refusals import explain
 from vit_locality.precheck.resolvers import RUN_NAME, register_resolvers
-from vit_locality.upstream import hydra_args_parser
-
-INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}
 
 
 def _check_train(cfg: DictConfig, remote: bool, ask_servers: bool) -> RunSettings:
     settings = settings_from(cfg, machine=not remote, ask_servers=ask_servers)
     if settings.ckpt_mode == RESUME_MODE:  # the checkpoint's identity (torch loads only for a resume)
-        from vit_locality.precheck.start_check import check_start
+        from vit_locality.precheck.gate import check_start
 
         check_start(settings)
     return settings
@@ -74,37 +68,21 @@ NO_OUTPUT_DIR = {"analyze"}
 MANY_CELLS = 50  # a sweep whose pre-check takes long enough (about 0.1-0.25 s a cell) to say what it is doing
 
 
-def check_hydra_keys(composer: Composer, keys: list[str], hydra_cfg: DictConfig) -> None:
-    """A Hydra setting the chosen launcher or sweeper lacks (`hydra.launcher.n_jobs=2` with the basic launcher):
-    one line naming the choice that has it, where Hydra would stop with its own multi-line error."""
-    for key in keys:
-        path = key.split(".", 1)[1] if "." in key else ""
-        if not path or OmegaConf.select(hydra_cfg, path, default=ABSENT) is not ABSENT:
-            continue
-        group = path.split(".", 1)[0]
-        if group not in ("launcher", "sweeper"):
-            raise ConfigError(no_such_setting(key))
-        current = str(hydra_cfg.runtime.choices.get(f"hydra/{group}"))
-        having = [name for name in _group_options(composer.conf_dir, f"hydra/{group}") if _has(name, group, path)]
-        fix = f"add hydra/{group}={having[0]}" if having else "no installed one takes it"
-        raise ConfigError(f"{key}: no such setting of hydra/{group}={current}; {fix}")
-
-
-def _has(choice: str, group: str, path: str) -> bool:
-    """Whether the Hydra config with `hydra/<group>=<choice>` has the dotted `path` (below `hydra.`)."""
-    try:
-        cfg = compose(config_name="train", overrides=[f"hydra/{group}={choice}"], return_hydra_config=True)
-    except (HydraException, OmegaConfBaseException):
-        return False
-    return OmegaConf.select(cfg.hydra, path, default=ABSENT) is not ABSENT
-
-
 class Plan:
     """A command's cells and where they write, ready to check."""
 
     def __init__(
-        self, composer: Composer, texts: list[str], multirun: bool, remote: bool, ask_servers: bool = False
+        self,
+        composer: Composer,
+        texts: list[str],
+        multirun: bool,
+        remote: bool,
+        ask_servers: bool = False,
+        command: DictConfig | None = None,
+        cells: list[Cell] | None = None,
     ) -> None:
+        """`command`: the command's own config as Hydra composed it (else composed here); `cells`: the cells as the
+        sweeper lists them (else the product of the command's axes)."""
         self.composer, self.multirun, self.remote, self.ask_servers = composer, multirun, remote, ask_servers
         job, self.dirs, hydra_values = split_overrides(composer, texts, multirun)
         fixed = [o for o in job if not o.is_sweep_override()]
@@ -112,7 +90,7 @@ class Plan:
         search, saved = False, {}
         # The command's own config: the whole cell of a single run; a sweep's fixed overrides (Hydra leaves the swept
         # ones to the cells).
-        cfg, hydra_cfg = composer.cell(o.input_line for o in fixed)
+        cfg, hydra_cfg = (command, command.hydra) if command is not None else composer.cell(o.input_line for o in fixed)
         check_hydra_keys(composer, hydra_values, hydra_cfg)
         if not multirun:
             refuse_saved_sweep_without_m(texts, hydra_cfg)
@@ -127,8 +105,10 @@ class Plan:
         # A single run is the command line as typed (Hydra runs it so); a sweep's cells as Hydra's sweeper lists them.
         single: Iterable[Cell] = [tuple(o.input_line for o in job)]
         self.cells: Iterable[Cell] = itertools.product(*axes.values()) if multirun else single
+        self.cells = [tuple(cell) for cell in cells] if cells is not None else self.cells
         # How many cells the command runs (a search sweeper decides its own count): the sweep's "cell k of N".
         self.cell_count = math.prod(len(values) for values in axes.values()) if multirun and not search else None
+        self.checked: dict[Cell, tuple[DictConfig, RunSettings]] = {}  # each cell's config and settings, named
         self.directories: dict[str, str] = {}  # run directory name -> the first cell that writes there
         self.run_dirs: dict[Cell, Path] = {}  # each cell's run directory, where it resolves here
         self.identities: dict[str, str | None] = {}  # run directory name -> the identity of that first cell
@@ -164,6 +144,8 @@ class Plan:
             cfg, hydra_cfg = self.composer.cell(cell)
             settings = check(cfg, self.remote, self.ask_servers) if check else None
             named = self._name(tuple(cell), settings, cfg, hydra_cfg) if isinstance(settings, RunSettings) else None
+            if named is not None:
+                self.checked[tuple(cell)] = (cfg, settings.named(named[0]))
             run_dir = None if cfg.get("ckpt_path") else self.run_dirs.get(tuple(cell))  # a start's: the cell checks
             if taken := occupied_problem(run_dir, named and named[1], self.multirun, self.dirs):
                 return taken
@@ -280,14 +262,6 @@ def _parsed(composer: Composer, texts: list[str]) -> list[Override]:
         return []
 
 
-def _unprintable_problem(argv: list[str]) -> str | None:
-    """A newline or an escape in an argument would forge or recolour log lines wherever it is shown."""
-    unprintable = next((arg for arg in argv if not arg.isprintable()), None)
-    if unprintable is None:
-        return None
-    return f"{ascii(unprintable)[1:-1]} is not allowed: control characters (newline, tab, escape) in a value"
-
-
 @dataclass(frozen=True)
 class CheckedCommand:
     """What the pre-check found in a command: its problems, one line each (none when every cell is fine), and the
@@ -302,30 +276,44 @@ def plan_command(
     argv: list[str], conf_dir: Path, config_name: str = "train", ask_servers: bool = False
 ) -> CheckedCommand:
     """Check every cell of the command; with `ask_servers`, a data set to download needs its server to answer."""
-    if any(arg.split("=")[0] in INFO_FLAGS for arg in argv):
-        return CheckedCommand([])
-    if (problem := _unprintable_problem(argv)) is not None:
-        return CheckedCommand([problem])
-    args = hydra_args_parser().parse_args(argv)
-    if args.config_path or args.config_dir:  # another config tree (e.g. a DDP child composing a saved cell)
-        return CheckedCommand([])
+    args, problem = command_args(argv)
+    if args is None:
+        return CheckedCommand([problem] if problem else [])
     config_name = args.config_name or config_name
     remote = any(o.startswith("hydra/launcher=") and "slurm" in o for o in args.overrides)
     register_resolvers()
     with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
         composer = Composer(Path(conf_dir), config_name)
-        try:
-            plan = Plan(composer, args.overrides, args.multirun, remote, ask_servers)
-        except ConfigError as error:
-            return CheckedCommand([str(error)])
-        except (*COMPOSITION_ERRORS, ValueError) as error:
-            return CheckedCommand([explain(error, conf_dir, _parsed(composer, args.overrides))])
-        if (plan.cell_count or 0) >= MANY_CELLS:  # Hydra composes each cell: say why the first one waits
-            print(f"checking the {plan.cell_count} cells of this sweep before the first starts", file=sys.stderr)
-        problems = plan.problems()
-        for line in [] if problems else plan.shared_lines():
-            print(line, file=sys.stderr)
-        return CheckedCommand(problems, plan)
+        return _checked(
+            composer, args.overrides, lambda: Plan(composer, args.overrides, args.multirun, remote, ask_servers)
+        )
+
+
+def plan_sweep(config: DictConfig, conf_dir: Path, compose_cell: Compose, cells: list[Cell] | None) -> CheckedCommand:
+    """Check every cell of a multirun on Hydra's own compositions (its sweeper's): `config` is the command's, each
+    cell composed by `compose_cell`; `cells` as the sweeper lists them (None: a search's bounds)."""
+    hydra = config.hydra
+    dirs = [o for o in hydra.overrides.hydra if o.split("=")[0] in ("hydra.run.dir", "hydra.sweep.dir")]
+    overrides = [*hydra.overrides.task, *dirs]
+    remote = "slurm" in str(hydra.runtime.choices.get("hydra/launcher"))
+    composer = Composer(conf_dir, str(hydra.job.config_name), compose_cell)
+    return _checked(composer, overrides, lambda: Plan(composer, overrides, True, remote, True, config, cells))
+
+
+def _checked(composer: Composer, overrides: list[str], plan_of: Callable[[], Plan]) -> CheckedCommand:
+    """The plan's problems, or the one that stops it being made."""
+    try:
+        plan = plan_of()
+    except ConfigError as error:
+        return CheckedCommand([str(error)])
+    except (*COMPOSITION_ERRORS, ValueError) as error:
+        return CheckedCommand([explain(error, composer.conf_dir, _parsed(composer, overrides))])
+    if (plan.cell_count or 0) >= MANY_CELLS:  # Hydra composes each cell: say why the first one waits
+        print(f"checking the {plan.cell_count} cells of this sweep before the first starts", file=sys.stderr)
+    problems = plan.problems()
+    for line in [] if problems else plan.shared_lines():
+        print(line, file=sys.stderr)
+    return CheckedCommand(problems, plan)
 
 
 def check_command(argv: list[str], conf_dir: Path, config_name: str = "train", ask_servers: bool = False) -> list[str]:

@@ -170,8 +170,3 @@ def _lightning_quiet() -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
-
-
-def trainer_arguments(trainer: Mapping[str, Any]) -> dict[str, Any]:
-    """The `trainer.*` settings as Trainer keyword arguments (unset optional ones left to Lightning's defaults)."""
-    return {name: value for name, value in trainer.items() if name not in RESERVED}

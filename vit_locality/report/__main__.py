@@ -8,13 +8,7 @@ Prints the tables, writes Markdown, CSV, LaTeX, PNG and PDF into --out, then lis
 (and the runs a figure left out). `instruments` adds the tables and figures of docs/instruments.md (locality
 masses, position embeddings, the pasted box, matched accuracy, dose-response; `all` includes them); `page` writes
 one self-contained HTML page per sweep directory, <out>/<sweep>.html, with everything on it. A model name whose
-runs differ in architecture is a warning on stderr.
-Each trained run counts once, read in one measurement: by default the paper's (renormalised attention, the default
-probe of 512 images, the first 2 layers), preferring it where a run holds several (a cell measured again from its
-checkpoint with other stats settings, or the previous release's directory of each stats variant) and never reading
-raw attention as the paper's. --probe-size, --raw-attention and --early-layers ask for another; a setting asked must
-match. A run without the measurement asked keeps its accuracy, loses its attention figures, and a note names it and
-the overrides that measure it from its checkpoint without training.
+runs differ in architecture is a warning on stderr. How each run's measurement is chosen: docs/reports.md.
 Exit status: 0 done, or every run found left out (each listed with the reason); 2 a sweep directory does not
 exist or holds no complete run, or --out is not a directory this user can write.
 """
@@ -28,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from vit_locality.errors import ConfigError, run_as_command
-from vit_locality.precheck.file_access import check_directory
+from vit_locality.precheck.command_line import check_directory
 from vit_locality.report.load.aggregate import aggregate
-from vit_locality.report.load.options import add_measurement_options, measurement_choice
+from vit_locality.report.load.measurement import add_measurement_options, measurement_choice
 from vit_locality.report.render.tables import ablation_tables, protocols_table
 from vit_locality.report.summary import architecture_warnings, sweep_dirs_problem
 

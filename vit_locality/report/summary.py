@@ -1,6 +1,5 @@
-"""Print one line per finished cell of a sweep: name, flags, accuracy, early-layer locality, where it is. A debug
-run (`debug=...`, or written below a `debug/` directory) is listed as the reports list it: skipped, not counted. A
-trained run is one line, read in the measurement the reports read (--probe-size, --raw-attention, --early-layers).
+"""Print one line per finished cell of a sweep: name, flags, accuracy, early-layer locality, where it is; runs the
+reports leave out (debug runs, old units) are listed as skipped.
 
 python -m vit_locality.report.summary multirun/demo [--probe-size N] [--raw-attention] [--early-layers N]
 
@@ -17,14 +16,18 @@ from typing import Any
 
 from vit_locality.catalog import CELL_ORDER
 from vit_locality.errors import run_as_command
-from vit_locality.report.load.measurement import choose_measurements, others_note, unmatched_note
-from vit_locality.report.load.options import add_measurement_options, measurement_choice
-from vit_locality.report.load.record_units import UNITS_NOTE, conversion_note, in_unit_square
-from vit_locality.report.load.run_settings import UNSET, debug_run_note, run_settings, split_keys
+from vit_locality.report.load.aggregate import UNITS_NOTE
+from vit_locality.report.load.measurement import (
+    add_measurement_options,
+    choose_measurements,
+    measurement_choice,
+    others_note,
+    unmatched_note,
+)
+from vit_locality.report.load.run_settings import UNSET, debug_run_note, old_units_note, run_settings, split_keys
 from vit_locality.report.render.table_format import format_table
 from vit_locality.store.record import RunRecord, scan_records
 
-# Digits a column's numbers are printed with; any other number at 4 (one more than the tables show).
 ARCHITECTURE_KEYS = ("depth", "dim", "heads", "mlp_ratio")
 
 
@@ -36,7 +39,7 @@ def summary_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
     keys = sorted({key for cell_runs in by_cell.values() for key in split_keys(cell_runs)})  # what splits some cell
     rows = []
     for run in runs:
-        protocol, shown = run.protocol, in_unit_square(run).headline()
+        protocol, shown = run.protocol, run.headline()
         row = {"cell": protocol.cell_name, "AA": int(protocol.autoaug), "CM": int(protocol.cutmix)}
         row |= {"LS": f"{protocol.ls:g}", "data": run.data_name, "model": run.model_name, "seed": run.seed}
         row |= {"top-1 (%)": 100 * shown.acc1, "min MAD early": shown.min_mad, "mean entropy early": shown.entropy}
@@ -83,16 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     runs = scan_records(args.sweep_dirs)
-    debug = [(run.run_dir, note) for run in runs.complete if (note := debug_run_note(run))]
+    unread = lambda run: debug_run_note(run) or old_units_note(run)
+    debug = [(run.run_dir, note) for run in runs.complete if (note := unread(run))]
     choice = measurement_choice(args)
-    chosen = choose_measurements([run for run in runs.complete if not debug_run_note(run)], choice)
+    chosen = choose_measurements([run for run in runs.complete if not unread(run)], choice)
     listed = chosen.runs
     print(format_table(summary_rows(listed)))
     if listed:
         print(f"min MAD early: {UNITS_NOTE}")
-    for run in listed:
-        if note := conversion_note(in_unit_square(run)):
-            print(f"{run.run_dir}: min MAD {note}")
     labelled = [(f"{run.data_name}/{run.model_name}/{run.protocol.cell_name}", run) for run in listed]
     for note in (unmatched_note(labelled, choice), others_note(chosen.others)):
         if note:

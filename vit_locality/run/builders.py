@@ -1,9 +1,5 @@
-"""Settings -> objects: the datamodule, the LightningModule, the loggers and the Trainer of one cell.
-
-Pure construction from the cell's `RunSettings`, no run semantics: the cell runner (cell.py), `analyze`, the report's
-instruments and the benchmarks all build through these functions, so a benchmark times what a user runs and an
-analysis sees the data a run saw (a finished run's settings come from its record: RunSettings.from_record).
-"""
+"""Settings -> objects: the datamodule, the LightningModule, the loggers and the Trainer of one cell. The cell,
+`analyze`, the instruments and the benchmarks all build through these, so each sees what a run saw."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
-from vit_locality.augment.per_sample import build_train_transform
+from vit_locality.augment.mixing import build_train_transform
 from vit_locality.config.extensions import filled_directories
 from vit_locality.config.identity import identity_hash
 from vit_locality.config.settings import RunSettings, uses_cuda
@@ -38,14 +34,10 @@ def resolve_precision(requested: str, accelerator: str) -> str:
 
 
 def build_datamodule(settings: RunSettings) -> ImageDataModule:
-    """The configured datamodule with the protocol's per-sample transform.
-
-    With `aug.device=gpu` the workers only crop and flip; AutoAugment then runs batched in the LightningModule.
-    With on-device data (`data.on_device`, auto: on CUDA) there are no workers: the datamodule augments whole
-    batches on the device, AutoAugment or ColorJitter included, whatever `aug.device` says."""
+    """The configured datamodule with the protocol's augmentation, per sample or batched on the device (docs/gpu.md)."""
     protocol = settings.protocol
-    arguments = settings.data.model_dump(exclude={"name"}) | {"on_device": settings.data_on_device}
-    datamodule = datamodule_class(settings.data.name)(**arguments, seed=settings.seed)
+    arguments = settings.data.model_dump(exclude={"name", "module"}) | {"on_device": settings.data_on_device}
+    datamodule = datamodule_class(settings.data.name, settings.data.module)(**arguments, seed=settings.seed)
     datamodule.train_transform = build_train_transform(datamodule.image_size, protocol)
     datamodule.batch_augment = BatchAugment(datamodule.image_size, protocol)
     if settings.compiles and settings.data_on_device:  # the compiled step augments: the loader yields plain batches
@@ -55,7 +47,7 @@ def build_datamodule(settings: RunSettings) -> ImageDataModule:
 
 
 def build_module(settings: RunSettings, datamodule: ImageDataModule) -> ViTClassifier:
-    """The cell's LightningModule: the model, the protocol and the optimiser settings of the cell."""
+    """The cell's LightningModule."""
     return ViTClassifier(
         num_classes=datamodule.num_classes,
         image_size=datamodule.image_size,
@@ -73,10 +65,8 @@ def build_module(settings: RunSettings, datamodule: ImageDataModule) -> ViTClass
 
 
 def build_loggers(settings: RunSettings, run_dir: Path, wandb_id: str | None = None) -> list[Logger]:
-    """The CSV log always (the offline record beside results.json), W&B on top when `logger=wandb` (mode, group
-    and tags: wandb_run.py), then the user's loggers (`logger.<name>._target_`). The first two resume with the run:
-    the CSV keeps earlier attempts' rows, W&B continues the run `wandb_id` names (the cell's record's:
-    wandb_run.cell_run_id), by default a first start's. A user logger told no directory writes in `<run dir>/<name>`."""
+    """The CSV log always, W&B when `logger=wandb` (continuing the run `wandb_id` names, by default a first start's),
+    then the user's loggers (`logger.<name>._target_`, told `<run dir>/<name>` where they name no directory)."""
     loggers: list[Logger] = [ResumableCSVLogger(save_dir=str(run_dir), name="", version="csv")]
     if settings.logger.wandb:
         loggers.append(wandb_logger(settings, run_dir, wandb_id or wandb_run_id(settings, run_dir)))
@@ -86,9 +76,7 @@ def build_loggers(settings: RunSettings, run_dir: Path, wandb_id: str | None = N
 
 
 def instantiate_entry(entry: Mapping[str, Any], **filled: Any) -> Any:
-    """A user callback's or logger's object from its entry, by Hydra's `instantiate` as the lightning-hydra-template
-    does, its arguments as plain containers; `filled` sets what the entry leaves out or null. Hydra is imported here
-    only, for a cell with such an entry (the gate checked the class and its arguments: config/extensions.py)."""
+    """A user callback's or logger's object from its entry (Hydra's `instantiate`); `filled` sets what it leaves out."""
     from hydra.utils import instantiate
 
     return instantiate({"_convert_": "all", **entry, **filled})
@@ -106,9 +94,8 @@ def build_trainer(
     callbacks: list[Callback],
     sanity_check: bool = True,
 ) -> L.Trainer:
-    """Every `trainer.*` setting reaches the Trainer as given (the settings checked each against the installed
-    Trainer); the cell adds what follows from other settings: run directory, loggers, callbacks, progress display
-    and the atomic checkpoint plugin. `sanity_check=False` (a resumed cell) skips the sanity validation."""
+    """Every `trainer.*` setting as given, plus what follows from other settings: run directory, loggers, callbacks,
+    progress display, the atomic checkpoint plugin. `sanity_check=False` (a resumed cell) skips the sanity check."""
     arguments = settings.trainer_arguments()
     arguments["precision"] = resolve_precision(settings.trainer.precision, settings.trainer.accelerator)
     arguments.setdefault("enable_model_summary", False)
@@ -128,8 +115,7 @@ def build_trainer(
 
 
 def slurm_environment() -> list[SLURMEnvironment]:
-    """Under SLURM, Lightning's cluster environment (ranks from SLURM's variables) without its auto-requeue: the
-    time-limit signal and the requeue have one owner each (vit_locality.run.interrupts), not two."""
+    """Under SLURM, Lightning's cluster environment without its auto-requeue (run/interrupts.py owns the requeue)."""
     return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
 

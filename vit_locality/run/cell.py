@@ -1,8 +1,6 @@
-"""The cell runner: one protocol cell, end to end, into its run directory.
-
-Skip a complete cell of the same identity and data (labels.py adds new tags), refuse a directory holding another
-config's complete run, set aside another config's unfinished attempt, start (start.py), record `running`, fit,
-test, record `complete`. Whatever stops the cell is recorded (`failed` or `interrupted`) before it propagates."""
+"""The cell runner: one protocol cell, end to end, into its run directory: skip a complete cell of the same identity
+and data, refuse a directory holding another config's complete run, set aside another config's unfinished attempt,
+start, record `running`, fit, test, record `complete`; whatever stops it is recorded before it propagates."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ from vit_locality.config.protocol import AugConfig
 from vit_locality.config.settings import RunSettings, uses_cuda
 from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError, VitLocalityError
-from vit_locality.model.step_graph import compile_choice
-from vit_locality.run.advice import another_directory
+from vit_locality.model.classifier import compile_choice
 from vit_locality.run.builders import (
     build_datamodule,
     build_loggers,
@@ -44,10 +41,9 @@ from vit_locality.run.builders import (
 )
 from vit_locality.run.checkpoints import discard_interrupted
 from vit_locality.run.interrupts import SigtermGate, requeue_after_time_limit, sigterm_raises
-from vit_locality.run.labels import add_labels
-from vit_locality.run.lock import RunLock
+from vit_locality.run.lock import RunLock, another_directory
 from vit_locality.run.record_sections import data_change, identity_sections, result_sections, setup_sections
-from vit_locality.run.remeasure import remeasure_if_asked
+from vit_locality.run.remeasure import add_labels, remeasure_if_asked
 from vit_locality.run.start import StartFile, StartPoint, load_start_weights, read_start_file, start_point
 from vit_locality.run.threads import apply_thread_count
 from vit_locality.store.record import (
@@ -59,7 +55,6 @@ from vit_locality.store.record import (
     read_record,
     write_record,
 )
-from vit_locality.sweep.command import current_command
 from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, finish_wandb, publish_run_files, recorded_run_id
 
 log = logging.getLogger("vit_locality")
@@ -80,12 +75,8 @@ class CellInterrupted(VitLocalityError):
 
 
 def existing_record(run_dir: Path, identities: tuple[str, ...]) -> tuple[RunRecord | None, tuple[str, ...]]:
-    """The directory's complete record of this cell (a candidate to skip), or None to run the cell; and the hashes
-    its record and checkpoints may carry (`identities`, with the record's own where a previous release wrote it).
-
-    A complete record of another identity is refused: a finished result is never overwritten. An unfinished attempt
-    of another identity (failed, interrupted, killed) is set aside, so a corrected command is not blocked by it.
-    An unusable record is no verdict either way: the cell runs (resuming from its checkpoint) and rewrites it."""
+    """The directory's complete record of this cell (to skip), or None to run it, and the hashes its record and
+    checkpoints may carry. Another identity's complete record is refused; its unfinished attempt is set aside."""
     try:
         record = read_record(run_dir)
     except RecordError as error:
@@ -126,12 +117,11 @@ def is_rank_zero() -> bool:
     return rank_zero_only.rank == 0
 
 
-def run_cell(settings: RunSettings, run_dir: Path, make_callbacks: CallbackFactory) -> dict[str, Any]:
-    """Train and test one cell into `run_dir`; return its record (an existing one if complete).
-
-    `settings` passed the gate (precheck/gate.py); every part is built from them. `make_callbacks(settings, run_dir)`
-    gives everything the Trainer gets besides loggers (callbacks.build_callbacks): progress display, statistics,
-    checkpointing and per-epoch reseeding, on which resume and its exactness depend."""
+def run_cell(
+    settings: RunSettings, run_dir: Path, make_callbacks: CallbackFactory, command_id: str = ""
+) -> dict[str, Any]:
+    """Train and test one cell into `run_dir`; return its record (an existing one if complete). `make_callbacks`
+    gives everything the Trainer gets besides loggers; `command_id` (sweep/command.py) shares its lock's waits."""
     apply_thread_count(settings.threads)  # before anything is built: the count sets the float sums' order
     run_dir = Path(run_dir)
     # `ckpt_path` is read once: the identity, the name and the weights all come from these bytes (start.py).
@@ -142,7 +132,7 @@ def run_cell(settings: RunSettings, run_dir: Path, make_callbacks: CallbackFacto
     # One process per run directory: DDP ranks > 0 (and other nodes) share rank 0's directory, and its lock.
     holds_lock = is_rank_zero() and os.environ.get("NODE_RANK", "0") == "0"
     try:
-        lock = RunLock(run_dir, current_command().command_id) if holds_lock else nullcontext()
+        lock = RunLock(run_dir, command_id) if holds_lock else nullcontext()
         with lock, sigterm_raises() as gate:
             try:
                 return _run_locked(settings, run_dir, make_callbacks, identities, gate, start_file)

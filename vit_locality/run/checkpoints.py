@@ -1,12 +1,6 @@
-"""A cell's checkpoints on Lightning's lifecycle, and the pieces Lightning cannot give.
-
-Lightning saves and resumes: its `ModelCheckpoint` writes `last.ckpt` every `callbacks.checkpoint_every_n_epochs`
-epochs, `trainer.save_checkpoint` writes `interrupted.ckpt` when a signal stops the fit mid-epoch, and
-`Trainer.fit(ckpt_path=...)` resumes (the datamodule's state, data/base.py, holds the sampler's place for an exact
-mid-epoch resume). What is kept here is what Lightning cannot give: the identity stamp in every checkpoint and the
-refusal to resume one of another config, an atomic commit (the replaced file kept as `<name>.prev.ckpt`), the choice
-of the furthest readable checkpoint, and reads that never unpickle code and name a damaged file in one line.
-"""
+"""What Lightning's checkpoints lack: the identity stamp and the refusal to resume another config's, an atomic
+commit (the replaced file kept as `<name>.prev.ckpt`), the choice of the furthest readable checkpoint, and reads that
+never unpickle code and name a damaged file in one line (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -34,8 +28,7 @@ IDENTITY_ENTRY = "vit_locality"  # the checkpoint's entry naming the config that
 
 
 class ForeignCheckpoint(VitLocalityError):
-    """A checkpoint written under another config (or one that records none): resuming it would train one config's
-    weights under another's settings and record the result as the latter's."""
+    """A checkpoint written under another config (or one that records none)."""
 
     exit_code = 2
 
@@ -71,9 +64,7 @@ def previous_checkpoint(path: Path) -> Path:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's writer stages a checkpoint elsewhere and copies it in place across file systems, so a kill or a
-    full disk leaves a truncated file: here it is written beside, fsynced and renamed over, the one it replaces kept
-    as `<name>.prev.ckpt`. Remote paths (`s3://...`) keep Lightning's own handling."""
+    """Local checkpoints written whole or not at all (Lightning's copy across file systems can tear one)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None or "://" in str(path):
@@ -99,8 +90,7 @@ def adopt_checkpoint(run_dir: Path, data: bytes) -> Path:
 
 
 def last_checkpoint_callback(run_dir: Path, every_n_epochs: int) -> ModelCheckpoint:
-    """Lightning's own: `last.ckpt` rewritten every `every_n_epochs` epochs (its `save_last` writes only beside a
-    top-k file, so the file name is set directly)."""
+    """Lightning's own, `last.ckpt` rewritten every `every_n_epochs` epochs (`save_last` needs a top-k file)."""
     return ModelCheckpoint(
         dirpath=Path(run_dir) / CHECKPOINT_DIR,
         filename=Path(LAST_CHECKPOINT).stem,
@@ -111,10 +101,8 @@ def last_checkpoint_callback(run_dir: Path, every_n_epochs: int) -> ModelCheckpo
 
 
 class InterruptCheckpoint(Callback):
-    """`interrupted.ckpt` when a signal stops the fit: SIGTERM (or a first Ctrl-C, turned into it by run/interrupts.py)
-    stops after a whole batch, so the file resumes bit-exactly. Not Lightning's OnExceptionCheckpoint: that one saves
-    on any error (a second Ctrl-C mid-step, a non-finite loss) and makes every later `fit(ckpt_path=None)` resume the
-    newest file by time, past the identity check."""
+    """`interrupted.ckpt` when a signal stops the fit after a whole batch, so it resumes bit-exactly. Not Lightning's
+    OnExceptionCheckpoint: that one saves on any error, a mid-step state included."""
 
     def __init__(self, run_dir: Path) -> None:
         self.ckpt_path = interrupted_checkpoint(run_dir)
@@ -139,8 +127,7 @@ class InterruptCheckpoint(Callback):
 
 
 def host_numbers(metrics: Mapping[str, torch.Tensor]) -> dict[str, float]:
-    """Single-number figures as floats, read in one copy per device and dtype (on a GPU each read waits for the
-    device); each value as `float(tensor)` gives it, with no cast on the device (MPS has no float64)."""
+    """Single-number figures as floats, read in one copy per device and dtype (each read on a GPU waits for it)."""
     single = {name: value.detach().reshape(()) for name, value in metrics.items() if value.numel() == 1}
     groups: dict[tuple[torch.device, torch.dtype], list[str]] = {}
     for name, value in single.items():
@@ -152,9 +139,8 @@ def host_numbers(metrics: Mapping[str, torch.Tensor]) -> dict[str, float]:
 
 
 class IdentityStamp(Callback):
-    """Lightning records no config in a checkpoint: every checkpoint saved gets the cell's identity hash, so a re-run
-    resumes only its own, and the figures logged so far, so a fit resumed at its end, training nothing more, still
-    records them."""
+    """Every checkpoint gets the cell's identity hash, so a re-run resumes only its own, and the figures logged so
+    far, which a fit resumed at its end records."""
 
     def __init__(self, identity: str) -> None:
         self.identity = identity
@@ -176,14 +162,13 @@ class CheckpointInfo:
 
 
 def checkpoint_identity(checkpoint: Mapping[str, Any]) -> str | None:
-    """The identity hash stamped into a checkpoint; None for one that carries none (not written by a cell)."""
+    """The identity hash stamped into a checkpoint; None for one that carries none."""
     entry = checkpoint.get(IDENTITY_ENTRY)
     return entry.get("identity_hash") if isinstance(entry, dict) else None
 
 
 def completed_epochs(checkpoint: Mapping[str, Any]) -> int:
-    """Epochs finished when the checkpoint was written: Lightning's `processed` count (an end-of-epoch checkpoint is
-    written after validation, before the epoch counts as `completed`)."""
+    """Epochs finished when the checkpoint was written (Lightning's `processed` count)."""
     try:
         return checkpoint_epochs_processed(dict(checkpoint))
     except UpstreamChanged:  # a checkpoint without Lightning's loop state
@@ -191,8 +176,7 @@ def completed_epochs(checkpoint: Mapping[str, Any]) -> int:
 
 
 def read_checkpoint_bytes(path: Path) -> bytes:
-    """A checkpoint file's bytes through the bounded reader of run files (a regular file only: a FIFO or a device in
-    its place would block or never end); DamagedCheckpoint, in one line, otherwise."""
+    """A checkpoint file's bytes, a regular file only; DamagedCheckpoint, in one line, otherwise."""
     try:
         return read_regular_file(Path(path), CHECKPOINT_SIZE_LIMIT)
     except IsADirectoryError:
@@ -202,15 +186,13 @@ def read_checkpoint_bytes(path: Path) -> bytes:
 
 
 def load_checkpoint_bytes(data: bytes, path: Path, needs: Iterable[str] = ()) -> dict[str, Any]:
-    """The checkpoint in `data` (read from `path`, which names it in errors): tensors and plain data, never code;
-    DamagedCheckpoint for bytes that are not a checkpoint holding every entry of `needs`."""
+    """The checkpoint in `data`, never unpickling code; DamagedCheckpoint unless it holds every entry of `needs`."""
     if not data:
         raise DamagedCheckpoint(path, "empty file")
     try:
         checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # truncated, overwritten, holding code, or not a torch file at all
-        first = str(error).strip().splitlines()[0].split(". ")[0] if str(error).strip() else "no further detail"
-        raise DamagedCheckpoint(path, f"{type(error).__name__}: {first[:160]}") from None
+        raise _damaged(path, error, str(error).strip().split(". ")[0]) from None
     missing = tuple(key for key in needs if not isinstance(checkpoint, dict) or key not in checkpoint)
     if not isinstance(checkpoint, dict) or missing:
         raise DamagedCheckpoint(path, f"not a Lightning checkpoint (no {' or '.join(missing) or 'entries'})", missing)
@@ -222,17 +204,20 @@ def read_checkpoint_file(path: Path, needs: Iterable[str] = ()) -> dict[str, Any
 
 
 def stamped_identity(path: Path) -> str | None:
-    """The identity hash stamped into the checkpoint at `path` (None: it carries none), its tensors memory-mapped and
-    never read (the pre-check's look at a large file); DamagedCheckpoint for a file that is no readable checkpoint."""
+    """The identity hash stamped into the checkpoint at `path`, its tensors memory-mapped and never read."""
     try:
         open_regular_file(path, CHECKPOINT_SIZE_LIMIT).close()  # a regular file within the size limit
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except (UnreadableFile, OSError) as error:
         raise DamagedCheckpoint(path, str(error)) from None
     except Exception as error:  # truncated, not a torch file, holding code, or an old format mmap cannot map
-        first = str(error).strip().splitlines()[0][:160] if str(error).strip() else "no further detail"
-        raise DamagedCheckpoint(path, f"{type(error).__name__}: {first}") from None
+        raise _damaged(path, error, str(error).strip()) from None
     return checkpoint_identity(checkpoint) if isinstance(checkpoint, dict) else None
+
+
+def _damaged(path: Path, error: Exception, text: str) -> DamagedCheckpoint:
+    first = text.splitlines()[0] if text else "no further detail"
+    return DamagedCheckpoint(path, f"{type(error).__name__}: {first[:160]}")
 
 
 def checkpoint_info(checkpoint: Mapping[str, Any], path: Path) -> CheckpointInfo:
@@ -249,10 +234,8 @@ def checkpoint_info(checkpoint: Mapping[str, Any], path: Path) -> CheckpointInfo
 
 
 def furthest_checkpoint(run_dir: Path, identities: str | tuple[str, ...]) -> CheckpointInfo | None:
-    """Lightning resumes the file it is given: this picks it. The furthest readable of `last.ckpt` (an epoch
-    boundary), `interrupted.ckpt` (mid-epoch) and their predecessors, None for a fresh start; a damaged one is skipped
-    with a warning, one of another identity refused (ForeignCheckpoint), a non-file in their place too. `identities`:
-    the cell's hashes, today's first (identity.identities_of)."""
+    """The furthest readable of `last.ckpt`, `interrupted.ckpt` and their predecessors, None for a fresh start; a
+    damaged one is skipped with a warning, one of none of `identities` (today's first) refused, a non-file too."""
     identities = (identities,) if isinstance(identities, str) else identities
     current = [last_checkpoint(run_dir), interrupted_checkpoint(run_dir)]
     candidates = [*current, *(previous_checkpoint(path) for path in current)]  # preferred first, when equally far

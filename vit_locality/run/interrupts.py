@@ -1,10 +1,6 @@
-"""Who handles which signal while a cell runs: one owner each, so a stop is always recorded and resumable.
-
-- SIGTERM (`timeout`, `scancel`, preemption): inside fit Lightning checkpoints at the next step; outside fit the gate
-  raises Lightning's SIGTERMException, so the stop is recorded rather than killing the process.
-- SIGUSR2 (SLURM's time-limit warning): the same path; then submitit's own handler requeues the job, once.
-- SIGINT: the first Ctrl-C during fit stops after the current batch as SIGTERM does (exit 130); a second one raises
-  at once. Data workers ignore all three (data/workers.py)."""
+"""One owner for each signal while a cell runs, so a stop is always recorded and resumable: SIGTERM, SIGUSR2
+(SLURM's time limit, then submitit requeues) and a first Ctrl-C during fit stop after the current batch; outside fit
+the gate raises Lightning's SIGTERMException. Table: docs/scaling_out.md."""
 
 from __future__ import annotations
 
@@ -25,10 +21,8 @@ Handler = Callable[[int, FrameType | None], Any] | int | None
 
 
 class SigtermGate:
-    """The installed handler: raises unless `deferred` (set while Lightning's fit loop owns the signal).
-    `sigint_received`: a Ctrl-C was turned into that stop, so the cell reports SIGINT, not SIGTERM.
-    `time_limit`: SIGUSR2 was, so the cell reports the time limit and `requeue_after_time_limit` hands it on to
-    `on_time_limit_before`, the SIGUSR2 handler found when the gate was installed (submitit's under SLURM)."""
+    """The installed handler: raises unless `deferred` (while Lightning's fit loop owns the signal). `sigint_received`
+    and `time_limit` say which signal the stop was; `on_time_limit_before` is the SIGUSR2 handler it replaced."""
 
     def __init__(self) -> None:
         self.deferred = False
@@ -82,8 +76,7 @@ LIGHTNING_SIGNAL_LOG = "lightning.pytorch.trainer.connectors.signal_connector"
 
 
 class SignalName(logging.Filter):
-    """Lightning's handler logs "Received SIGTERM: 15" for every stop handed to it: a Ctrl-C or the time limit is
-    named as what it was."""
+    """Lightning's "Received SIGTERM: 15", for a Ctrl-C or the time limit, names what it was."""
 
     def __init__(self, gate: SigtermGate) -> None:
         super().__init__()
@@ -100,8 +93,7 @@ class SignalName(logging.Filter):
 
 @contextmanager
 def sigterm_raises() -> Iterator[SigtermGate]:
-    """Install the gate, for SIGTERM, SIGINT and SIGUSR2 (SIGCONT: its default), for the duration of a cell (main
-    thread only; elsewhere signals cannot be handled)."""
+    """Install the gate for SIGTERM, SIGINT and SIGUSR2 for the duration of a cell (main thread only)."""
     gate = SigtermGate()
     if threading.current_thread() is not threading.main_thread():
         yield gate
@@ -123,10 +115,7 @@ def sigterm_raises() -> Iterator[SigtermGate]:
 
 
 def requeue_after_time_limit(gate: SigtermGate, cell: str) -> None:
-    """After a cell stopped by SIGUSR2 was recorded, run the SIGUSR2 handler that was there before it, once: under
-    submitit that requeues the job and exits. When it refuses (`max_num_timeout` used up), say why and return, as
-    without one: the cell's interruption then ends the process (exit 140) with its line "run the same command to
-    resume", recorded `interrupted`, not `failed`. Call it with the gate uninstalled."""
+    """After a cell stopped by SIGUSR2 was recorded, run the SIGUSR2 handler found before (submitit's requeues)."""
     handler = gate.on_time_limit_before
     if not gate.time_limit or not callable(handler):
         return

@@ -1,9 +1,6 @@
-"""One run per run directory at a time: `with RunLock(run_dir): ...` around everything a cell does there.
-
-The lock is filelock's `flock` on `<run_dir>/.lock` (the kernel drops it when the holder dies); the holder writes
-who it is for the refusal. Where the file system has no `flock`, filelock's soft lock is used: a marker of this
-host whose process has ended, or whose PID was reused since (`reused_pid_marker`), is taken over; another host's is
-refused with the way out."""
+"""One run per run directory at a time (`with RunLock(run_dir): ...`), and the way out for a cell refused its run
+directory. The lock is filelock's `flock` on `<run_dir>/.lock`; where the file system has none, filelock's soft lock,
+whose marker is taken over once its process has ended on this host (`reused_pid_marker`)."""
 
 from __future__ import annotations
 
@@ -11,8 +8,11 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
+import shutil
 import socket
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -50,8 +50,7 @@ class LockHolder:
 
     @classmethod
     def read(cls, path: Path) -> LockHolder | None:
-        """The holder recorded at `path`: this module's record, or the PID and host lines of filelock's soft marker;
-        None where there is none (released, not yet written, or unreadable)."""
+        """The holder recorded at `path` (ours, or filelock's soft marker); None where there is none."""
         try:
             descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
@@ -79,8 +78,7 @@ class LockHolder:
 
 
 def has_flock(directory: Path) -> bool:
-    """Whether the file system of `directory` supports `flock` (network file systems without lock support answer
-    ENOLCK), tried on an unnamed file so no lock file of the wrong kind is left behind."""
+    """Whether the file system of `directory` supports `flock`, tried on an unnamed file."""
     with tempfile.TemporaryFile(dir=directory) as probe:
         try:
             fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -92,11 +90,8 @@ def has_flock(directory: Path) -> bool:
 
 
 class RunLock:
-    """An exclusive hold on a run directory for the duration of a `with` block; RunLocked if another process has it.
-
-    Not re-entrant: a second RunLock on the same directory, in this process or any other, is refused, except that a
-    cell of the same `command` waits: two cells of one sweep that are one computation (settings that cannot act or
-    only measure) share a directory, and the second, under a parallel launcher, measures what the first trained."""
+    """An exclusive, not re-entrant hold on a run directory; RunLocked if another process has it, except that a cell
+    of the same `command` waits (two cells of one sweep that are one computation share a directory)."""
 
     def __init__(self, run_dir: Path, command: str = "") -> None:
         self.run_dir = Path(run_dir)
@@ -133,8 +128,7 @@ class RunLock:
         self._lock = lock
 
     def release(self) -> None:
-        """Empty and remove the lock file, then drop the lock. Unlocking explicitly (filelock does) matters: worker
-        processes forked during the run share the open file, and closing it here alone would leave them the lock."""
+        """Empty and remove the lock file, then unlock (forked workers share the open file: closing is not enough)."""
         lock, self._lock = self._lock, None
         descriptor, self._descriptor = self._descriptor, None
         if lock is None:
@@ -149,7 +143,7 @@ class RunLock:
             lock.release()
 
     def _record(self, descriptor: int) -> None:
-        """Write the holder into the freshly locked file, for the refusal of the next one."""
+        """Write the holder into the freshly locked file, for the next one's refusal."""
         self._descriptor = descriptor
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, LockHolder.this_process(self.command).to_text().encode(), 0)
@@ -177,8 +171,8 @@ def process_start(pid: int) -> float | None:
 
 
 def reused_pid_marker(path: Path, slack_s: float = 2.0) -> os.stat_result | None:
-    """The soft-lock marker at `path` (its stat) when it names a live process of this host that started after the
-    marker was last written: that PID was reused by another process, and the writer is gone. None otherwise."""
+    """The soft-lock marker's stat when it names a process of this host that started after the marker was written
+    (the PID was reused, the writer is gone); None otherwise."""
     try:
         marker = os.stat(path, follow_symlinks=False)
     except OSError:
@@ -191,10 +185,55 @@ def reused_pid_marker(path: Path, slack_s: float = 2.0) -> os.stat_result | None
 
 
 def remove_reused_pid_marker(path: Path) -> None:
-    """Remove a marker `reused_pid_marker` finds stale, unless the file was replaced meanwhile (a new holder's)."""
+    """Remove a marker `reused_pid_marker` finds stale, unless it was replaced meanwhile."""
     marker = reused_pid_marker(path)
     if marker is None:
         return
     with contextlib.suppress(FileNotFoundError):
         if os.path.samestat(marker, os.stat(path, follow_symlinks=False)):
             path.unlink()
+
+
+def another_directory(run_dir: Path) -> str:
+    """The override that gives this cell a run directory of its own, in words a user can type."""
+    hydra_config = sys.modules.get("hydra.core.hydra_config")
+    if hydra_config is None or not hydra_config.HydraConfig.initialized():  # not a Hydra job: no command to name
+        return "move that directory away or run the cell with another output directory"
+    from hydra.types import RunMode
+
+    hydra_job = hydra_config.HydraConfig.get()
+    sweep_set = any(o.startswith("hydra.sweep.dir=") for o in hydra_job.overrides.hydra)
+    return f"move that directory away or {way_out(run_dir, hydra_job.mode == RunMode.MULTIRUN, sweep_set)}"
+
+
+def way_out(run_dir: Path, multirun: bool, sweep_dir_set: bool) -> str:
+    """Another `hydra.run.dir`, `hydra.sweep.dir` (where the command sets it) or `sweep_name`, as typed."""
+    if not multirun:
+        return f"add hydra.run.dir={Path(run_dir).parent / (Path(run_dir).name + '-2')}"
+    if sweep_dir_set:
+        return f"add hydra.sweep.dir={Path(run_dir).parent}-2"
+    return "add sweep_name=<another name>"
+
+
+# What Hydra writes into a run directory before the cell starts, and the lock the cell takes (released by now).
+HYDRA_ONLY = {".hydra", "train.log", ".lock"}
+
+
+def remove_refused_run_dir(run_dir: Path) -> bool:
+    """Remove the run directory Hydra made for a refused command when it holds nothing but Hydra's own files."""
+    run_dir = Path(run_dir)
+    try:
+        names = {path.name for path in run_dir.iterdir()}
+    except OSError:
+        return False
+    if not names <= HYDRA_ONLY or not (run_dir / ".hydra").is_dir() or (run_dir / ".hydra").is_symlink():
+        return False
+    for handler in list(logging.getLogger().handlers):  # the job's log file, which Hydra opened inside
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == run_dir.resolve():
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+    shutil.rmtree(run_dir / ".hydra")
+    for name in names - {".hydra"}:
+        (run_dir / name).unlink(missing_ok=True)
+    run_dir.rmdir()
+    return True

@@ -1,9 +1,13 @@
-"""What a cell's record says, section by section; run/cell.py writes them. `record_version` names the layout (a
-record without one is version 1): bump it when a section changes meaning."""
+"""What a cell's record says, section by section; run/cell.py writes them. Bump `record_version` when a section
+changes meaning."""
 
 from __future__ import annotations
 
 import logging
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -14,10 +18,10 @@ from vit_locality.data import ImageDataModule
 from vit_locality.data.fingerprint import data_difference
 from vit_locality.model.vit import count_parameters
 from vit_locality.store.record import RunRecord
-from vit_locality.tracking.versions import environment_versions
 
 log = logging.getLogger("vit_locality")
 RECORD_VERSION = 1
+PACKAGES = ("torch", "torchvision", "lightning", "hydra-core", "omegaconf", "torchmetrics", "numpy", "vit-locality")
 
 
 def identity_sections(settings: RunSettings, identity: str) -> dict[str, Any]:
@@ -33,7 +37,7 @@ def identity_sections(settings: RunSettings, identity: str) -> dict[str, Any]:
 
 def data_change(record: RunRecord, datamodule: ImageDataModule) -> str | None:
     """What differs between the data a complete record was measured on and this data (`the train split's pixels`),
-    or None when they are the same. A record without a fingerprint cannot say it was measured on this data."""
+    or None when they are the same."""
     recorded = record.data.get("data_fingerprint")
     change = data_difference(recorded, datamodule.fingerprint())
     if change is None and "sha256" not in recorded:
@@ -42,8 +46,7 @@ def data_change(record: RunRecord, datamodule: ImageDataModule) -> str | None:
 
 
 def setup_sections(settings: RunSettings, datamodule: ImageDataModule, model: Any) -> dict[str, Any]:
-    """What the cell is about to train, known once data and model are built: data, protocol, model, config (the
-    resolved config as plain data)."""
+    """What the cell is about to train, known once data and model are built."""
     return {
         "data": {
             "name": settings.data.name,
@@ -60,7 +63,11 @@ def setup_sections(settings: RunSettings, datamodule: ImageDataModule, model: An
             "num_params": count_parameters(model),
         },
         "config": settings.as_record(),
-        "versions": environment_versions(),
+        "versions": {
+            "python": platform.python_version(),
+            **{p: _version(p) for p in PACKAGES},
+            "git_commit": git_commit(),
+        },
         "threads": torch.get_num_threads(),  # the count this cell computed with (run/threads.py), set or default
         # The vector instructions torch's kernels use (AVX2, AVX512, ...): other kernels round differently, so a cell
         # reproduces bit for bit only at the same capability (ATEN_CPU_CAPABILITY pins it; make demo sets avx2).
@@ -76,8 +83,7 @@ def result_sections(
     test_metrics: dict[str, float],
     timings: dict[str, float],
 ) -> dict[str, Any]:
-    """What a finished cell measured: metrics (accuracy as fractions), on how many images (val/* and test/*
-    accuracy, and the attention statistics), how long it trained."""
+    """What a finished cell measured (accuracy as fractions), on how many images, and how long it trained."""
     arrays = datamodule.arrays
     assert arrays is not None
     evaluated = len(datamodule.eval_split()[1])
@@ -94,3 +100,21 @@ def result_sections(
         "precision": str(trainer.precision),
         "timings": timings,
     }
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit() -> str | None:
+    """The code's git commit, recorded in every results.json."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None

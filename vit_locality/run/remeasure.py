@@ -1,11 +1,11 @@
-"""A complete cell asked again with other `stats` settings is measured again, never trained again: the probe reads
-the final weights (checkpoints/last.ckpt) and moves none, so another probe size, raw attention or other early layers
-need seconds, not the cell's epochs. The record gains the measurement beside the first (`attention.remeasured`),
-each with its settings; the per-epoch trajectory (attention_stats.csv) stays the one measured during training."""
+"""A complete cell asked again is never trained again. New `tags` change no result: they are merged into its record
+(`label_updates`) and its W&B run. Other `stats` settings are measured on the final weights (last.ckpt) in seconds,
+beside the first measurement (`attention.remeasured`); the per-epoch attention_stats.csv stays the training's."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -19,16 +19,14 @@ from vit_locality.data import ImageDataModule
 from vit_locality.errors import ConfigError
 from vit_locality.run.builders import build_module
 from vit_locality.run.checkpoints import completed_epochs, last_checkpoint, read_checkpoint_file
-from vit_locality.store.record import REMEASURED, RunRecord, measurements, write_record
+from vit_locality.store.record import REMEASURED, RESULTS_FILE, RunRecord, measurements, write_record
 
 log = logging.getLogger("vit_locality")
-# What sets a final measurement apart: what the probe reads and how (stats.units only shows, stats.every_n_epochs
-# only spaces the trajectory).
-MEASUREMENT_KEYS = ("renormalize", "probe_images", "early_layers")
+LABEL_UPDATES = "label_updates"  # the record's list of {"at": UTC time, "tags_added": [...]}
 
 
 def measurement_of(summary: dict[str, Any]) -> dict[str, Any]:
-    """A recorded measurement's settings (`attention.final` or an entry of `attention.remeasured`)."""
+    """A recorded measurement's settings: what the probe reads and how (stats.units only shows)."""
     settings = summary.get("settings") or {}
     return {
         "renormalize": settings.get("renormalize", True),
@@ -50,9 +48,7 @@ def asked_measurement(settings: RunSettings, eval_images: int) -> dict[str, Any]
 def remeasure_if_asked(
     settings: RunSettings, run_dir: Path, record: RunRecord, datamodule: ImageDataModule
 ) -> dict[str, Any] | None:
-    """The record with a new measurement of the complete cell's final weights when its `stats` ask for one it lacks;
-    None when it holds it already (or statistics are off). Called under the run directory's lock, after the data
-    were found to be the same."""
+    """The record with a new measurement of the final weights when `stats` ask for one it lacks; None otherwise."""
     if not settings.stats.enabled:
         return None
     asked = asked_measurement(settings, len(datamodule.eval_split()[1]))
@@ -80,8 +76,7 @@ def remeasure_if_asked(
 def measure_checkpoint(
     settings: RunSettings, run_dir: Path, record: RunRecord, datamodule: ImageDataModule
 ) -> dict[str, Any]:
-    """The probe's summary of the weights in last.ckpt, which must be the cell's final ones (ConfigError naming the
-    setting and the way out otherwise)."""
+    """The probe's summary of the weights in last.ckpt, which must be the cell's final ones (else ConfigError)."""
     path = last_checkpoint(run_dir)
     way_out = "train the cell again under another sweep_name to measure it so"
     if not path.is_file():
@@ -102,3 +97,43 @@ def measure_checkpoint(
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     checkpoint_name = str(path.relative_to(run_dir))
     return {"epoch": epochs, **probe_summary(result), "checkpoint": checkpoint_name, "at": when}
+
+
+@dataclass(frozen=True)
+class LabelUpdate:
+    """The record as rewritten, and the one line that says what changed."""
+
+    data: dict[str, Any]
+    summary: str
+
+
+def add_labels(settings: RunSettings, run_dir: Path, record: RunRecord) -> LabelUpdate | None:
+    """Merge the command's new tags into the complete `record` and its W&B run; None when there is nothing new."""
+    have = {str(tag) for tag in record.data.get("tags") or []}
+    added = [tag for tag in dict.fromkeys(str(tag) for tag in settings.tags) if tag not in have]  # command's order
+    if not added:
+        return None
+    data = {key: value for key, value in record.data.items() if key != "status"}
+    data["tags"] = [*(str(tag) for tag in data.get("tags") or []), *added]
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    data[LABEL_UPDATES] = [*(data.get(LABEL_UPDATES) or []), {"at": when, "tags_added": added}]
+    write_record(run_dir, data, status="complete")
+    parts = [f"tags {', '.join(added)} added to {RESULTS_FILE}", _update_wandb(settings, Path(run_dir), data)]
+    return LabelUpdate({**data, "status": "complete"}, "; ".join(part for part in parts if part))
+
+
+def _update_wandb(settings: RunSettings, run_dir: Path, record: dict[str, Any]) -> str:
+    """The cell's W&B run gets the record's tags; what happened, in a few words (a failure leaves the record)."""
+    had_run = (run_dir / "wandb").is_dir()
+    if not settings.logger.wandb:
+        return "its W&B run not updated (logger=wandb is off)" if had_run else ""
+    if not had_run:
+        return "no W&B run of this cell to tag (it ran without logger=wandb)"
+    from vit_locality.tracking.wandb_run import cell_run_id, retag_wandb_run, run_tags
+
+    run_id = cell_run_id(str(record.get("identity_hash")), run_dir, record)
+    try:
+        return retag_wandb_run(settings, run_dir, run_id, [*run_tags(settings), *record["tags"]])
+    except Exception as error:
+        log.warning("W&B tag update failed (%s: %s); the record has the tags", type(error).__name__, error)
+        return "W&B run not updated (see the warning)"

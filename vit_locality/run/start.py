@@ -1,14 +1,6 @@
-"""Where a cell starts: from scratch, from its own checkpoint (a re-run resuming), or from a user's `ckpt_path`.
-
-`ckpt_path=FILE` (`ckpt_mode=weights`) starts a NEW cell from the file's model weights; the file's content hash is
-part of its identity and directory name, so it never shares a record with a cell trained from scratch.
-`ckpt_mode=resume` continues the cell that wrote the file, and only that cell: its stamped identity must be this
-run's. Lightning's `fit(ckpt_path=...)` resumes any file it is given, so the choice and the refusal are made here.
-
-The file is read once (`read_start_file`), before the identity is built: its content hash is pinned for the cell's
-run (RunSettings.reading_start) and the weights are loaded from those same bytes, so the identity, the record's
-`start.ckpt_sha256` and the weights always agree, whatever happens to the file later (StartChanged).
-"""
+"""Where a cell starts: from scratch, from its own checkpoint, or from a user's `ckpt_path` (`ckpt_mode=weights`: a
+new cell from its weights, its content hash in the identity; `resume`: only the cell that wrote it continues). The
+file is read once, so the identity, the record's `start.ckpt_sha256` and the weights loaded always agree."""
 
 from __future__ import annotations
 
@@ -52,16 +44,14 @@ MAX_LISTED = 4  # differing settings a refusal names; the rest are counted
 
 
 class StartChanged(VitLocalityError):
-    """`ckpt_path` holds other content than the cell's directory was named for: training would record one
-    checkpoint's weights under another's name."""
+    """`ckpt_path` holds other content than the cell's directory was named for."""
 
     exit_code = 2
 
 
 @dataclass
 class StartFile:
-    """`ckpt_path`, read once: where it is, the content hash of the bytes read, and the bytes until they are loaded
-    (`take`: a checkpoint can be large, and the cell runs on after loading it)."""
+    """`ckpt_path`, read once: its content hash, and its bytes until they are loaded (`take`)."""
 
     path: Path
     sha256: str
@@ -76,9 +66,8 @@ class StartFile:
 
 @dataclass
 class StartPoint:
-    """How the cell begins: `resume` a checkpoint to continue (None: a fresh fit) after `epochs` epochs; `weights`
-    a state dict to load before a fresh fit; `section` what the record says about a user's checkpoint;
-    `fit_metrics` the figures of the resumed checkpoint's last epoch (the record's, should the fit train no more)."""
+    """How the cell begins: `resume` a checkpoint (None: a fresh fit) after `epochs` epochs, or load `weights` first;
+    `section` is the record's word on a user's checkpoint, `fit_metrics` the resumed checkpoint's last figures."""
 
     resume: Path | None = None
     epochs: int = 0
@@ -88,8 +77,7 @@ class StartPoint:
 
 
 def read_start_file(settings: RunSettings, run_dir: Path) -> StartFile | None:
-    """`ckpt_path`'s bytes and their content hash (None without one); StartChanged, in one line, when the run
-    directory's name (`..._ckpt-<hash>`) was given for other content than the file holds now."""
+    """`ckpt_path`'s bytes and content hash; StartChanged when the run directory was named for other content."""
     given = settings.ckpt_path
     if given in (None, ""):
         return None
@@ -115,10 +103,7 @@ def read_start_file(settings: RunSettings, run_dir: Path) -> StartFile | None:
 def start_point(
     settings: RunSettings, run_dir: Path, identities: tuple[str, ...], start: StartFile | None = None
 ) -> StartPoint:
-    """The cell's start, decided before anything is recorded. The run directory's own checkpoints come first: a cell
-    started from weights and then preempted resumes its own progress, not the weights again. `start` is `ckpt_path`
-    as read_start_file read it; a damaged one raises DamagedCheckpoint, another cell's with `ckpt_mode=resume`
-    ForeignCheckpoint (each one line, exit status 2)."""
+    """The cell's start, decided before anything is recorded; the run directory's own checkpoints come first."""
     own = furthest_checkpoint(run_dir, identities)
     start = start if start is not None else read_start_file(settings, run_dir)
     if start is None:
@@ -145,9 +130,8 @@ def _resume_from(
     own: CheckpointInfo | None,
     section: dict,
 ) -> StartPoint:
-    """`ckpt_mode=resume`: the file continues this cell only if this cell wrote it; the furthest of it and the run
-    directory's own checkpoints wins. The file's bytes become the run directory's last.ckpt (so no later write to
-    the source changes what was resumed), and its earlier statistics come along (carry_history)."""
+    """`ckpt_mode=resume`: the furthest of the file (this cell's only) and the run directory's own checkpoints; the
+    file's bytes become the run directory's last.ckpt, its earlier statistics coming along."""
     data = start.take()
     info = checkpoint_info(load_checkpoint_bytes(data, start.path, needs=("global_step",)), start.path)
     if info.identity not in identities:
@@ -160,8 +144,7 @@ def _resume_from(
 
 
 def load_start_weights(module: torch.nn.Module, weights: dict[str, Any], path: str) -> None:
-    """Load a checkpoint's model weights into a freshly built module; another architecture's is a one-line
-    ConfigError naming `ckpt_path`, before anything trains."""
+    """Load a checkpoint's model weights; another architecture's is a one-line ConfigError naming `ckpt_path`."""
     try:
         module.load_state_dict(weights, strict=True)
     except RuntimeError as error:
@@ -173,9 +156,8 @@ def load_start_weights(module: torch.nn.Module, weights: dict[str, Any], path: s
 
 
 def carry_history(run_dir: Path, info: CheckpointInfo, identities: tuple[str, ...]) -> str | None:
-    """Start the run directory's attention_stats.csv with the rows, up to `info.epochs`, of the directory the resumed
-    checkpoint belongs to (`<dir>/checkpoints/<file>` beside a record of this identity); that directory, or None, with
-    a warning, when it holds no such history."""
+    """Start the run directory's attention_stats.csv with the rows, up to `info.epochs`, of the run directory the
+    resumed checkpoint lies in; that directory, or None (with a warning) when it holds no such history."""
     source_dir = Path(info.path).resolve().parent.parent
     why = _why_not_history(source_dir, info, identities)
     if why is None:
@@ -218,8 +200,7 @@ def _why_not_history(source_dir: Path, info: CheckpointInfo, identities: tuple[s
 
 
 def settings_that_differ(settings: RunSettings, checkpoint: Path) -> str:
-    """`; the settings that differ: optim.lr 0.002 there, 0.001 here, ...` from the record beside `checkpoint`
-    (`<cell>/checkpoints/<file>` -> `<cell>/results.json`); empty when there is none to compare with."""
+    """`; the settings that differ: optim.lr 0.002 there, 0.001 here, ...` from the record beside `checkpoint`."""
     try:
         record = read_record(Path(checkpoint).resolve().parent.parent)
     except RecordError:
@@ -246,8 +227,7 @@ def settings_that_differ(settings: RunSettings, checkpoint: Path) -> str:
 
 
 def refused_resume(settings: RunSettings, checkpoint: Path, written_by: str | None) -> str:
-    """The one line refusing `ckpt_mode=resume` of a checkpoint this config did not write (`written_by`: its stamped
-    identity, None when it carries none): the settings that differ, never two hashes, and the way out."""
+    """The one line refusing `ckpt_mode=resume` of another config's checkpoint: the settings that differ."""
     head = f"ckpt_path={str(checkpoint)!r} with ckpt_mode=resume:"
     way_out = "resume only continues the cell that wrote it (ckpt_mode=weights starts a new cell from its weights)"
     if written_by is None:

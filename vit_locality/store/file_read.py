@@ -42,8 +42,7 @@ def file_kind(mode: int) -> str:
 
 
 def open_regular_file(path: Path, limit: int) -> BinaryIO:
-    """`path` opened for binary reading if a regular file of at most `limit` bytes; else IsADirectoryError or
-    UnreadableFile."""
+    """`path` opened if a regular file of at most `limit` bytes; else IsADirectoryError or UnreadableFile."""
     kind = file_kind(os.stat(path).st_mode)
     if kind == "a directory":
         raise IsADirectoryError(path)
@@ -67,8 +66,7 @@ READ_CHUNK = 4 * MIB
 
 
 def read_regular_file(path: Path, limit: int) -> bytes:
-    """The bytes of `path` through `open_regular_file`, allocating what the file holds (a 10 KB file costs 10 KB,
-    not the limit); a file that grows past `limit` while read is refused too."""
+    """The bytes of `path` through `open_regular_file`, allocating what the file holds, not the limit."""
     with open_regular_file(path, limit) as file:
         size = os.fstat(file.fileno()).st_size
         data = file.read(size + 1)  # one byte more shows a file that grew while read

@@ -1,9 +1,5 @@
-"""The run record, `results.json`: its one writer, its one reader, and the checks that make a record usable.
-
-A run is finished only when its record says `"status": "complete"`. Every reader goes through `read_record`, so a
-malformed record is recognised once, with one reason. Accuracy is stored as a fraction in [0, 1], distances as
-fractions of the image side. Layout: docs/design.md ("The run record").
-"""
+"""The run record, `results.json`: its one writer and its one reader, so a malformed record is recognised once,
+with one reason. A run is finished only when its record says `"status": "complete"` (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -61,7 +57,7 @@ def write_record(run_dir: Path, payload: Mapping[str, Any], status: str) -> Path
 
 @dataclass(frozen=True)
 class Headline:
-    """The three figures a run is summarised by; NaN where the run did not measure it (statistics off)."""
+    """The three figures a run is summarised by; NaN where the run did not measure it."""
 
     acc1: float  # top-1 test accuracy, a fraction
     min_mad: float  # minimum MAD over the heads of the early layers, final model
@@ -77,7 +73,7 @@ HEADLINE_NAMES = {
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One run directory's results.json, checked. `data` is the parsed JSON object."""
+    """One run directory's results.json, checked."""
 
     run_dir: Path
     data: dict[str, Any]
@@ -94,12 +90,6 @@ class RunRecord:
     def identity_hash(self) -> str | None:
         value = self.data.get("identity_hash")
         return value if isinstance(value, str) else None
-
-    @property
-    def record_version(self) -> int:
-        """The record's layout (run/record_sections.py); 1 when it does not say."""
-        value = self.data.get("record_version", 1)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
     @property
     def seed(self) -> int:
@@ -128,7 +118,7 @@ class RunRecord:
 
     @property
     def final_attention(self) -> dict[str, Any]:
-        """The final model's statistics (`per_head`, `per_layer`, headline pair, `settings`); {} when not measured."""
+        """The final model's statistics; {} when not measured."""
         return (self.data.get("attention") or {}).get("final") or {}
 
     @property
@@ -155,8 +145,7 @@ class RunRecord:
 
 
 def measurements(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every final measurement a record (as data) holds: the one made when training ended (`attention.final`), then
-    those made since from its checkpoint (`attention.remeasured`, run/remeasure.py)."""
+    """Every final measurement a record holds: `attention.final`, then `attention.remeasured` (run/remeasure.py)."""
     attention = record.get("attention") or {}
     first = [attention["final"]] if isinstance(attention.get("final"), dict) else []
     return first + [entry for entry in attention.get(REMEASURED) or [] if isinstance(entry, dict)]
@@ -221,7 +210,7 @@ class _Attention(_Section):
 
 
 class CompleteRecord(_Section):
-    """What a complete record must carry for tables to group and show it: the schema `read_record` checks."""
+    """What a complete record must carry for tables to group and show it."""
 
     seed: int
     protocol: _Flags
@@ -268,7 +257,7 @@ def _description(model: Any, loc: list[str]) -> str | None:
 
 @dataclass
 class RunScan:
-    """What a search of sweep directories found: usable complete records, and every other run with why."""
+    """Usable complete records, and every other run found with why."""
 
     complete: list[RunRecord]
     skipped: list[tuple[Path, str]]
@@ -305,28 +294,17 @@ NOT_SCANNED = ("wandb",)
 
 def _run_dirs(root: Path) -> list[Path]:
     """Directories under `root` (itself included) holding a results.json; links followed, each real directory once."""
-    found, visited, pending = [], set(), [root]
-    while pending:
-        directory = pending.pop()
-        real = directory.resolve()
+    found, visited = [], set()
+    for directory, subdirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(directory)
         if real in visited:
+            subdirs.clear()
             continue
         visited.add(real)
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        if any(entry.name == RESULTS_FILE for entry in entries):
-            found.append(directory)
-        pending += [Path(e.path) for e in entries if e.name not in (RESULTS_FILE, *NOT_SCANNED) and _is_dir(e)]
+        if RESULTS_FILE in files or RESULTS_FILE in subdirs:
+            found.append(Path(directory))
+        subdirs[:] = [name for name in subdirs if name not in (RESULTS_FILE, *NOT_SCANNED)]
     return sorted(found)
-
-
-def _is_dir(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir()  # follows links
-    except OSError:
-        return False
 
 
 def _number(value: Any) -> float:

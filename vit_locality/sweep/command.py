@@ -1,15 +1,7 @@
-"""What a command hands to the processes that run its cells: the one crossing into a launcher's workers.
-
-The entry point (vit_locality.train.cli) checks the command, builds one `CommandContext` and writes it, as JSON,
-into one environment variable, COMMAND_ENV, before Hydra starts. Every process that runs a cell inherits the
-environment and reads it back with `current_command()`: this process under Hydra's basic launcher, joblib's loky
-workers, submitit's SLURM jobs (sbatch exports the submitting environment) and a DDP cell's own processes. Nothing
-else of the command crosses by environment, and nothing of it is kept in a module's variables.
-
-Hydra instantiates two of the readers itself, so they can be handed nothing: the SLURM launcher (in the launching
-process) reads each cell's run directory from here, and the sweep's verdict callback adds the sweep directory Hydra
-resolved, which the entry point reads back once the multirun has ended.
-"""
+"""What a command hands to the processes that run its cells: one `CommandContext`, written as JSON into one
+environment variable (COMMAND_ENV) by the entry point, its sweeper and the verdict callback, and read back with
+`current_command()` in every process that runs a cell (basic, joblib and SLURM launchers, a DDP cell's own
+processes). Nothing else of the command crosses by environment or is kept in a module's variables."""
 
 from __future__ import annotations
 
@@ -17,7 +9,7 @@ import json
 import os
 import secrets
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 COMMAND_ENV = "VIT_LOCALITY_COMMAND"
@@ -78,12 +70,6 @@ class CommandContext:
     def run_dir_index(self) -> dict[tuple[str, ...], Path]:
         """Each cell's run directory as the pre-check named it, by `cell_key`."""
         return {cell: Path(run_dir) for cell, run_dir in self.run_dirs}
-
-    def with_sweep_dir(self, sweep_dir: Path) -> CommandContext:
-        return replace(self, sweep_dir=str(sweep_dir))
-
-    def with_command_id(self, command_id: str) -> CommandContext:
-        return replace(self, command_id=command_id)
 
 
 def current_command(environ: Mapping[str, str] | None = None) -> CommandContext:

@@ -1,8 +1,5 @@
-"""How far a sweep is: "cell k of N" when a cell starts, with the time left: the mean duration of the finished cells
-times the cells not yet complete (an upper bound with parallel cells). The count reaches every cell in the command's
-context (sweep/command.py), and so does the mark that a cell is a sweep's (whose config tree the entry point printed
-once, before the first).
-A cell complete already shows none of this: its runner's one line says it is skipped (run/cell.py)."""
+"""How far a sweep is: "cell k of N" as a cell starts, with the time left (the finished cells' mean duration times
+the cells still to run, an upper bound with parallel cells); a cell complete already says only that it is skipped."""
 
 from __future__ import annotations
 
@@ -10,7 +7,6 @@ from pathlib import Path
 
 from vit_locality.config.identity import holds_cell
 from vit_locality.store.record import RESULTS_FILE, RecordError, read_record
-from vit_locality.sweep.command import current_command
 
 
 def duration_text(seconds: float) -> str:
@@ -23,13 +19,6 @@ def duration_text(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-def in_sweep_command() -> bool:
-    """Whether this cell is one of a `-m` command's, wherever and however it was started: in every launcher's
-    worker and in a DDP cell's own process (a single run to Hydra), so none of them prints the config tree the entry
-    point printed for the whole sweep."""
-    return current_command().sweep
-
-
 def complete_already(run_dir: Path, identities: tuple[str, ...]) -> bool:
     """Whether `run_dir` holds the complete record of the cell whose hashes are `identities` (identities_of): the
     cell runner then skips it, saying so in one line, and the cell's start lines are left out."""
@@ -38,11 +27,6 @@ def complete_already(run_dir: Path, identities: tuple[str, ...]) -> bool:
     except RecordError:
         return False
     return record is not None and record.complete and holds_cell(record.data, identities)
-
-
-def sweep_cells() -> int | None:
-    """How many cells this cell's command runs, or None (a search, a single run)."""
-    return current_command().cell_count
 
 
 def finished_durations(sweep_dir: Path) -> list[float]:

@@ -1,10 +1,6 @@
-"""The verdict of a sweep, read from its cells' records once every cell has run, whatever the launcher.
-
-The command gets an id (its CommandContext, sweep/command.py, inherited by the launcher's processes); every job
-appends its run directory to `<sweep dir>/.cells-<id>`. At the end of the multirun the `SweepVerdict` callback reads
-those cells' records, prints one line per cell and writes `<sweep dir>/.verdict-<id>.json` (and `verdict.json`, the
-latest command's), which the entry point turns into its exit status. Entry-point side: it imports Hydra.
-"""
+"""The verdict of a sweep, read from its cells' records once every cell has run, whatever the launcher: each job
+notes its run directory in `<sweep dir>/.cells-<command id>`; `SweepVerdict` prints one line per cell at the end and
+writes `.verdict-<id>.json` (and `verdict.json`), which the entry point turns into its exit status."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -147,10 +143,10 @@ class SweepVerdict(Callback):
         # Before the launcher starts any process: its jobs (and this object, pickled to them) carry the id, and the
         # entry point finds the sweep directory Hydra resolved.
         context = current_command()
-        context = context if context.command_id else context.with_command_id(self.command_id)
+        context = context if context.command_id else replace(context, command_id=self.command_id)
         sweep_dir = OmegaConf.select(config, "hydra.sweep.dir", default=None)
         if sweep_dir is not None:
-            context = context.with_sweep_dir(Path(str(sweep_dir)))
+            context = replace(context, sweep_dir=str(sweep_dir))
         self.command_id = publish_command(context).command_id
         from hydra_plugins.vit_locality import register_chosen
 

@@ -23,8 +23,7 @@ from vit_locality.store.record import (
     RecordError,
     read_record,
 )
-from vit_locality.tracking.quiet import quiet_wandb
-from vit_locality.tracking.wandb_mode import resolve_mode
+from vit_locality.tracking.wandb_mode import quiet_wandb, resolve_mode
 from vit_locality.upstream import wandb_init_arguments
 
 log = logging.getLogger("vit_locality")
@@ -48,8 +47,7 @@ class ConfigWandbLogger(WandbLogger):
 
 
 def run_group(settings: RunSettings) -> str:
-    """The cell without its seed, so W&B averages its seeds: the run name less `_s<seed>` and `_id-<hex>`, plus
-    `_cell-<hex>` (the identity without the seed), unless `logger.wandb.group` is set."""
+    """The cell without its seed, so W&B averages its seeds (`logger.wandb.group` where set)."""
     if settings.logger.wandb.group:
         return str(settings.logger.wandb.group)
     readable = re.sub(rf"_s{settings.seed}(?=_|$)", "", ID_SUFFIX.sub("", str(settings.run_name)), count=1)
@@ -94,7 +92,7 @@ def first_run_id(identity: str, run_dir: Path) -> str:
 
 
 def cell_run_id(identity: str, run_dir: Path, record: Mapping[str, Any] | None = None) -> str:
-    """The cell's W&B run id: its record's (kept when copied), else the one id its W&B files carry, else a new one."""
+    """The cell's W&B run id: its record's, else the one id its W&B files carry, else a first start's."""
     recorded = (record or {}).get(RUN_ID_ENTRY)
     if isinstance(recorded, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", recorded):
         return recorded
@@ -123,7 +121,7 @@ def wandb_loggers(loggers: Iterable[Logger]) -> list[WandbLogger]:
 
 
 def publish_run_files(loggers: Iterable[Logger], run_dir: Path, log_model: bool = False) -> None:
-    """Upload the run's record, statistics and pictures (and with `log_model` its final checkpoint) to its W&B run."""
+    """Upload the run's record, statistics and pictures (with `log_model`, its final checkpoint) to its W&B run."""
     for logger in wandb_loggers(loggers):
         import wandb
 

@@ -1,11 +1,5 @@
-"""Complete runs grouped by (data set, model, cell, settings) so every table, effect and figure counts the same runs.
-
-Pooled runs differ in their seed alone: quick, debug and duplicate runs are left out, and a cell whose runs differ
-in a setting is split into one group per combination (a learning-rate sweep is three rows, not three "seeds"). The
-paper's tables, claims and effects take one group per cell (`Aggregate.cells`); the others are listed as left out.
-How a run is measured (`stats`) never splits a cell: each trained run counts once, read in the measurement asked for
-(measurement.py), whichever of its records holds it.
-"""
+"""Complete runs grouped by (data set, model, cell, settings) so every table, effect and figure counts the same runs:
+pooled runs differ in their seed alone, and each trained run counts once, in the measurement asked for."""
 
 from __future__ import annotations
 
@@ -24,7 +18,6 @@ from vit_locality.report.load.measurement import (
     others_note,
     unmatched_note,
 )
-from vit_locality.report.load.record_units import conversion_note, in_unit_square
 from vit_locality.report.load.run_settings import (
     GroupKey,
     _canonical_identity,
@@ -39,6 +32,7 @@ from vit_locality.store.record import RunRecord, RunScan, scan_records
 # How a claim or a separation is judged: on every run, or on each cell's mean over its runs.
 Level = Literal["run", "mean"]
 LEVELS: tuple[Level, ...] = ("run", "mean")
+UNITS_NOTE = "MAD in fractions of the image side (unit square), as every record stores it"
 
 
 @dataclass(frozen=True)
@@ -138,7 +132,7 @@ def aggregate_runs(
     chosen = choose_measurements(candidates, choice)
     by_cell: dict[tuple[str, str, str], list[RunRecord]] = {}
     seen: dict[str, Path] = {}
-    for run in map(in_unit_square, chosen.runs):
+    for run in chosen.runs:
         key = group_key(run)
         identity = run.identity_hash
         if identity and identity in seen:
@@ -209,12 +203,6 @@ def _notes(agg: Aggregate, by_cell: Mapping[tuple[str, str, str], list[RunRecord
             )
     for key, group in sorted(groups.items(), key=lambda item: str(item[0])):
         label = f"{key.data}/{key.model}/{key.cell}" + (f" [{key.variant}]" if key.settings else "")
-        by_note: dict[str, list[int]] = {}
-        for run in group.runs:
-            if note := conversion_note(run):
-                by_note.setdefault(note, []).append(run.seed)
-        for note, seeds_of in by_note.items():
-            notes.append(f"{label}: MAD of seed(s) {', '.join(map(str, sorted(seeds_of)))} {note}")
         seeds = [run.seed for run in group.runs]
         if len(set(seeds)) < len(seeds):
             notes.append(f"{label} has several runs with the same seed")

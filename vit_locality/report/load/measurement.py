@@ -1,18 +1,10 @@
-"""Which of a run's final measurements a report reads, and which record stands for a trained run.
-
-A complete cell asked again with other `stats` settings is measured again from its checkpoint, never retrained
-(run/remeasure.py): its record holds the measurement made when training ended (`attention.final`) and those made
-since (`attention.remeasured`). The previous release trained such a cell again instead, into a directory of its own,
-under a hash that counted the `stats` section. Either way one trained run may hold several measurements, in one
-record or in several; a report reads one of them, the one the `MeasurementChoice` asks for (the paper's by default),
-so a run is counted once and raw attention is never read as the paper's cell.
-
-`choose_measurements` is applied once, where runs are loaded: each run it keeps is a view whose `attention.final` is
-the measurement chosen, so every table, claim and figure downstream reads that one without knowing there were others.
-"""
+"""Which of a run's final measurements a report reads, and which record stands for a trained run (docs/reports.md):
+one trained run may hold several measurements, in one record (`attention.remeasured`) or, from the previous release,
+in several directories; each is counted once, as a view whose `attention.final` is the measurement chosen."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -38,11 +30,8 @@ KEYS = ("probe_size", "renormalize", "early_layers")
 
 @dataclass(frozen=True)
 class MeasurementChoice:
-    """The final measurement a report reads of each run; the paper's by default (renormalised attention, the default
-    probe, the first 2 layers). `asked` names the settings given on the command line. Renormalisation must always
-    match, so raw attention is never read as the paper's cell; the probe size and the early layers must match where
-    asked and are otherwise preferred, so a run measured on another probe only (the previous release's records, a
-    quick sweep's `stats.probe_size=64`) reads as it did, its probe size listed under the claims."""
+    """The final measurement a report reads of each run; the paper's by default. Renormalisation must always match;
+    the probe size and the early layers (`asked`: given on the command line) must match where asked, else preferred."""
 
     renormalize: bool = _PAPER.renormalize
     probe_size: int = _PAPER.probe_size
@@ -156,7 +145,7 @@ def choose_measurements(runs: Iterable[RunRecord], choice: MeasurementChoice = P
         index = chosen_index(best.data, choice)[1]
         chosen.runs.append(measured_view(best, index))
         for _, other in ranked[1:]:
-            if _measured_alike(other, best):
+            if _measurement_key(other) == _measurement_key(best):  # a copy of the record, not a variant
                 chosen.runs.append(measured_view(other, chosen_index(other.data, choice)[1]))
             else:
                 chosen.others.append((other, best))
@@ -167,11 +156,6 @@ def _rank(run: RunRecord, choice: MeasurementChoice) -> tuple[int, int]:
     """How well a record of a trained run fits: exactly before in what is required; `final` before `remeasured`."""
     fit, index = chosen_index(run.data, choice)
     return fit, 0 if index == 0 else 1
-
-
-def _measured_alike(one: RunRecord, other: RunRecord) -> bool:
-    """Two records of a trained run with the same `stats` settings and measurements: a copy, not a variant."""
-    return _measurement_key(one) == _measurement_key(other)
 
 
 def _measurement_key(run: RunRecord) -> str:
@@ -188,7 +172,8 @@ def trained_runs(runs: Iterable[RunRecord]) -> list[list[RunRecord]]:
     bundles: list[list[RunRecord]] = []
     where: dict[str, int] = {}
     for run in runs:
-        keys = [key for key in _trained_keys(run) if key]
+        identity = record_training_identity(run.data)
+        keys = [key for key in (f"identity {identity}" if identity else None, _canonical_identity(run)) if key]
         found = sorted({where[key] for key in keys if key in where})
         if not found:
             bundles.append([])
@@ -201,11 +186,6 @@ def trained_runs(runs: Iterable[RunRecord]) -> list[list[RunRecord]]:
         bundles[target].append(run)
         where.update({key: target for key in keys})
     return [bundle for bundle in bundles if bundle]
-
-
-def _trained_keys(run: RunRecord) -> tuple[str | None, str | None]:
-    identity = record_training_identity(run.data)
-    return (f"identity {identity}" if identity else None, _canonical_identity(run))
 
 
 def unmatched_note(runs: Iterable[tuple[str, RunRecord]], choice: MeasurementChoice) -> str | None:
@@ -228,3 +208,46 @@ def others_note(others: list[tuple[RunRecord, RunRecord]]) -> str | None:
         f"{len(others)} record(s) measure a trained run counted once with other stats settings, and are not counted"
         f" again: {shown}"
     )
+
+
+def _positive(text: str) -> int:
+    """An integer >= 1, or argparse's one-line refusal."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not an integer >= 1")
+    return value
+
+
+def add_measurement_options(parser: argparse.ArgumentParser) -> None:
+    """--probe-size, --raw-attention and --early-layers, with what each asks."""
+    group = parser.add_argument_group(
+        "measurement read",
+        "each run counts once, read in one of its final measurements: by default the paper's (renormalised, "
+        f"{PAPER.probe_size} probe images preferred, first {PAPER.early_layers} layers); a setting given here must "
+        "match, and a run without such a measurement keeps its accuracy only (a note says how to measure it)",
+    )
+    group.add_argument(
+        "--probe-size",
+        type=_positive,
+        metavar="N",
+        help="the measurement on N probe images (stats.probe_size=N; a split of fewer images: all of them)",
+    )
+    group.add_argument(
+        "--raw-attention",
+        action="store_true",
+        help="the measurement of raw attention weights (stats.renormalize=false); the claims call it not comparable",
+    )
+    group.add_argument(
+        "--early-layers",
+        type=_positive,
+        metavar="N",
+        help="the measurement whose headline figures are over the first N layers (stats.early_layers=N)",
+    )
+
+
+def measurement_choice(args: argparse.Namespace) -> MeasurementChoice:
+    """The measurement the parsed options ask for."""
+    return MeasurementChoice.from_options(args.raw_attention, args.probe_size, args.early_layers)

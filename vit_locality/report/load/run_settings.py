@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vit_locality.attention.units import STORED
 from vit_locality.config.identity import HASH_CHARS, RESUME_MODE, inert_keys, outside_training
 from vit_locality.config.protocol import TrainingProtocol
 from vit_locality.store.record import RunRecord
@@ -55,7 +56,14 @@ def group_key(run: RunRecord, settings: Settings = ()) -> GroupKey:
 def _not_a_measurement(run: RunRecord) -> str | None:
     """Why a run is left out of every report before anything else is looked at, or None."""
     quick = quick_run(run)
-    return debug_run_note(run) or (f"a quick run ({quick}), not counted" if quick else None)
+    return debug_run_note(run) or old_units_note(run) or (f"a quick run ({quick}), not counted" if quick else None)
+
+
+def old_units_note(run: RunRecord) -> str | None:
+    """Why a record whose distances are not stored on the unit square (older than the previous release) is not read."""
+    if run.stats_units == STORED:
+        return None
+    return f"distances stored in stats.units={run.stats_units}, from before the one stored unit: not read"
 
 
 def debug_run_note(run: RunRecord) -> str | None:

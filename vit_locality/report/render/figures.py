@@ -14,19 +14,19 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from vit_locality.attention import plots
-from vit_locality.attention.min_head import recorded_band
+from vit_locality.attention.units import recorded_band
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
 from vit_locality.report.load.aggregate import Aggregate, Group, summarise
 from vit_locality.report.load.measurement import lacks_measurement, reads_training_measurement
-from vit_locality.report.load.record_units import csv_scale, grid_side, patch_pixels
 from vit_locality.report.load.run_settings import slug
-from vit_locality.report.stats.claim_units import UNIFORM_TOLERANCE, uniform_mad
+from vit_locality.report.stats.claim_units import UNIFORM_TOLERANCE, grid_side, uniform_mad
 from vit_locality.store.file_read import UnreadableFile, read_csv_rows
 from vit_locality.store.record import ATTENTION_CSV, RunRecord
 
 plt = plots.plt
 LAYER_PANELS = [("mad", "min"), ("mad", "mean"), ("entropy", "min"), ("entropy", "mean")]
 ENTROPY_SPAN = 0.1  # the least an entropy axis shows: a tenth of its range, so 0.999 and 0.998 look alike
+UNITS = "unit"  # every record stores distances so (attention/units.py)
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def plane_figure(
     cells: dict[str, Group], title: str, notes: list[str], references: plots.ReferenceSource | None = None
 ) -> plt.Figure | Empty:
     """One MAD-entropy panel per cell, all seeds' heads together, with their control MADs where all runs have them,
-    and the `references` in the runs' units."""
+    and the `references`."""
     if not any(run.final_attention.get("per_head") for group in cells.values() for run in group.runs):
         return Empty("no run has per-head attention statistics")
     names = list(cells)
@@ -91,22 +91,16 @@ def plane_figure(
             continue
         runs = [run for run, _, _ in usable]
         mad, entropy = (torch.cat([entry[i] for entry in usable], dim=1) for i in (1, 2))
-        units, patch = runs[0].stats_units, patch_pixels(runs[0])
         label = f"{name} ({len(usable)} seed{'s' if len(usable) > 1 else ''})"
         controls = [per_head_tables(run, ("mad", "mad_control")) for run in runs]
         control = None if None in controls else torch.cat([c["mad_control"] for c in controls], dim=1)  # type: ignore[index]
-        band = cell_band(runs, units)
-        drawn = plots.references_in(references, units, patch)
-        plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=units, control=control, band=band, references=drawn)
+        bands = [recorded_band(run.data) for run in runs]
+        band = None if None in bands else max(b for b in bands if b is not None)
+        drawn = plots.references_in(references, UNITS, None)
+        plots.mad_entropy_plane(mad, entropy, label, ax=ax, units=UNITS, control=control, band=band, references=drawn)
     fig.suptitle(title, fontsize=10)
     shared_legend_below(fig)
     return plots.plain_tick_labels(fig)
-
-
-def cell_band(runs: list[RunRecord], units: str) -> float | None:
-    """The largest noise band over a panel's runs; None unless every run records one and the panel is in `unit`."""
-    bands = [recorded_band(run.data) for run in runs]
-    return None if units != "unit" or not bands or None in bands else max(b for b in bands if b is not None)
 
 
 def panels(count: int, width: float, height: float, cols: int = 4) -> tuple[plt.Figure, list[plt.Axes]]:
@@ -151,19 +145,16 @@ def layers_figure(
     cells: dict[str, Group], title: str, notes: list[str], references: plots.ReferenceSource | None = None
 ) -> plt.Figure | Empty:
     """Per layer: min and mean over heads of MAD and of entropy, averaged over seeds, one line per cell, with the
-    `references` in the runs' units on the MAD panels."""
+    `references` on the MAD panels."""
     if not any(run.final_attention.get("per_layer") for group in cells.values() for run in group.runs):
         return Empty("no run has per-layer attention statistics")
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
     early = depth = 0
-    units, patch = None, None
     seeds: list[int] = []
     for name, group in cells.items():
         usable = [(run, table) for run in group.runs if (table := layer_table(run, notes))]
         if not usable:
             continue
-        if units is None:
-            units, patch = usable[0][0].stats_units, patch_pixels(usable[0][0])
         early = max(early, *(early_layers(run) or 0 for run, _ in usable))
         tables = [table for _, table in usable]
         layers = list(range(min(len(t) for t in tables)))
@@ -177,11 +168,11 @@ def layers_figure(
         if early:
             ax.axvspan(-0.5, early - 0.5, color="grey", alpha=0.12, lw=0)
         ax.set(xlabel="layer", xticks=range(depth))
-        if stat == "mad" and units is not None:  # what local and uniform look like, in the runs' units
-            plots.draw_mad_references(ax, plots.references_in(references, units, patch), horizontal=True)
-            plots.draw_uniform_line(ax, units)
-            ax.set_ylim(0, max(ax.get_ylim()[1], 0.58) if units == "unit" else None)
-            ax.set_ylabel(f"MAD ({units})")
+        if stat == "mad" and seeds:  # what local and uniform look like
+            plots.draw_mad_references(ax, plots.references_in(references, UNITS, None), horizontal=True)
+            plots.draw_uniform_line(ax, UNITS)
+            ax.set_ylim(0, max(ax.get_ylim()[1], 0.58))
+            ax.set_ylabel(f"MAD ({UNITS})")
         if stat == "entropy":
             plots.keep_min_span(ax, ENTROPY_SPAN, -0.02, 1.02)
     if not axes[0, 0].get_legend_handles_labels()[0]:
@@ -232,15 +223,11 @@ def emergence_series(run: RunRecord, notes: list[str] | None = None) -> dict[int
     if early is None:
         _left_out(notes, run, "attention.final.early_layers is malformed", "emergence")
         return {}
-    scale = csv_scale(run)
-    if not math.isfinite(scale):
-        _left_out(notes, run, "its MAD cannot be converted to the unit square", "emergence")
-        return {}
     series: dict[int, float] = {}
     points = [_emergence_point(row) for row in rows]
     for epoch, layer, mad in (point for point in points if point is not None):
         if layer < early:
-            series[epoch] = min(series.get(epoch, math.inf), scale * mad)
+            series[epoch] = min(series.get(epoch, math.inf), mad)
     if bad := points.count(None):
         _left_out(notes, run, f"{bad} of {len(rows)} rows of {ATTENTION_CSV} are unreadable", "emergence", "they are")
     return series
@@ -263,7 +250,7 @@ def emergence_figure(
     cells: dict[str, Group], title: str, notes: list[str], references: plots.ReferenceSource | None = None
 ) -> plt.Figure | Empty:
     """Minimum early-layer MAD per epoch: mean over seeds, with a min-max band where a cell has two or more, and the
-    `references` in the runs' units."""
+    `references`."""
     found = {
         name: [s for s in (emergence_series(run, notes) for run in group.runs) if s] for name, group in cells.items()
     }
@@ -271,22 +258,18 @@ def emergence_figure(
     if not drawn:
         return Empty(f"no run has per-epoch attention statistics ({ATTENTION_CSV})")
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    units, patch = "unit", None
     for name, series in drawn.items():
-        group = cells[name]
-        units, patch = group.runs[0].stats_units, patch_pixels(group.runs[0])
         epochs = sorted({epoch for s in series for epoch in s})
         at = [[s[epoch] for s in series if epoch in s] for epoch in epochs]
         style = cell_style(name)
         ax.plot(epochs, [sum(v) / len(v) for v in at], marker="o", ms=3, label=f"{name} ({len(series)})", **style)
         if len(series) > 1:
             ax.fill_between(epochs, [min(v) for v in at], [max(v) for v in at], color=style["color"], alpha=0.15)
-    plots.draw_mad_references(ax, plots.references_in(references, units, patch), horizontal=True)
-    if units == "unit":
-        plots.draw_uniform_line(ax, units)
-        ax.set_ylim(top=max(ax.get_ylim()[1], 0.58))
+    plots.draw_mad_references(ax, plots.references_in(references, UNITS, None), horizontal=True)
+    plots.draw_uniform_line(ax, UNITS)
+    ax.set_ylim(top=max(ax.get_ylim()[1], 0.58))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(xlabel="epoch (0 = initialisation)", ylabel=f"minimum early-layer MAD ({units})")
+    ax.set(xlabel="epoch (0 = initialisation)", ylabel=f"minimum early-layer MAD ({UNITS})")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, title="cell (seeds)")
     seeds = [len(series) for series in drawn.values()]  # a band only where a cell has two or more
@@ -296,7 +279,7 @@ def emergence_figure(
         band = "one seed per cell: its own line, no band"
     else:
         band = "mean over seeds; min-max band for cells with 2 or more"
-    what = "attention still uniform: no locality emerged" if units == "unit" and _uniform(drawn, cells) else band
+    what = "attention still uniform: no locality emerged" if _uniform(drawn, cells) else band
     ax.set_title(f"{title}: minimum early-layer MAD per epoch ({what})", fontsize=10)
     fig.tight_layout()
     return plots.plain_tick_labels(fig)

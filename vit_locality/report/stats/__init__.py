@@ -1,2 +1,1 @@
-"""Statistics: the paper's claims judged by stated rules, the equivalence test, each cell against Baseline and the
-factorial main effects, on the groups the load layer made."""
+"""Statistics: the paper's claims, the equivalence test, contrasts and main effects on the load layer's groups."""

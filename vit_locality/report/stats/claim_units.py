@@ -1,7 +1,5 @@
-"""Each run's minimum MAD in the paper's convention (renormalised attention, unit square, first 2 layers), or why
-it cannot be had exactly, and whether a run's attention ever left uniform (docs/metrics.md). The paper does not say
-whether distances are over the image side or its diagonal, so claims on MAD are judged under both (`CONVENTIONS`).
-"""
+"""Each run's minimum MAD in the paper's convention (renormalised attention, first 2 layers), or why it cannot be
+had exactly, and whether a run's attention ever left uniform (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -12,14 +10,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from vit_locality.report.load.record_units import (
-    CONVERTED,
-    UNCONVERTIBLE,
-    grid_side,
-    in_unit_square,
-    recorded_units,
-    stats_setting,
-)
+from vit_locality.catalog import GRID_SIZE
 from vit_locality.store.record import RunRecord
 
 PAPER_EARLY_LAYERS = 2
@@ -34,11 +25,11 @@ UNIFORM_TOLERANCE = 0.01
 
 @dataclass(frozen=True)
 class PaperValue:
-    """A run's minimum MAD on the unit square, over its first 2 layers; NaN with the reason when not comparable."""
+    """A run's minimum MAD over its first 2 layers; NaN with the reason when not comparable."""
 
     value: float
     reason: str | None = None
-    converted: str | None = None  # what was done to the recorded value, when anything was
+    converted: str | None = None  # how the value was re-read, when it was
 
     @property
     def comparable(self) -> bool:
@@ -47,7 +38,6 @@ class PaperValue:
 
 def paper_value(run: RunRecord) -> PaperValue:
     """The run's minimum MAD in the paper's convention, or the reason it cannot be had exactly."""
-    run = in_unit_square(run)
     final = run.final_attention
     if not final:
         return PaperValue(math.nan, "no attention statistics")
@@ -58,16 +48,36 @@ def paper_value(run: RunRecord) -> PaperValue:
         return PaperValue(
             math.nan, "stats.renormalize=false: raw weights scale each query's MAD by its own patch share"
         )
-    if UNCONVERTIBLE in final:
-        return PaperValue(math.nan, final[UNCONVERTIBLE])
-    if recorded_units(run) is None:
-        return PaperValue(math.nan, "the record does not state stats.units")
     recorded, early_note = _first_layers_min(run)
     if not math.isfinite(recorded):
         return PaperValue(math.nan, early_note)
-    why = (final.get(CONVERTED) or {}).get("note")
-    notes = [note for note in (why, early_note) if note]
-    return PaperValue(recorded, None, "; ".join(notes) or None)
+    return PaperValue(recorded, None, early_note)
+
+
+def stats_setting(run: RunRecord, key: str) -> Any:
+    """A statistics setting as the record states it: the final probe's settings, else the resolved config's."""
+    final = run.final_attention
+    if key == "early_layers" and "early_layers" in final:
+        return final["early_layers"]
+    settings = final.get("settings") or {}
+    if key in settings:
+        return settings[key]
+    return ((run.config or {}).get("stats") or {}).get(key)
+
+
+def grid_side(run: RunRecord) -> int:
+    """The recorded patch grid's side: model.grid_size, else image size / patch size, else the fixed 8."""
+    model, data = run.data.get("model") or {}, run.data.get("data") or {}
+    side, image, patch = model.get("grid_size"), data.get("image_size"), model.get("patch_size")
+    if _positive_int(side):
+        return side
+    if _positive_int(image) and _positive_int(patch) and image % patch == 0:
+        return image // patch
+    return GRID_SIZE
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _first_layers_min(run: RunRecord) -> tuple[float, str | None]:
@@ -106,9 +116,8 @@ def uniform_mad(side: int) -> float:
 
 def still_uniform(run: RunRecord) -> bool:
     """Every early head within UNIFORM_TOLERANCE of uniform attention's MAD on its grid; False without distances."""
-    run = in_unit_square(run)
     final = run.final_attention
-    if not final or UNCONVERTIBLE in final:
+    if not final:
         return False
     values = _early_head_values(final, run.early_layers)
     uniform = uniform_mad(grid_side(run))
@@ -131,7 +140,7 @@ def _early_head_values(final: Mapping[str, Any], early: int) -> list[float]:
 
 
 def conversion_notes(runs: Iterable[tuple[str, RunRecord]]) -> list[str]:
-    """Lines under the claims: each run whose min MAD was converted or is not comparable, and the probe sizes."""
+    """Lines under the claims: each run whose min MAD was re-read or is not comparable, and the probe sizes."""
     lines: list[str] = []
     probes: Counter[str] = Counter()
     for cell, run in runs:

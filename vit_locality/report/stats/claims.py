@@ -1,12 +1,6 @@
-"""The paper's claims, each judged on the runs of one (data set, model) by a stated rule (docs/metrics.md): (a)
-`_ablation_bounds`, (b) `more_local`, (c) `gain`, (d) `keeps_locality`.
-
-Each claim gets a verdict per run and per cell mean (`per`), with distances over the image side and over its diagonal
-(`claim_units.CONVENTIONS`). A figure meets a printed bound at the bound's printed precision (`Bound`); two measured
-values are compared with SLACK. A fixed bound is judged on any number of seeds; a comparison of measured cells with
-one run in a cell is ONE_SEED; a claim reading a run whose attention is still uniform is NOT_INFORMATIVE; one whose
-cells are not all measured is NOT_ENOUGH. Every verdict carries the seeds it rests on (`Judgement.seeds`).
-"""
+"""The paper's claims, each judged on the runs of one (data set, model) by a rule stated in docs/metrics.md: (a)
+`_ablation_bounds`, (b) `more_local`, (c) `gain`, (d) `keeps_locality`; per run and per cell mean, in both
+conventions, every verdict with the seeds it rests on."""
 
 from __future__ import annotations
 
@@ -18,8 +12,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from vit_locality.catalog import CELL_FLAGS, CELL_ORDER
 from vit_locality.report.load.aggregate import LEVELS, Group, Level, summarise
 from vit_locality.report.stats.claim_units import CONVENTIONS, DIAGONAL, GRID_SIDE, paper_value, still_uniform
-from vit_locality.report.stats.equivalence import EQUIVALENT, stays_at_baseline
-from vit_locality.report.stats.equivalence import UNDETERMINED as NOT_DECIDED
+from vit_locality.report.stats.effects import EQUIVALENT, stays_at_baseline
+from vit_locality.report.stats.effects import UNDETERMINED as NOT_DECIDED
 
 DIGITS = {"acc1": 2, "min_mad": 3, "entropy": 3}
 # Printed tables show accuracy in percent, the paper's unit; the CSVs keep the record's fraction.

@@ -1,10 +1,13 @@
-"""`hparams_search=...`: Optuna's sweeper, except that a search where no trial gave a finite value ends in one line
-and exit status 1, not Optuna's "No trials are completed yet" under a Hydra traceback."""
+"""`hparams_search=...`: Optuna's sweeper, checking the bounds of what it searches before the first trial
+(sweeper.check_sweep); a search where no trial gave a finite value ends in one line and exit status 1, not Optuna's
+"No trials are completed yet" under a Hydra traceback."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
+
+from hydra_plugins.vit_locality.sweeper import check_sweep
 
 NO_COMPLETED_TRIAL = "No trials are completed yet"
 WITHOUT_RESULT = (
@@ -22,7 +25,12 @@ if OptunaSweeper is not None:
     class OneLineOptunaSweeper(OptunaSweeper):
         """Optuna's sweeper; its one error of a search without result becomes one line."""
 
+        def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+            super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+            self.checked_with = (config, hydra_context.config_loader)
+
         def sweep(self, arguments: list[str]) -> Any:
+            check_sweep(*self.checked_with, None)  # the bounds of every searched setting, before the first trial
             try:
                 return super().sweep(arguments)
             except ValueError as error:
