@@ -51,6 +51,8 @@ TARGETS = {  # name: (comparison, threshold, unit); set for the CPU except the l
     "probe_pct_of_epoch": ("<=", 1.0, "%"),
     "flops_apart_pct": ("<=", 3.0, "% apart"),
     "on_device_overhead_pct": ("<=", 5.0, "%"),
+    "pack_per_cell": ("<=", 1 / 6, ""),  # ops and host time per cell-step, a pack of 8 against one cell alone
+    "pack_demo_ratio": ("<=", 1.0, ""),  # the demo's 8 cells packed against one after another, wall time
     "cell_minutes": ("<=", 3.0, " min"),
     "grid_minutes": ("<=", 45.0, " min"),
 }

@@ -46,6 +46,7 @@ from benchmarks.common import (
     train_step,
 )
 from benchmarks.host_time import host
+from benchmarks.pack import pack
 from vit_locality.attention.probe import probe_attention
 from vit_locality.augment.mixing import build_train_transform
 from vit_locality.catalog import GRID_SIZE
@@ -65,6 +66,7 @@ SETTINGS = {  # section: {argument: (full, quick)}
     "stats": {"model": MODELS, "batch": (128, 16), "probe_size": (512, 32), "rounds": (3, 2)},
     "flops": {"model": MODELS},
     "host": {"steps": (150, 4), "rounds": (7, 2)},
+    "pack": {"sizes": ((1, 2, 4, 8), (1, 2)), "repeats": (30, 2), "demo_steps": (5, 1), "demo_batch": (32, 8)},
 }  # fmt: skip
 
 
@@ -332,4 +334,12 @@ def flops(report: Report, device: torch.device, model: str) -> None:
         report.row("achieved GFLOP/s in the measured train step", f"{achieved:.1f}")
 
 
-SECTIONS = {"model": model_vs_timm, "framework": framework, "data": data, "stats": stats, "flops": flops, "host": host}
+SECTIONS = {
+    "model": model_vs_timm,
+    "framework": framework,
+    "data": data,
+    "stats": stats,
+    "flops": flops,
+    "host": host,
+    "pack": pack,
+}

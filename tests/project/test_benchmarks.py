@@ -41,7 +41,7 @@ def test_quick_suite_prints_and_writes_every_section(tmp_path, capsys, trains: I
     # one judged row per target: ours/timm, tiny ms and paper %, two headrooms, probe in steps and per epoch, FLOPs,
     # the host time of the data path, of Trainer + project and of the compiled Modern step over the plain loop
     judged = [row for row in record["rows"] if row["target"]]
-    assert len(judged) == 11 and all(row["status"] in ("met", "NOT met") for row in judged)
+    assert len(judged) == 14 and all(row["status"] in ("met", "NOT met") for row in judged)
     host = {r["quantity"] for r in record["rows"] if r["section"] == "host"}
     compiled = "host: compiled Modern over the plain -AA loop, ms/step"
     assert {"host: data path ms/batch", "host: Trainer + project over the plain loop, ms/step", compiled} <= host
