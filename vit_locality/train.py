@@ -193,8 +193,9 @@ def run_hydra(argv: list[str], args: Any, overrides: list[str], task: Callable[.
     read `hydra.mode` (which `-m` says here): one composition for the command. Where Hydra refuses the command, the
     pre-check says why in one line (exit status 2)."""
     from hydra import initialize_config_module
-    from hydra._internal.utils import run_and_report
     from hydra.core.global_hydra import GlobalHydra
+
+    from vit_locality.upstream import hydra_run_and_report
 
     mode = "MULTIRUN" if args.multirun else "RUN"
     try:
@@ -209,7 +210,7 @@ def run_hydra(argv: list[str], args: Any, overrides: list[str], task: Callable[.
             print(f"error: {problem}", file=sys.stderr)
         if problems:
             sys.exit(2)
-        run_and_report(partial(_raise, error))
+        hydra_run_and_report()(partial(_raise, error))
 
 
 def _raise(error: Exception) -> None:

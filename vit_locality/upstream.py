@@ -74,6 +74,24 @@ def hydra_args_parser() -> argparse.ArgumentParser:
     return get_args_parser()
 
 
+def hydra_run_and_report() -> Callable[[Callable[[], Any]], Any]:
+    """Hydra's `run_and_report`: runs a function and reports its exception as Hydra does for its own app."""
+    try:
+        from hydra._internal.utils import run_and_report
+    except ImportError:
+        raise _changed("hydra", "hydra._internal.utils.run_and_report") from None
+    return run_and_report
+
+
+def hydra_basic_sweeper_class() -> type:
+    """Hydra's BasicSweeper, which the project's checking sweeper extends (Hydra exports it from no public module)."""
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    except ImportError:
+        raise _changed("hydra", "hydra._internal.core_plugins.basic_sweeper.BasicSweeper") from None
+    return BasicSweeper
+
+
 def accelerator_connector_class() -> type:
     """Lightning's `_AcceleratorConnector`: the pre-check builds one to have Lightning refuse settings it cannot run."""
     try:

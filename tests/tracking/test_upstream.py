@@ -9,6 +9,7 @@ import hydra._internal.utils
 import pytest
 import torch
 from helpers import Spawner
+from hydra._internal.core_plugins import basic_sweeper
 from torchvision.transforms import v2
 
 from vit_locality import upstream
@@ -98,6 +99,8 @@ def test_importing_upstream_does_not_import_hydra(spawns: Spawner) -> None:
     [
         (v2.AutoAugment, "_AUGMENTATION_SPACE", autoaugment_space),
         (hydra._internal.utils, "get_args_parser", hydra_args_parser),
+        (hydra._internal.utils, "run_and_report", upstream.hydra_run_and_report),
+        (basic_sweeper, "BasicSweeper", upstream.hydra_basic_sweeper_class),
     ],
 )
 def test_a_vanished_private_api_names_itself_and_upstream_py(owner, attribute, call, monkeypatch) -> None:

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
@@ -21,6 +20,7 @@ from vit_locality.paths import CONF_DIR
 from vit_locality.precheck.preflight import Plan, plan_sweep
 from vit_locality.sweep.command import cell_key, current_command, publish_command, run_dirs_of
 from vit_locality.sweep.progress import complete_already
+from vit_locality.upstream import hydra_basic_sweeper_class
 
 # A launcher's context is pickled into every job of joblib and submitit: the cells' configs ride along up to this
 # many cells (a larger sweep's jobs compose their own, as Hydra's do).
@@ -74,7 +74,7 @@ def check_sweep(config: DictConfig, loader: Any, cells: list[tuple[str, ...]] | 
     return plan
 
 
-class CheckingBasicSweeper(BasicSweeper):
+class CheckingBasicSweeper(hydra_basic_sweeper_class()):  # type: ignore[misc]  # Hydra's BasicSweeper
     """Hydra's basic sweeper, checking every cell before the first starts (`check_sweep`) and launching each with
     the config and settings of its check (`Precomposed`, `CheckedTask`)."""
 
