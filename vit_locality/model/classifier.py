@@ -75,16 +75,23 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: flo
 
 
 def adamw_with_decay_groups(
-    model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float]
+    model: torch.nn.Module,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    cell_axes: int = 0,
+    foreach: bool | None = None,
 ) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only: not on biases, norms, nor the model's `no_weight_decay()`."""
+    """AdamW with weight decay on matrices only: not on biases, norms, nor the model's `no_weight_decay()`;
+    `cell_axes` leading axes (a pack's cell axis, model/fused.py) do not count towards a matrix."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
+    matrix = [p.ndim - cell_axes >= 2 and n not in exempt for n, p in named]
     groups = [
-        {"params": [p for n, p in named if p.ndim >= 2 and n not in exempt], "weight_decay": weight_decay},
-        {"params": [p for n, p in named if p.ndim < 2 or n in exempt], "weight_decay": 0.0},
+        {"params": [p for (_, p), decayed in zip(named, matrix, strict=True) if decayed], "weight_decay": weight_decay},
+        {"params": [p for (_, p), decayed in zip(named, matrix, strict=True) if not decayed], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, foreach=foreach)
 
 
 def warmup_cosine_schedule(

@@ -6,7 +6,6 @@ instead of C. Cell c of a FusedViT computes what VisionTransformer c computes; i
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -14,9 +13,8 @@ from torch import nn
 
 from vit_locality.augment.mixing import one_hot_rows
 from vit_locality.catalog import GRID_SIZE
-from vit_locality.model.classifier import ViTClassifier
-
-NO_WEIGHT_DECAY = ("cls_token", "pos_embed")  # as VisionTransformer.no_weight_decay
+from vit_locality.model.classifier import ViTClassifier, adamw_with_decay_groups
+from vit_locality.model.vit import VisionTransformer
 
 
 def _per_cell(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -119,6 +117,10 @@ class FusedViT(nn.Module):
         self.norm = CellLayerNorm(cells, dim)
         self.head = CellLinear(cells, dim, num_classes)
 
+    def no_weight_decay(self) -> set[str]:
+        """What AdamW leaves undecayed besides biases and norms: the lone model's."""
+        return VisionTransformer.no_weight_decay(self)  # type: ignore[arg-type]
+
     def load_cells(self, states: Sequence[Mapping[str, torch.Tensor]]) -> None:
         """Stack the lone models' state dicts, cell c from states[c] (its own initialisation, or a checkpoint)."""
         if len(states) != self.cells:
@@ -157,17 +159,9 @@ def smoothed_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, smoothin
 
 
 def fused_adamw(model: FusedViT, lr: float, weight_decay: float, betas: tuple[float, float]) -> torch.optim.AdamW:
-    """One AdamW over the stacked parameters, each cell's own (the update is elementwise): decay on what is a matrix
-    in the lone model (ndim >= 2 without the cell axis), never on biases, norms, the CLS token or the positions.
-    foreach: one kernel per operation for all parameters, the path a lone cell's AdamW takes on a GPU."""
-    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    decayed = [p for name, p in named if p.ndim - 1 >= 2 and name not in NO_WEIGHT_DECAY]
-    kept = [p for name, p in named if not (p.ndim - 1 >= 2 and name not in NO_WEIGHT_DECAY)]
-    groups: list[dict[str, Any]] = [
-        {"params": decayed, "weight_decay": weight_decay},
-        {"params": kept, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, foreach=True)
+    """One AdamW over the stacked parameters, each cell's own (the update is elementwise), decaying what the lone
+    model decays; foreach: one kernel per operation for all parameters, the path a lone cell's AdamW takes on a GPU."""
+    return adamw_with_decay_groups(model, lr, weight_decay, betas, cell_axes=1, foreach=True)
 
 
 def clip_per_cell(parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
