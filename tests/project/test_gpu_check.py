@@ -49,7 +49,8 @@ def test_dry_run_runs_every_step_it_can_on_the_cpu(tmp_path, spawns: Spawner) ->
     assert steps["fdr_ddp"]["status"] == "skipped: no CUDA"
     ran = [name for name in gpu_check.STEP_NAMES if name not in ("fdr_ddp", "bench")]
     assert all(steps[name]["status"] == "ok" for name in ran), {n: steps[n]["status"] for n in ran}
-    assert steps["bench"]["status"] in ("ok", "skipped: time budget"), steps["bench"]
+    bench_status = steps["bench"]["status"]  # a slow machine may spend the dry run's budget before the bench
+    assert bench_status == "ok" or bench_status.startswith("skipped: time budget"), steps["bench"]
     for name in ran:  # really executed: a log with the command and its output, the key line read from it
         log = Path(steps[name]["log"]).read_text()
         assert log.startswith("$ ") and steps[name]["line"] and steps[name]["seconds"] > 0, name
