@@ -17,7 +17,7 @@ EPOCHS ?= 200
 MODEL ?= vit_paper
 DATA ?= cifar100
 DATASETS ?= cifar10,cifar100,tiny_imagenet
-LAUNCHER ?= basic    # basic | joblib | submitit_local | slurm | slurm_node (hydra/launcher=...)
+LAUNCHER ?= basic    # basic | joblib | submitit_local | slurm | slurm_node | packed | packed_slurm (hydra/launcher=...)
 REPORTS ?= reports
 TRAIN_ARGS ?=
 SWEEP_ARGS = model=$(MODEL) seed=$(SEEDS) trainer.max_epochs=$(EPOCHS) hydra/launcher=$(LAUNCHER) $(TRAIN_ARGS)

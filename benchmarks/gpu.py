@@ -9,8 +9,11 @@ Sections, in the order they run (each a group of rows; a failing section becomes
   the on-device data path alone against the model's step (the CPU target: at most +5% at the paper config).
 - probe: one attention-statistics pass in training steps (the suite's stats section).
 - memory: the peak memory of a Modern on-device cell, and how many such cells fit on the device (CUDA only).
+- fused: 1, 8 and 24 cells (the 8 grid protocols x 3 seeds) trained as one fused model (vit_locality/model/fused.py):
+  images/s per cell and in all, the compile, the 24-cell pack's eval forward; a pack past the device's memory is a row.
 - pack: aggregate images/s of 1, 2, 4, 8 Modern cells sharing the device (separate processes, as joblib runs them).
-- projection: one 200-epoch CIFAR-100 cell and the 8-cell x 3-seed grid, from the figures above.
+- projection: one 200-epoch CIFAR-100 cell, the 8-cell x 3-seed grid as processes and as one fused 24-cell pack, from
+  the figures above.
 
 `--device cpu --smoke` runs every section on the tiny model in about a minute (the tests), so the first GPU call is not
 the script's first run; `--compile-mode reduce-overhead` measures CUDA graphs in place of the default compile;
@@ -85,10 +88,11 @@ class Settings:
     workers: int  # data workers of the worker path (a CIFAR cell's default)
     smoke: bool
     compile_mode: str = "default"  # torch.compile's mode with inductor (--compile-mode)
+    fused_batch: int = 128  # per cell of a fused pack (a CIFAR cell's batch)
 
 
 FULL = Settings("vit_paper", 128, 512, 60, 10, 16_384, 512, (1, 2, 4, 8), 20.0, 5, "inductor", 4, False)
-SMOKE = Settings("vit_tiny", 16, 64, 3, 1, 256, 32, (1, 2), 1.0, 2, "eager", 2, True)
+SMOKE = Settings("vit_tiny", 16, 64, 3, 1, 256, 32, (1, 2), 1.0, 2, "eager", 2, True, fused_batch=2)
 
 
 def config(s: Settings, device: torch.device, protocol: str, on_device: bool) -> RunSettings:
@@ -123,9 +127,10 @@ def deadline(state: dict[str, Any], timeout: float) -> tuple[float, bool]:
     return time.monotonic() + min(timeout, left), left <= timeout
 
 
-def compile_vit(vit: torch.nn.Module, s: Settings) -> None:
-    """torch.compile as every measured model gets it: `s.backend`, with `s.compile_mode` where inductor takes one."""
-    vit.compile(backend=s.backend, **({"mode": s.compile_mode} if s.backend == "inductor" else {}))
+def compile_vit(vit: torch.nn.Module, s: Settings, dynamic: bool | None = None) -> None:
+    """torch.compile as every measured model gets it: `s.backend`, with `s.compile_mode` where inductor takes one;
+    `dynamic=False` for a model met in several shapes (a graph of its own per shape, none made shape-generic)."""
+    vit.compile(backend=s.backend, dynamic=dynamic, **({"mode": s.compile_mode} if s.backend == "inductor" else {}))
 
 
 def compile_text(s: Settings) -> str:
@@ -493,18 +498,45 @@ def projected_s(state: dict[str, Any]) -> tuple[float, float, int] | None:
     return work + state["compile_s"], grid, best
 
 
+def fused_projected_s(state: dict[str, Any]) -> tuple[float, str] | None:
+    """(the 8-cell x 3-seed grid's seconds as one fused pack of 24 cells, what it counts), or None without the
+    24-cell pack's figures: 200 epochs of training at the pack's rate per cell, an evaluation of 10,000 images per
+    cell at the pack's eval rate and a probe per cell every epoch (when the probe section ran), one compile."""
+    cells = CIFAR100["cells"] * CIFAR100["seeds"]
+    pack = state.get("fused", {}).get(cells)
+    if pack is None:
+        return None
+    probe = cells * state["probe_s"] if "probe_s" in state else 0.0
+    epoch = CIFAR100["train"] / pack["img_s"] + CIFAR100["eval"] / pack["eval_img_s"] + probe
+    counted = "training, eval, probe, compile" if "probe_s" in state else "training, eval, compile; no probe section"
+    return CIFAR100["epochs"] * epoch + pack["compile_s"], counted
+
+
 def projection_section(r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
-    projected = projected_s(state)
-    if projected is None:
-        r.row("projected times", "not computed: needs the model, e2e and probe sections")
-        return
-    cell, grid, best = projected
+    projected, fused = projected_s(state), fused_projected_s(state)
     judged = not s.smoke and device.type == "cuda"
     note = "" if judged else " (not the paper's model on a GPU: not judged)"
-    r.row(f"one 200-epoch CIFAR-100 Modern cell, minutes{note}", f"{cell / 60:.1f}", "cell_minutes",
-          cell / 60 if judged else math.nan)  # fmt: skip
-    r.row(f"8-cell x 3-seed grid, {best} cells packed, minutes", f"{grid / 60:.1f}", "grid_minutes",
-          grid / 60 if judged else math.nan)  # fmt: skip
+    if projected is None:
+        r.row("projected times", "not computed: needs the model, e2e and probe sections")
+    else:
+        cell, grid, best = projected
+        r.row(f"one 200-epoch CIFAR-100 Modern cell, minutes{note}", f"{cell / 60:.1f}", "cell_minutes",
+              cell / 60 if judged else math.nan)  # fmt: skip
+        r.row(f"8-cell x 3-seed grid, {best} cells packed, minutes", f"{grid / 60:.1f}", "grid_minutes",
+              grid / 60 if judged else math.nan)  # fmt: skip
+    if fused is not None:
+        r.row(f"8-cell x 3-seed grid as one fused pack of 24 cells ({fused[1]}), minutes{note}", f"{fused[0] / 60:.1f}",
+              "fused_grid_minutes", fused[0] / 60 if judged else math.nan)  # fmt: skip
+    elif "fused" in state:
+        r.row("8-cell x 3-seed grid as one fused pack", "not computed: the 24-cell pack was not measured")
+
+
+def fused_section(r: Report, s: Settings, device: torch.device, state: dict[str, Any]) -> None:
+    """Packs of 1, 8 and 24 cells trained as one fused model (benchmarks/gpu_fused.py, imported here: it builds on
+    this module)."""
+    from benchmarks.gpu_fused import fused_section as measure_packs
+
+    measure_packs(r, s, device, state)
 
 
 SECTIONS = {
@@ -513,6 +545,7 @@ SECTIONS = {
     "e2e": e2e_section,
     "probe": probe_section,
     "memory": memory_section,
+    "fused": fused_section,
     "pack": pack_section,
     "projection": projection_section,
 }

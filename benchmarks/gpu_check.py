@@ -19,7 +19,8 @@ debug runs that no report counts):
 - modern_eager, modern_compiled: one epoch of the Modern cell of the paper model (on the same synthetic shape)
   eager and with the whole training step compiled (`model.compile=true`): the mode the run chose, its epoch time,
   the graphs dynamo compiled, the graph breaks and the recompiles (dry run: a near-zero model, CPU inductor).
-- bench: what fits of `make bench-gpu` in the time left (`--budget-s`, which bounds its whole call).
+- bench: what fits of `make bench-gpu` in the time left (`--budget-s`, which bounds its whole call); the dry run
+  runs its sections `DRY_BENCH` names (AutoAugment, the fused packs of 1, 8 and 24 cells, the projection).
 
 A failing or timed-out step does not stop the next; the summary table (step, status, seconds, key line) is printed
 and written to summary.json; the exit status is 1 when a step that counts failed or timed out. `--dry-run` runs the
@@ -48,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: train.py and `python -m benchmarks` run from here
 STOP_GRACE_S = 10.0  # a timed-out step's process group gets this long after SIGTERM before SIGKILL
 BENCH_MIN_S = {False: 20.0, True: 10.0}  # the bench is skipped with less left (by mode): its start takes seconds
-DRY_BENCH = "autoaugment,projection"  # the dry run's bench sections: seconds on a CPU (tests run the rest)
+DRY_BENCH = "autoaugment,fused,projection"  # the dry run's bench sections: seconds on a CPU (tests run the rest)
 PAPER = {"train": 50_000, "test": 10_000, "classes": 100}  # CIFAR-100's shape, for the synthetic stand-in
 PAPER_SHAPE = [f"data.num_classes={PAPER['classes']}", f"data.train_size={PAPER['train']}",
                f"data.test_size={PAPER['test']}"]  # fmt: skip

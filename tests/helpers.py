@@ -102,6 +102,13 @@ class InProcessTraining:
         settings = cfg if isinstance(cfg, RunSettings) else settings_from(cfg)
         return run_cell(settings, run_dir, cell_callbacks)
 
+    @staticmethod
+    def run_pack_as_train(entries: list[tuple[RunSettings, Path]], pack_id: str = "test-pack") -> list[Any]:
+        """Cells trained as one pack in this process, as hydra/launcher=packed trains them (train.py's callbacks)."""
+        from vit_locality.run.pack import run_pack
+
+        return run_pack(entries, cell_callbacks, "", pack_id)
+
 
 class Spawner:
     """train.py in a subprocess. A test gets the one instance from the `spawns` fixture (tests/conftest.py), which

@@ -154,6 +154,9 @@ def run_cell_job(cfg: DictConfig, checked: RunSettings | None = None) -> float |
     try:
         settings = settings_from(cfg) if checked is None else on_this_machine(checked) if on_slurm else checked
         announce_cell(cfg, run_dir, settings, child)
+        if settings.packs:  # a packed cell that its launcher did not pack (a single run): a pack of its own
+            records = run_pack_job([(settings, run_dir)], run_dir.name)
+            return objective_of(cfg, records[0])
         record = run_cell(settings, run_dir, cell_callbacks, current_command().command_id)
     except CellInterrupted as stop:
         log.error("%s", stop)
@@ -170,10 +173,60 @@ def run_cell_job(cfg: DictConfig, checked: RunSettings | None = None) -> float |
         sys.exit(exit_code_of(error))
     finally:
         sys.argv = original_argv
+    return objective_of(cfg, record)
+
+
+def objective_of(cfg: DictConfig, record: dict | None) -> float | None:
+    """What the cell returns to its sweeper: its objective when a search asks for one (None for a failed cell)."""
     if not cfg.optimized_metric:
         return None
+    if record is None:
+        return failed_trial(cfg)
     value = objective_value(record, cfg.optimized_metric)
     return value if math.isfinite(value) else failed_trial(cfg)
+
+
+def run_pack_job(entries: list[tuple[RunSettings, Path]], pack_id: str) -> list[dict | None]:
+    """Hydra's job for a pack of cells (hydra/launcher=packed): trained together, each into its own directory, its
+    lines in each cell's log too; each one's record (None: failed). A cell that failed stops the sweep after its pack
+    unless sweep.continue_on_error."""
+    from vit_locality.run.cell import CellInterrupted
+    from vit_locality.run.pack import run_pack
+    from vit_locality.tracking.wandb_mode import quiet_library_noise
+
+    quiet_library_noise()
+    print_each_line_once()
+    shown = next((h.formatter for h in logging.getLogger().handlers if h.formatter is not None), None)
+    handlers = [logging.FileHandler(run_dir / f"{HydraConfig.get().job.name}.log") for _, run_dir in entries]
+    for handler in handlers:
+        handler.setFormatter(shown or logging.Formatter("%(message)s"))
+        logging.getLogger().addHandler(handler)
+    try:
+        records = run_pack(entries, cell_callbacks, current_command().command_id, pack_id)
+    except CellInterrupted as stop:
+        log.error("%s", stop)
+        sys.exit(stop.exit_code)
+    finally:
+        for handler in handlers:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+    failed = [settings.run_name for (settings, _), record in zip(entries, records, strict=True) if record is None]
+    if failed and not entries[0][0].sweep.continue_on_error:
+        log.error("stopping the sweep: %s failed (sweep.continue_on_error=false)", ", ".join(failed))
+        sys.exit(1)
+    return records
+
+
+class CellJobs:
+    """Hydra's task for a command: one cell (a call), or under hydra/launcher=packed a pack of them (`run_pack`)."""
+
+    def __call__(self, cfg: DictConfig, checked: RunSettings | None = None) -> float | None:
+        return run_cell_job(cfg, checked)
+
+    def run_pack(self, entries: list[tuple[RunSettings, Path]], cfgs: list[DictConfig], pack_id: str) -> list[Any]:
+        """Train a pack; what each cell returns to its sweeper (its objective, for a search)."""
+        records = run_pack_job(entries, pack_id)
+        return [objective_of(cfg, record) for cfg, record in zip(cfgs, records, strict=True)]
 
 
 def register_help() -> None:
@@ -237,7 +290,7 @@ def cli() -> None:
         main()
     elif args.multirun:  # the sweeper composes and checks every cell before the first starts
         context = publish_command(CommandContext(new_command_id(), sweep=True))
-        run_hydra(argv, args, args.overrides, run_cell_job)
+        run_hydra(argv, args, args.overrides, CellJobs())
     else:  # the one cell composed and checked here, run on those settings in its directory as checked
         checked = plan_command(argv, CONF_DIR, ask_servers=True)
         for problem in checked.problems:

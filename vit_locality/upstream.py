@@ -92,6 +92,15 @@ def hydra_basic_sweeper_class() -> type:
     return BasicSweeper
 
 
+def hydra_basic_launcher_class() -> type:
+    """Hydra's BasicLauncher, which the packed launcher extends (Hydra exports it from no public module)."""
+    try:
+        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+    except ImportError:
+        raise _changed("hydra", "hydra._internal.core_plugins.basic_launcher.BasicLauncher") from None
+    return BasicLauncher
+
+
 def accelerator_connector_class() -> type:
     """Lightning's `_AcceleratorConnector`: the pre-check builds one to have Lightning refuse settings it cannot run."""
     try:

@@ -85,7 +85,8 @@ REFUSED = [
     # one line for a wrong option of Hydra's own groups
     (
         ["hydra/launcher=joblb"],
-        "hydra/launcher=joblb is not allowed: one of basic, joblib, slurm, slurm_node, submitit_local, submitit_slurm",
+        "hydra/launcher=joblb is not allowed: one of basic, joblib, packed, packed_slurm, slurm, slurm_node, "
+        "submitit_local, submitit_slurm",
     ),
     (["hydra/sweeper=optina"], "hydra/sweeper=optina is not allowed: one of basic, optuna"),
     (["-m", "hydra/launcher=joblb", "seed=0,1"], "hydra/launcher=joblb is not allowed: one of basic, joblib"),

@@ -77,6 +77,34 @@ def test_smoke_run_with_packed_cells(tmp_path, spawns: Spawner) -> None:  # pack
     assert len(grid) == 1 and float(grid[0]["value"]) > 0
 
 
+def test_smoke_run_of_fused_packs(tmp_path, spawns: Spawner) -> None:  # the record runs `uname -p`
+    """Packs of 1, 8 and 24 cells trained as one fused model: each a per-cell and an in-all img/s (cells x per cell),
+    the 24-cell pack's eval rate, and the grid projected from the 24-cell pack."""
+    record, _ = _smoke(tmp_path, "fused,projection")
+    rows = {r["quantity"]: r["value"] for r in record["rows"] if r["section"] == "fused"}
+    assert "section failed" not in rows and "section cut" not in rows, rows
+    assert "vit_tiny" in rows["fused packs' settings"] and "static shapes" in rows["fused packs' settings"]
+    for cells, name in ((1, "1 cell (Modern) fused"), (8, "8 cells fused"), (24, "24 cells fused")):
+        per_cell = float(rows[f"{name}: img/s per cell"])
+        in_all = float(rows[f"{name}: img/s in all (cells x per cell)"].split()[0])
+        assert per_cell > 0 and in_all == pytest.approx(cells * per_cell, rel=0.01), (name, per_cell, in_all)
+    assert all(v > 0 for v in _numbers(record, "fused"))
+    assert float(rows["24 cells fused: eval forward img/s per cell, batch 2 per cell"]) > 0
+    (grid,) = [r for r in record["rows"] if r["section"] == "projection" and "fused" in r["quantity"]]
+    assert "24 cells" in grid["quantity"] and float(grid["value"]) > 0, grid
+
+
+def test_fused_projection_follows_its_formula() -> None:
+    """200 x (50,000 / the 24-cell pack's rate per cell + 10,000 / its eval rate per cell + 24 probes) s plus one
+    compile."""
+    state = {"fused": {24: {"img_s": 2_000.0, "eval_img_s": 10_000.0, "compile_s": 60.0}}, "probe_s": 0.01}
+    report = Report(section="projection")
+    gpu.projection_section(report, gpu.FULL, torch.device("cuda"), state)
+    fused = report.rows[-1]
+    assert "fused pack of 24 cells" in fused["quantity"] and "probe" in fused["quantity"]
+    assert float(fused["value"]) == pytest.approx((200 * (25 + 1 + 0.24) + 60) / 60, abs=0.05)
+
+
 def test_projection_follows_its_formula() -> None:
     state = {"e2e_modern_img_s": 50_000.0, "eval_img_s": 100_000.0, "probe_s": 0.01, "compile_s": 30.0}
     state["pack_img_s"] = {1: 50_000.0, 2: 80_000.0, 4: 100_000.0, 8: 100_000.0}

@@ -329,3 +329,46 @@ def test_a_cell_failing_for_a_real_reason_is_failed_and_not_requeued(tmp_path: P
     assert f"job {job} ended (FAILED); the cell is failed: " in out and "data_batch_3" in out, out[-3000:]
     assert "requeued" not in out and not [e for e in submitit_events(tmp_path / "sweep") if "Requeued" in e]
     assert record(cell_dir(tmp_path / "sweep"))["status"] == "failed"
+
+
+def test_packed_slurm_runs_one_job_per_pack_of_ordinary_cells(tmp_path: Path) -> None:
+    """Four cells in packs of two: two jobs, each training its pack as one fused model on its node; every cell an
+    ordinary complete record of its pack, and the same command again finds them complete."""
+    args = [*GRID_CELL, "hydra/launcher=packed_slurm", "hydra.launcher.cells_per_pack=2", "aug.cutmix=true,false"]
+    args += ["seed=0,1"]
+    sweep_dir, log = tmp_path / "packs", tmp_path / "packs.log"
+    code, out = sweep(args, sweep_dir, log)
+    assert code == 0, out[-3000:]
+    ids = job_ids(log)
+    ended = re.findall(r"pack \d of 2 \(2 cells\): job \S+ ended \(COMPLETED\); the cell is complete", out)
+    assert len(ids) == 2 and len(ended) == 2, out[-3000:]
+    records = [json.loads(path.read_text()) for path in sweep_dir.glob("*/results.json")]
+    assert len(records) == 4 and {r["status"] for r in records} == {"complete"}
+    assert sorted(r["packed"]["cells"] for r in records) == [2, 2, 2, 2]
+    assert len({r["packed"]["pack_id"] for r in records}) == 2
+    assert "pack of 2 cells on cpu, from epoch 1/1" in job_log(sweep_dir)
+    verdict = json.loads((sweep_dir / "verdict.json").read_text())
+    assert [cell["status"] for cell in verdict["cells"]] == ["complete"] * 4
+
+
+def test_a_preempted_pack_is_requeued_and_resumes_every_cell_bit_exactly(tmp_path: Path) -> None:
+    """`scontrol requeue` (SIGTERM) of a pack's job in the second epoch: every cell of the pack checkpointed, the job
+    requeued by SLURM, every cell resumed where it stopped and ending as the same pack run outside SLURM ends."""
+    cells = [*with_epochs(3), "aug.cutmix=true,false"]
+    reference = tmp_path / "reference"
+    done = train(["-m", *cells, "hydra/launcher=packed", f"hydra.sweep.dir={reference}"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sweep_dir, log, progress = tmp_path / "sweep", tmp_path / "sweep.log", tmp_path / "step"
+    proc = start_sweep([*cells, "hydra/launcher=packed_slurm"], sweep_dir, log, pace=(progress, 0.3))
+    wait_for_step(progress, STEPS_PER_EPOCH + 3, proc, log)
+    (job,) = job_ids(log)
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    out = finish(proc, log)
+    assert proc.returncode == 0, out[-3000:]
+    assert f"job {job} requeued: preempted or requeued by SLURM (SIGTERM)" in out, out[-3000:]
+    assert "pack of 2 cells on cpu, from epoch 2/3, step" in job_log(sweep_dir)
+    names = sorted(path.parent.name for path in reference.glob("*/results.json"))
+    assert len(names) == 2 and names == sorted(path.parent.name for path in sweep_dir.glob("*/results.json"))
+    for name in names:
+        assert record(sweep_dir / name)["status"] == "complete"
+        assert_same_as_unbroken(sweep_dir / name, reference / name)

@@ -162,6 +162,8 @@ def identity_hash(cfg: RunSettings | Mapping[str, Any], previous_release: bool =
     identity = {"settings": settings, "processes": processes(cfg), "random_stream": RANDOM_STREAM_VERSION}
     if isinstance(cfg, RunSettings) and cfg.compiles:  # inductor's draws: the same distributions, another stream
         identity["random_stream"] = f"{RANDOM_STREAM_VERSION}-compiled-step"
+    if isinstance(cfg, RunSettings) and cfg.packs:  # batched kernels round otherwise, the draws come from the step
+        identity["random_stream"] = f"{RANDOM_STREAM_VERSION}-packed"
     start = start_checkpoint(cfg)
     if start is not None:  # the bytes a running cell read, else the file's
         read = cfg.start_sha256 if isinstance(cfg, RunSettings) else None

@@ -313,6 +313,8 @@ class SweepConfig(BaseModel):
     model_config = SECTION
 
     continue_on_error: Flag()  # true: a failed cell is recorded (status "failed") and the sweep goes on
+    # true: the cell trains in a pack of cells (hydra/launcher=packed sets it; run/pack.py), its own random stream
+    packed: outside_identity(Flag()) = False
 
 
 # A section's values are validated by the variant `variant_of` picks: the data set's by the section class its

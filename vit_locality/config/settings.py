@@ -210,9 +210,36 @@ class RunSettings(BaseModel):
 
     @property
     def data_on_device(self) -> bool:
-        """`data.on_device`: auto is on when the cell trains on CUDA, where CPU workers would starve the GPU."""
+        """`data.on_device`: auto is on when the cell trains on CUDA, where CPU workers would starve the GPU; always
+        in a pack, which gathers its cells' batches on its device and augments them in its step."""
         setting = self.data.on_device
-        return uses_cuda(self.trainer.accelerator) if setting == "auto" else bool(setting)
+        return self.packs or (uses_cuda(self.trainer.accelerator) if setting == "auto" else bool(setting))
+
+    @property
+    def packs(self) -> bool:
+        """Whether the cell trains in a pack (`sweep.packed`, set by hydra/launcher=packed, and it fits one)."""
+        return self.sweep.packed and self.pack_refusal() is None
+
+    def pack_refusal(self) -> str | None:
+        """Why the cell cannot share a fused program with others (one line), or None: a pack fuses the patch stem
+        without stochastic depth, in one process, from the start, in a loop of its own (no Lightning Trainer)."""
+        trainer = self.trainer
+        reasons = {
+            "model.stem=conv (a pack fuses the patch stem)": getattr(self.model, "stem", "patch") != "patch",
+            "model.drop_path > 0 (stochastic depth is not fused)": float(getattr(self.model, "drop_path", 0.0)) > 0,
+            "several processes (trainer.devices, trainer.num_nodes, trainer.strategy)": trainer.devices not in (1, [0])
+            or trainer.num_nodes != 1
+            or str(trainer.strategy) != "auto",
+            "a ckpt_path to start from": self.ckpt_path is not None,
+            "Trainer arguments beyond the declared ones": bool(self.trainer_options),
+            "trainer.limit_train_batches or limit_val_batches": trainer.limit_train_batches is not None
+            or trainer.limit_val_batches is not None,
+            "trainer.check_val_every_n_epoch != 1": trainer.check_val_every_n_epoch != 1,
+            "user callbacks (callbacks.<name>._target_), which need a Lightning Trainer": bool(
+                self.callbacks.user_entries()
+            ),
+        }
+        return "; ".join(reason for reason, applies in reasons.items() if applies) or None
 
     @cached_property
     def protocol(self) -> TrainingProtocol:

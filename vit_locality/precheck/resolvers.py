@@ -55,13 +55,28 @@ def _cell_name(base: str, *, _root_: DictConfig) -> str:
     return cell_name(base, list(job.overrides.task), settings, parent_directory(job))
 
 
+# hydra/launcher=packed's and packed_slurm's classes (vit_locality/sweep/plugins/packed.py, slurm.py)
+PACKED_LAUNCHERS = ("PackedLauncher", "PackedSlurmLauncher")
+
+
+def _packed_launcher(*, _root_: DictConfig) -> bool:
+    """`sweep.packed`: whether the command's launcher packs cells, read from the config's own Hydra section (the
+    pre-check's composition) or the running job's; False outside Hydra."""
+    target = OmegaConf.select(_root_, "hydra.launcher._target_", default=None)
+    job = _job() if target is None else None
+    if job is not None:
+        target = job.launcher.get("_target_")
+    return str(target or "").rsplit(".", 1)[-1] in PACKED_LAUNCHERS
+
+
 OPEN_TRAINER = "trainer_open"  # conf/trainer/default.yaml starts from it
 
 
 def register_resolvers() -> None:
     """What composing conf/ needs registered first (idempotent): `${as_01:...}`, `${compact_number:...}` and
-    `${cell_name:<base>}` for `run_name`; and an open section the trainer section starts from, so any argument of the
-    installed Trainer is a `trainer.<name>` setting without `+` (checked by precheck/trainer_options.py)."""
+    `${cell_name:<base>}` for `run_name`, `${packed_launcher:}` for `sweep.packed`; and an open section the trainer
+    section starts from, so any argument of the installed Trainer is a `trainer.<name>` setting without `+`
+    (checked by precheck/trainer_options.py)."""
     from hydra.core.config_store import ConfigStore
 
     open_section = OmegaConf.create({})
@@ -71,6 +86,7 @@ def register_resolvers() -> None:
         ("as_01", _as_01),
         ("compact_number", _compact_number),
         ("cell_name", _cell_name),
+        ("packed_launcher", _packed_launcher),
     )
     for name, fn in resolvers:
         if not OmegaConf.has_resolver(name):

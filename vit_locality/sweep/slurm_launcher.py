@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from vit_locality.store.record import PREVIOUS_STOP, RecordError, read_record
 from vit_locality.sweep.command import cell_key, current_command
@@ -159,15 +159,8 @@ def launch_and_follow(
     self: BaseSubmititLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
 ) -> Sequence[JobReturn]:
     """The plugin's launch (same executor settings, one array job per batch), then `follow` the jobs."""
-    import submitit
-
     assert self.config is not None and self.hydra_context is not None
-    params = dict(self.params)
-    folder = params.pop("submitit_folder")
-    max_num_timeout = params.pop("max_num_timeout")
-    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=max_num_timeout)
-    shared = set(OmegaConf.structured(BaseQueueConf).keys())
-    executor.update_parameters(**{key if key in shared else f"slurm_{key}": value for key, value in params.items()})
+    executor = slurm_executor(self)
     Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
     numbers = [initial_job_idx + index for index in range(len(job_overrides))]
     jobs = executor.map_array(
@@ -184,6 +177,64 @@ def launch_and_follow(
         log.info("%s: submitted as job %s (%s)", cell.name, cell.job_id, " ".join(filter_overrides(cell.overrides)))
     follow(cells)
     return [job_return(cell) for cell in cells]
+
+
+def slurm_executor(launcher: BaseSubmititLauncher) -> Any:
+    """submitit's SLURM executor with the launcher's settings (hydra.launcher.*), as the plugin makes it."""
+    import submitit
+
+    params = dict(launcher.params)
+    folder = params.pop("submitit_folder")
+    max_num_timeout = params.pop("max_num_timeout")
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=max_num_timeout)
+    shared = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{key if key in shared else f"slurm_{key}": value for key, value in params.items()})
+    return executor
+
+
+@dataclass
+class PackOnNode:
+    """A pack's SLURM job: the command's Hydra config set, the cells' settings checked on the node's machine (they
+    were validated on the submission host), then the command's task trains the pack (vit_locality.train.CellJobs)."""
+
+    jobs: Any
+    config: DictConfig
+
+    def __call__(self, entries: list[tuple[Any, Path]], cfgs: list[DictConfig], pack_id: str) -> list[Any]:
+        from hydra.core.hydra_config import HydraConfig
+
+        from vit_locality.precheck.gate import on_this_machine
+
+        HydraConfig.instance().set_config(self.config)
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)  # its lines in the job output
+        return self.jobs.run_pack([(on_this_machine(s), run_dir) for s, run_dir in entries], cfgs, pack_id)
+
+
+def submit_packs(
+    launcher: BaseSubmititLauncher, jobs: Any, packs: list[tuple[list[tuple[Any, Path]], list[DictConfig], str]]
+) -> list[list[Any]]:
+    """One SLURM job per pack (one array), followed as a cell's job is; what each pack's cells return (None where its
+    job wrote no result)."""
+    assert launcher.config is not None
+    executor = slurm_executor(launcher)
+    entries, cfgs, ids = (list(column) for column in zip(*packs, strict=True))
+    submitted = executor.map_array(PackOnNode(jobs, launcher.config), entries, cfgs, ids)
+    cells = []
+    for index, (job, pack) in enumerate(zip(submitted, entries, strict=True)):
+        cells.append(TrackedCell(f"pack {index + 1} of {len(packs)} ({len(pack)} cells)", job, pack[0][1], []))
+        log.info("%s: submitted as job %s (%s)", cells[-1].name, job.job_id, ", ".join(d.name for _, d in pack))
+    follow(cells)
+    return [pack_values(cell, len(pack)) for cell, pack in zip(cells, entries, strict=True)]
+
+
+def pack_values(cell: TrackedCell, count: int) -> list[Any]:
+    """A pack job's returns, one per cell; None each where the job wrote none (its cells' records say why)."""
+    if cell.results_written():
+        try:
+            return list(cell.job.results()[0])
+        except Exception as error:  # the job raised: submitit's error pickle
+            log.warning("%s: job %s raised: %s", cell.name, cell.job_id, str(error).strip().splitlines()[0])
+    return [None] * count
 
 
 def tracked(job: Any, overrides: list[str], run_dirs: Mapping[tuple[str, ...], Path]) -> TrackedCell:

@@ -1,7 +1,8 @@
 """Test hook of tests/slurm, loaded by every Python process whose PYTHONPATH starts with this folder (SLURM jobs
 inherit the submitting environment). With VIT_LOCALITY_TEST_PACE="<progress file>:<seconds>", each training batch
-of a job's first attempt writes its global step to the file and then pauses, so a test's signal lands after a known
-step, mid-epoch. A requeued attempt (SLURM_RESTART_COUNT > 0) trains at full speed. Pauses change no result."""
+of a job's first attempt (a cell's, or a pack's step) writes its count of steps to the file and then pauses, so a
+test's signal lands after a known step, mid-epoch. A requeued attempt (SLURM_RESTART_COUNT > 0) trains at full
+speed. Pauses change no result."""
 
 import os
 
@@ -21,3 +22,16 @@ if _PACE and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
         time.sleep(float(_seconds))
 
     ViTClassifier.on_train_batch_end = _paced
+
+    from vit_locality.run import pack
+
+    _pack_loss, _pack_steps = pack.pack_loss, [0]
+
+    def _paced_pack(*args, **kwargs):  # type: ignore[no-untyped-def]
+        result = _pack_loss(*args, **kwargs)
+        _pack_steps[0] += 1
+        Path(_progress).write_text(str(_pack_steps[0]))
+        time.sleep(float(_seconds))
+        return result
+
+    pack.pack_loss = _paced_pack
