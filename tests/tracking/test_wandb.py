@@ -314,6 +314,22 @@ def test_a_sweep_gives_one_group_per_cell_and_one_run_per_seed(tmp_path: Path, s
     assert all(len(names) == 2 for names in groups.values())
 
 
+
+def test_a_packed_sweep_gives_each_cell_its_own_run(tmp_path: Path, spawns: Spawner) -> None:
+    """hydra/launcher=packed trains the cells in one process, one fused model: each cell still has its own W&B run,
+    with its own epoch figures and its test figures."""
+    sweep = tmp_path / "multirun" / "packed"
+    args = ["-m", *QUICK, "logger=wandb", "stats.pictures=false", "aug.cutmix=true,false", "hydra/launcher=packed"]
+    proc = spawns.run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = sorted(sweep.glob("*/wandb/offline-run-*"))
+    assert len(runs) == 2
+    records = [wandb_records(next(run.glob("run-*.wandb"))) for run in runs]
+    assert len({of_kind(found, "run")[0].run_id for found in records}) == 2
+    for found in records:
+        logged = set().union(*(row.keys() for row in history_rows(found)))
+        assert {"test_epoch/acc1", "train/loss_epoch", "test/acc1", "attn/min_mad_early"} <= logged, logged
+
 # --- the report run --------------------------------------------------------------------------------------------------
 
 

@@ -120,7 +120,9 @@ def prepare(member: Member, make_callbacks: CallbackFactory, pack_id: str, cells
         datamodule = build_datamodule(settings)
         datamodule.prepare_data()
         datamodule.setup("fit")
-        datamodule.step_augment = BatchAugment(datamodule.image_size, settings.protocol, grouping="select")
+        # AutoAugment without host reads where a read would cost (CUDA); grouped on the CPU: the same pixels
+        grouping = "select" if pack_device(settings).type == "cuda" else None
+        datamodule.step_augment = BatchAugment(datamodule.image_size, settings.protocol, grouping=grouping)
         datamodule.batch_augment = None
         module = build_module(settings, datamodule).to(pack_device(settings))
         member.start = read_cell(pack_checkpoint(member.run_dir), member.identities)

@@ -24,7 +24,7 @@ from vit_locality.store.record import (
     read_record,
 )
 from vit_locality.tracking.wandb_mode import quiet_wandb, resolve_mode
-from vit_locality.upstream import wandb_init_arguments
+from vit_locality.upstream import logger_experiment, wandb_init_arguments
 
 log = logging.getLogger("vit_locality")
 # What a cell's W&B run gets besides its metrics: the record, the per-head statistics and the pictures.
@@ -41,6 +41,9 @@ class ConfigWandbLogger(WandbLogger):
         init_arguments = wandb_init_arguments(self)
         if init_arguments.get("anonymous") is None:
             init_arguments.pop("anonymous", None)
+        # Each cell its own run, several at once in a pack (run/pack.py): `wandb.run` stays unset, so Lightning's
+        # logger never adopts another cell's run as "already in progress".
+        init_arguments["reinit"] = "create_new"
 
     def log_hyperparams(self, params: Any) -> None:
         """Nothing: see the class docstring."""
@@ -145,17 +148,16 @@ def publish_run_files(loggers: Iterable[Logger], run_dir: Path, log_model: bool 
 
 
 def finish_wandb(loggers: Iterable[Logger], failed: bool = False) -> None:
-    """Close the W&B run before the next cell, marked failed if the cell failed; say where an offline run went."""
-    if not wandb_loggers(loggers):
-        return
-    import wandb
-
-    run = wandb.run
-    offline = run is not None and run.settings.mode in ("offline", "dryrun")
-    run_path = Path(run.dir).parent if run is not None else None
-    wandb.finish(exit_code=1 if failed else 0)
-    if offline and run_path is not None:
-        log.info("W&B run saved offline in %s; upload it with: wandb sync %s", run_path, run_path)
+    """Close the cell's W&B run, marked failed if the cell failed; say where an offline run went."""
+    for logger in wandb_loggers(loggers):
+        run = logger_experiment(logger)  # not `experiment`, which would start one
+        if run is None:  # the cell stopped before its run started
+            continue
+        offline = run.settings.mode in ("offline", "dryrun")
+        run_path = Path(run.dir).parent
+        run.finish(exit_code=1 if failed else 0)
+        if offline:
+            log.info("W&B run saved offline in %s; upload it with: wandb sync %s", run_path, run_path)
 
 
 def retag_wandb_run(settings: RunSettings, run_dir: Path, run_id: str, tags: list[str]) -> str:
