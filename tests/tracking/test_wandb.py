@@ -293,14 +293,19 @@ def test_a_failed_cell_marks_its_run_failed_and_upload_errors_never_fail_a_cell(
     assert exit_record.exit_code == 1
 
 
+def sweep_runs(spawns: Spawner, sweep: Path, swept: list[str]) -> list[Path]:
+    """The offline W&B runs of a quick multirun with `logger=wandb` over `swept`, as a user starts it."""
+    args = ["-m", *QUICK, "logger=wandb", "stats.pictures=false", *swept, f"hydra.sweep.dir={sweep}"]
+    sweep.parent.mkdir(parents=True, exist_ok=True)
+    proc = spawns.run_train(args, cwd=sweep.parent, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return sorted(sweep.glob("*/wandb/offline-run-*"))
+
+
 def test_a_sweep_gives_one_group_per_cell_and_one_run_per_seed(tmp_path: Path, spawns: Spawner) -> None:
     """Cells of one multirun share a process: each gets its own run, seeds of a cell share a group, and the README's
     `wandb sync multirun/<sweep>/*/wandb/offline-run-*` names every run of the sweep."""
-    sweep = tmp_path / "multirun" / "abl"
-    args = ["-m", *QUICK, "logger=wandb", "stats.pictures=false", "seed=0,1", "aug.cutmix=true,false"]
-    proc = spawns.run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = sorted(sweep.glob("*/wandb/offline-run-*"))
+    runs = sweep_runs(spawns, tmp_path / "multirun" / "abl", ["seed=0,1", "aug.cutmix=true,false"])
     assert len(runs) == 4
     seen = [of_kind(wandb_records(next(run.glob("run-*.wandb"))), "run")[0] for run in runs]
     assert len({run.run_id for run in seen}) == 4
@@ -314,21 +319,17 @@ def test_a_sweep_gives_one_group_per_cell_and_one_run_per_seed(tmp_path: Path, s
     assert all(len(names) == 2 for names in groups.values())
 
 
-
 def test_a_packed_sweep_gives_each_cell_its_own_run(tmp_path: Path, spawns: Spawner) -> None:
     """hydra/launcher=packed trains the cells in one process, one fused model: each cell still has its own W&B run,
     with its own epoch figures and its test figures."""
-    sweep = tmp_path / "multirun" / "packed"
-    args = ["-m", *QUICK, "logger=wandb", "stats.pictures=false", "aug.cutmix=true,false", "hydra/launcher=packed"]
-    proc = spawns.run_train([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = sorted(sweep.glob("*/wandb/offline-run-*"))
+    runs = sweep_runs(spawns, tmp_path / "multirun" / "packed", ["aug.cutmix=true,false", "hydra/launcher=packed"])
     assert len(runs) == 2
     records = [wandb_records(next(run.glob("run-*.wandb"))) for run in runs]
     assert len({of_kind(found, "run")[0].run_id for found in records}) == 2
     for found in records:
         logged = set().union(*(row.keys() for row in history_rows(found)))
         assert {"test_epoch/acc1", "train/loss_epoch", "test/acc1", "attn/min_mad_early"} <= logged, logged
+
 
 # --- the report run --------------------------------------------------------------------------------------------------
 
