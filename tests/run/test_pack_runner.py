@@ -165,3 +165,29 @@ def test_a_cell_whose_loss_goes_nonfinite_fails_alone(trains, packed_grid: Path,
         assert json.loads((tmp_path / name / "results.json").read_text())["status"] == "complete"
         gap = relative_gap(final_state(packed_grid / name), final_state(tmp_path / name))
         assert gap < 1e-5, (name, gap)
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "error"),
+    [
+        (KeyboardInterrupt(), "interrupted", "interrupted"),
+        (RuntimeError("disk gone"), "failed", "RuntimeError: disk gone"),
+    ],
+)
+def test_a_pack_stopped_outside_its_steps_records_every_cell(
+    trains, tmp_path: Path, monkeypatch, raised: BaseException, status: str, error: str
+) -> None:
+    """A second Ctrl-C (KeyboardInterrupt at once) or an error in the step: no cell is left `running`."""
+
+    def stop(losses: torch.Tensor) -> torch.Tensor:
+        raise raised
+
+    stop_at(monkeypatch, 3, stop)
+    expected = CellInterrupted if isinstance(raised, KeyboardInterrupt) else RuntimeError
+    with pytest.raises(expected) as caught:
+        trains.run_pack_as_train(entries(tmp_path))
+    if expected is CellInterrupted:
+        assert caught.value.exit_code == 130
+    for name in PROTOCOLS:
+        record = json.loads((tmp_path / name / "results.json").read_text())
+        assert (record["status"], record["error"]) == (status, error), name

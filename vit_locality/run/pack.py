@@ -18,6 +18,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vit_locality.config.identity import identities_of
 from vit_locality.config.settings import RunSettings, uses_cuda
@@ -43,7 +44,7 @@ from vit_locality.run.record_sections import identity_sections, setup_sections
 from vit_locality.run.threads import apply_thread_count
 from vit_locality.seeding import reseed_for_batch
 from vit_locality.store.record import write_record
-from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, recorded_run_id
+from vit_locality.tracking.wandb_run import RUN_ID_ENTRY, finish_wandb, recorded_run_id
 
 log = logging.getLogger("vit_locality")
 PACKED_ENTRY = "packed"  # the record's entry naming the cell's pack and its size
@@ -106,9 +107,30 @@ def _run_pack(
             record.update(recorded_run_id(settings, Path(run_dir), identities[0]))
             members.append(Member(settings, Path(run_dir), identities, record))
         ready = [member for member in members if prepare(member, make_callbacks, pack_id, len(members))]
-        for group in by_progress(ready):
-            results.update(train_group(group, gate))
+        try:
+            for group in by_progress(ready):
+                results.update(train_group(group, gate))
+        except CellInterrupted:  # stopped after a step: every cell recorded and checkpointed
+            raise
+        except (KeyboardInterrupt, SIGTERMException) as stop:  # a second Ctrl-C, or a signal outside the steps
+            sigterm = isinstance(stop, SIGTERMException)
+            name = ("SIGUSR2 (time limit)" if gate.time_limit else "SIGTERM") if sigterm else "SIGINT"
+            record_unfinished(ready, results, "interrupted", name if sigterm else "interrupted")
+            code = (140 if gate.time_limit else 143) if sigterm else 130
+            raise CellInterrupted(f"pack {pack_id} interrupted ({name}); run the same command to resume", code,
+                                  name) from stop  # fmt: skip
+        except Exception as error:
+            record_unfinished(ready, results, "failed", f"{type(error).__name__}: {error}")
+            raise
     return [results.get(settings.run_name) for settings, _ in entries]
+
+
+def record_unfinished(members: list[Member], results: dict[str, Any], status: str, error: str) -> None:
+    """What stopped the pack, in the record of each of its cells neither complete nor failed already."""
+    for member in members:
+        if member.name not in results and not member.failed:
+            write_record(member.run_dir, {**member.record, "error": error}, status=status)
+            finish_wandb(member.loggers, failed=True)
 
 
 def prepare(member: Member, make_callbacks: CallbackFactory, pack_id: str, cells: int) -> bool:

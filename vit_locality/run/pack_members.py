@@ -43,6 +43,7 @@ class Member:
     sums: torch.Tensor | None = None  # (loss x images, correct) over the epoch so far
     seen: int = 0
     fit_metrics: dict[str, float] = field(default_factory=dict)
+    failed: bool = False  # recorded failed (fail)
 
     @property
     def name(self) -> str:
@@ -57,6 +58,7 @@ class Member:
 
 def fail(member: Member, error: str) -> None:
     log.error("%s failed: %s", member.name, error)
+    member.failed = True
     write_record(member.run_dir, {**member.record, "error": error}, status="failed")
     finish_wandb(member.loggers, failed=True)
 

@@ -9,7 +9,7 @@ from typing import Any
 from hydra.core.utils import JobReturn
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 
-from vit_locality.sweep.plugins.packed import checked_pack_size, pack_id, plan_packs
+from vit_locality.sweep.packing import checked_pack_size, pack_id, plan_packs
 from vit_locality.sweep.slurm_launcher import launch_and_follow, submit_packs
 
 
